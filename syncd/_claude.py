@@ -1,0 +1,100 @@
+"""What we know about Claude Code's tree: where it lives and what is worth backing up."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+# Backed up unless a configured exclude says otherwise.
+DEFAULT_INCLUDE = (
+    "projects/**",
+    "history.jsonl",
+    "plans/**",
+    "todos/**",
+    "tasks/**",
+    "file-history/**",
+    "paste-cache/**",
+)
+
+# Never uploaded, whatever the configured globs say: credentials, per-process
+# state, caches. Directories are top-level names in the Claude tree.
+NEVER_DIRS = frozenset({
+    "backups", "ide", "sessions", "shell-snapshots", "session-env", "statsig",
+    "cache", "debug", "telemetry",
+})
+NEVER_NAMES = (re.compile(r"\.credentials\.json.*"), re.compile(r"\.claude\.json.*"),
+               re.compile(r".*\.lock"))
+
+
+def default_root() -> Path:
+    """``$CLAUDE_CONFIG_DIR`` when set, as Claude Code itself does, else ``~/.claude``."""
+    env = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".claude"
+
+
+def is_never(rel: str) -> bool:
+    """True for anything on the never-upload list (``rel`` is a relative POSIX path)."""
+    parts = rel.split("/")
+    if parts[0] in NEVER_DIRS:
+        return True
+    return any(p.fullmatch(parts[-1]) for p in NEVER_NAMES)
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    # `**` spans directories, `*` and `?` stay within one name; "dir/" means "dir/**".
+    if pattern.endswith("/"):
+        pattern += "**"
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _literal_prefix(pattern: str) -> str:
+    m = re.search(r"[*?\[]", pattern)
+    return pattern if m is None else pattern[: m.start()]
+
+
+class Selection:
+    """Decides which relative paths are backed up. The never-list always wins."""
+
+    def __init__(self, include: Iterable[str] = DEFAULT_INCLUDE,
+                 exclude: Iterable[str] = ()) -> None:
+        self.include = tuple(include)
+        self.exclude = tuple(exclude)
+        self._inc = [_glob_regex(p) for p in self.include]
+        self._exc = [_glob_regex(p) for p in self.exclude]
+        self._prefixes = [_literal_prefix(p) for p in self.include]
+
+    def wants(self, rel: str) -> bool:
+        if not rel or is_never(rel):
+            return False
+        if any(r.fullmatch(rel) for r in self._exc):
+            return False
+        return any(r.fullmatch(rel) for r in self._inc)
+
+    def may_descend(self, rel_dir: str) -> bool:
+        """Whether a directory can hold wanted files; lets scans skip whole subtrees."""
+        if rel_dir.split("/")[0] in NEVER_DIRS:
+            return False
+        d = rel_dir + "/"
+        return any(d.startswith(p) or p.startswith(d) for p in self._prefixes)

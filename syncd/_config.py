@@ -1,0 +1,113 @@
+"""Configuration: ``~/.config/syncd/config.toml`` overlaid by ``SYNCD_*`` variables."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+from contextvars import ContextVar
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from ._claude import DEFAULT_INCLUDE, default_root
+
+_config_file: ContextVar[Path | None] = ContextVar("syncd_config_file", default=None)
+MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / fallback)
+
+
+def default_config_file() -> Path:
+    env = os.environ.get("SYNCD_CONFIG")
+    return Path(env) if env else _xdg("XDG_CONFIG_HOME", ".config") / "syncd" / "config.toml"
+
+
+def default_store() -> str:
+    return (_xdg("XDG_DATA_HOME", ".local/share") / "syncd" / "store").as_uri()
+
+
+def default_machine_id() -> str:
+    """``<hostname>-<8 hex of /etc/machine-id>``: stable across restarts, distinct per host."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]) or "host"
+    try:
+        seed = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        seed = socket.getfqdn()
+    return f"{host[:48]}-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYNCD_", extra="forbid")
+
+    source: Path = Field(default_factory=default_root)
+    store: str = Field(default_factory=default_store)
+    machine_id: str = Field(default_factory=default_machine_id)
+    state_dir: Path = Field(default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "syncd")
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    # Flush once the tree has been quiet this long, and at most this long after
+    # the first unshipped change.
+    flush_quiet: float = Field(2.0, gt=0)
+    flush_max_delay: float = Field(10.0, gt=0)
+    reconcile_interval: float = Field(3600.0, gt=0)
+    include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
+    exclude: list[str] = Field(default_factory=list)
+    zstd_level: int = Field(3, ge=1, le=22)
+    # A flush larger than this is split into several segments (bounded memory).
+    segment_max_bytes: int = Field(64 << 20, ge=1 << 20)
+    store_retry_deadline: float = Field(60.0, gt=0)
+    log_level: str = "INFO"
+
+    @field_validator("machine_id")
+    @classmethod
+    def _machine_id(cls, v: str) -> str:
+        if not MACHINE_ID.fullmatch(v):
+            raise ValueError("machine id must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
+        return v
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str) -> str:
+        # A bare absolute path is a local store.
+        return Path(v).as_uri() if v.startswith("/") else v
+
+    @field_validator("source", "state_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = _config_file.get() or default_config_file()
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml)
+
+    @property
+    def state_file(self) -> Path:
+        """One database per (machine, store): pointing at another store starts a fresh seed."""
+        tag = hashlib.sha256(self.store.encode()).hexdigest()[:12]
+        return self.state_dir / f"{self.machine_id}@{tag}.sqlite"
+
+
+def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
+    token = _config_file.set(config_file)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    finally:
+        _config_file.reset(token)

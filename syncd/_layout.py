@@ -1,0 +1,26 @@
+"""Object keys in the store (see docs/FORMAT.md). Sortable, written once, never listed on the hot path."""
+
+from __future__ import annotations
+
+
+def machine_prefix(machine: str) -> str:
+    return f"machines/{machine}/"
+
+
+def machine_key(machine: str) -> str:
+    return f"machines/{machine}/machine.json"
+
+
+def segment_key(machine: str, seq: int) -> str:
+    return f"machines/{machine}/seg/{seq:016x}"
+
+
+def segment_seq(key: str) -> int | None:
+    """The seq of a segment key, or None for anything else under ``seg/``."""
+    name = key.rpartition("/")[2]
+    if len(name) != 16:
+        return None
+    try:
+        return int(name, 16)
+    except ValueError:
+        return None

@@ -1,0 +1,198 @@
+"""The segment format: one immutable object per flush (see docs/FORMAT.md).
+
+    header  16 B   magic "SYNCDSEG", u16 version, u16 flags, u32 reserved
+    frames         one zstd frame per extent (at most FRAME_MAX raw bytes each)
+    index          zstd-compressed JSON: who wrote it, when, and every entry
+    trailer 56 B   u64 index offset, u32 index length, 4 B pad,
+                   sha256 of the compressed index, magic "SYNCDEND"
+
+A reader fetches the trailer and index with one suffix GET, then only the frames
+it needs with ranged GETs. Every extent carries the sha256 of its raw bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import zstandard
+
+MAGIC = b"SYNCDSEG"
+END_MAGIC = b"SYNCDEND"
+VERSION = 1
+HEADER = struct.Struct("<8sHHI")
+TRAILER = struct.Struct("<QI4x32s8s")
+FRAME_MAX = 4 << 20
+# Suffix read that usually brings the whole index along with the trailer.
+TAIL_READ = 64 << 10
+
+
+class FormatError(Exception):
+    """An object is not a valid segment, or its bytes fail their checksum."""
+
+
+def encode_path(path: bytes) -> dict[str, str]:
+    """JSON holds text; a name that is not UTF-8 travels as base64 of its raw bytes."""
+    try:
+        return {"path": path.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"path_b64": base64.b64encode(path).decode("ascii")}
+
+
+def decode_path(entry: dict[str, Any]) -> bytes:
+    if "path_b64" in entry:
+        return base64.b64decode(entry["path_b64"])
+    return str(entry["path"]).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """Bytes [start, end) of one generation of a file, stored at [off, off+clen)."""
+
+    path: bytes
+    gen: int
+    start: int
+    end: int
+    off: int
+    clen: int
+    sha256: str
+    mode: int
+    mtime_ns: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """The file was gone from the tree at ``time`` (seconds since the epoch)."""
+
+    path: bytes
+    gen: int
+    time: float
+
+
+@dataclass(slots=True)
+class SegmentIndex:
+    machine: str
+    seq: int
+    time: float
+    extents: list[Extent] = field(default_factory=list)
+    tombstones: list[Tombstone] = field(default_factory=list)
+
+
+class SegmentWriter:
+    """Builds one segment in memory; extents are compressed as they are added."""
+
+    def __init__(self, machine: str, seq: int, time: float, level: int = 3) -> None:
+        self.index = SegmentIndex(machine, seq, time)
+        self._parts: list[bytes] = [HEADER.pack(MAGIC, VERSION, 0, 0)]
+        self._size = HEADER.size
+        self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        self.raw_bytes = 0
+
+    def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
+                 mtime_ns: int, reason: str | None = None) -> None:
+        # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
+        frame = self._zstd.compress(data)
+        self.index.extents.append(Extent(
+            path, gen, start, start + len(data), self._size, len(frame),
+            hashlib.sha256(data).hexdigest(), mode, mtime_ns, reason))
+        self._parts.append(frame)
+        self._size += len(frame)
+        self.raw_bytes += len(data)
+
+    def add_tombstone(self, path: bytes, gen: int, time: float) -> None:
+        self.index.tombstones.append(Tombstone(path, gen, time))
+
+    @property
+    def empty(self) -> bool:
+        return not self.index.extents and not self.index.tombstones
+
+    def finish(self) -> bytes:
+        ix = self.index
+        entries: list[dict[str, Any]] = []
+        for e in ix.extents:
+            d: dict[str, Any] = {"op": "data", **encode_path(e.path), "gen": e.gen,
+                                 "start": e.start, "end": e.end, "off": e.off, "clen": e.clen,
+                                 "sha256": e.sha256, "mode": e.mode, "mtime_ns": e.mtime_ns}
+            if e.reason:
+                d["reason"] = e.reason
+            entries.append(d)
+        for t in ix.tombstones:
+            entries.append({"op": "delete", **encode_path(t.path), "gen": t.gen, "time": t.time})
+        doc = {"v": VERSION, "machine": ix.machine, "seq": ix.seq, "time": ix.time,
+               "entries": entries}
+        blob = self._zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
+        trailer = TRAILER.pack(self._size, len(blob), hashlib.sha256(blob).digest(), END_MAGIC)
+        return b"".join([*self._parts, blob, trailer])
+
+
+def parse_index(tail: bytes, total_size: int, where: str) -> SegmentIndex | tuple[int, int]:
+    """Parse the index from the last bytes of a segment.
+
+    Returns the index, or ``(offset, length)`` of the index when ``tail`` does not
+    hold all of it (the caller then fetches that range and calls ``decode_index``).
+    """
+    if len(tail) < TRAILER.size or total_size < HEADER.size + TRAILER.size:
+        raise FormatError(f"{where}: too short to be a segment ({total_size} bytes)")
+    off, length, digest, magic = TRAILER.unpack(tail[-TRAILER.size:])
+    if magic != END_MAGIC or off + length + TRAILER.size != total_size:
+        raise FormatError(f"{where}: bad segment trailer (truncated or not a segment)")
+    have = len(tail) - TRAILER.size
+    if length > have:
+        return off, length
+    return decode_index(tail[have - length : have], digest, where)
+
+
+def index_digest(tail: bytes) -> bytes:
+    digest: bytes = TRAILER.unpack(tail[-TRAILER.size:])[2]
+    return digest
+
+
+def decode_index(blob: bytes, digest: bytes, where: str) -> SegmentIndex:
+    if hashlib.sha256(blob).digest() != digest:
+        raise FormatError(f"{where}: segment index checksum mismatch (corrupted object)")
+    try:
+        doc = json.loads(zstandard.ZstdDecompressor().decompress(blob))
+        if doc.get("v") != VERSION:
+            raise FormatError(f"{where}: unsupported segment version {doc.get('v')!r}")
+        ix = SegmentIndex(str(doc["machine"]), int(doc["seq"]), float(doc["time"]))
+        for d in doc["entries"]:
+            if d["op"] == "data":
+                ix.extents.append(Extent(
+                    decode_path(d), int(d["gen"]), int(d["start"]), int(d["end"]),
+                    int(d["off"]), int(d["clen"]), str(d["sha256"]), int(d["mode"]),
+                    int(d["mtime_ns"]), d.get("reason")))
+            elif d["op"] == "delete":
+                ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), float(d["time"])))
+    except FormatError:
+        raise
+    except (zstandard.ZstdError, ValueError, KeyError, TypeError) as e:
+        raise FormatError(f"{where}: unreadable segment index: {e}") from e
+    return ix
+
+
+def check_header(head: bytes, where: str) -> None:
+    if len(head) < HEADER.size:
+        raise FormatError(f"{where}: too short to be a segment")
+    magic, version, _, _ = HEADER.unpack(head[: HEADER.size])
+    if magic != MAGIC:
+        raise FormatError(f"{where}: not a syncd segment (bad magic)")
+    if version != VERSION:
+        raise FormatError(f"{where}: unsupported segment version {version}")
+
+
+def decode_extent(frame: bytes, ext: Extent, where: str) -> bytes:
+    """Decompress one frame and check it against the extent's length and sha256."""
+    try:
+        data = zstandard.ZstdDecompressor().decompress(
+            frame, max_output_size=ext.end - ext.start)
+    except zstandard.ZstdError as e:
+        raise FormatError(f"{where}: corrupted frame for {ext.path!r} "
+                          f"[{ext.start},{ext.end}): {e}") from e
+    if len(data) != ext.end - ext.start or hashlib.sha256(data).hexdigest() != ext.sha256:
+        raise FormatError(f"{where}: checksum mismatch for {ext.path!r} [{ext.start},{ext.end})")
+    return data

@@ -1,0 +1,296 @@
+"""The shipper: reads the new bytes of dirty files into segments and makes them durable.
+
+Local state advances only after the store confirmed a segment (invariant 1).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import platform
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _layout as layout
+from ._claude import Selection
+from ._segment import FRAME_MAX, SegmentWriter, Tombstone
+from ._segreader import read_index
+from ._state import FileState, State
+from .store import AlreadyExists, NotFound, Store
+
+log = logging.getLogger("syncd.ship")
+
+# Rewrite detection hashes the first and last shipped bytes, not the whole file:
+# transcripts are append-only, and a rewrite touches the head or the tail.
+CHECK_HEAD = 4 << 10
+CHECK_TAIL = 64 << 10
+
+
+def check_hash(fd: int, length: int) -> bytes:
+    h = hashlib.sha256()
+    h.update(os.pread(fd, min(CHECK_HEAD, length), 0))
+    tail = max(CHECK_HEAD, length - CHECK_TAIL)
+    if tail < length:
+        h.update(os.pread(fd, length - tail, tail))
+    return h.digest()
+
+
+@dataclass
+class FlushResult:
+    segments: list[int] = field(default_factory=list)
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    files: int = 0
+    tombstones: int = 0
+    # Files that could not be read this time: they stay pending, with the reason.
+    problems: dict[bytes, str] = field(default_factory=dict)
+    # Files that changed while being read: shipped as read, to be looked at again.
+    requeue: set[bytes] = field(default_factory=set)
+
+
+class _Batch:
+    """One segment being filled, with the state rows it will commit."""
+
+    def __init__(self, writer: SegmentWriter) -> None:
+        self.writer = writer
+        self.updates: dict[bytes, FileState] = {}
+
+
+class Shipper:
+    def __init__(self, *, root: Path, store: Store, state: State, machine: str,
+                 selection: Selection, level: int = 3, segment_max: int = 64 << 20,
+                 clock: Callable[[], float] = time.time,
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
+        self.root = os.fsencode(root)
+        self.store = store
+        self.state = state
+        self.machine = machine
+        self.selection = selection
+        self.level = level
+        self.segment_max = segment_max
+        self.clock = clock
+        self.should_stop = should_stop
+        self._recovered = False
+
+    # -- recovery -----------------------------------------------------------
+    def recover(self) -> int:
+        """Adopt segments the store has beyond our state (a crash after PUT, before commit).
+
+        Returns how many were adopted. Cheap when there is nothing to adopt: one HEAD.
+        """
+        adopted = 0
+        while self.store.head(layout.segment_key(self.machine, self.state.next_seq)):
+            self._adopt(self.state.next_seq)
+            adopted += 1
+        if not self.state.meta("machine_json"):
+            self._write_machine_json()
+        self._recovered = True
+        return adopted
+
+    def _write_machine_json(self) -> None:
+        doc = {"machine": self.machine, "hostname": socket.gethostname(),
+               "os": f"{platform.system()} {platform.release()}", "home": str(Path.home()),
+               "claude_root": os.fsdecode(self.root), "created": self.clock(), "format": 1}
+        try:
+            self.store.put(layout.machine_key(self.machine), json.dumps(doc, indent=1).encode())
+        except AlreadyExists:
+            pass
+        self.state.set_meta(machine_json="1")
+
+    def _adopt(self, seq: int) -> None:
+        key = layout.segment_key(self.machine, seq)
+        ix = read_index(self.store, key)
+        if ix.machine != self.machine or ix.seq != seq:
+            raise RuntimeError(f"{self.store.url}{key}: written by machine {ix.machine!r} "
+                               f"seq {ix.seq}, not by us; refusing to continue")
+        ends: dict[bytes, tuple[int, int, int, int]] = {}
+        for e in ix.extents:
+            ends[e.path] = (e.gen, e.end, e.mode, e.mtime_ns)
+        updates: list[FileState] = []
+        for path, (gen, end, mode, mtime_ns) in ends.items():
+            updates.append(self._adopted_state(path, gen, end, mode, mtime_ns))
+        for t in ix.tombstones:
+            prev = self.state.get(t.path)
+            updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
+                           .but(deleted_at=t.time))
+        self.state.commit(seq, updates)
+        log.warning("adopted segment %s already in the store (%d files): a previous run "
+                    "stopped between upload and commit", key, len(updates))
+
+    def _adopted_state(self, path: bytes, gen: int, end: int, mode: int,
+                       mtime_ns: int) -> FileState:
+        # Trust the local file as the segment's source only if its bytes still match;
+        # otherwise a zero inode forces a fresh generation on the next flush.
+        full = os.path.join(self.root, path)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return FileState(path, gen, end, 0, 0, mtime_ns, mode, None)
+        try:
+            st = os.fstat(fd)
+            prev = self.state.get(path)
+            if st.st_size >= end and (prev is None or prev.gen <= gen):
+                return FileState(path, gen, end, st.st_dev, st.st_ino, st.st_mtime_ns,
+                                 st.st_mode & 0o7777, check_hash(fd, end))
+            return FileState(path, gen, end, 0, 0, mtime_ns, mode, None)
+        finally:
+            os.close(fd)
+
+    # -- shipping -----------------------------------------------------------
+    def ship(self, paths: Iterable[bytes]) -> FlushResult:
+        """Ship the new bytes of ``paths``; one segment unless they exceed ``segment_max``."""
+        if not self._recovered:
+            self.recover()
+        result = FlushResult()
+        batch = self._new_batch()
+        for rel in sorted(set(paths)):
+            if self.should_stop():
+                raise InterruptedError("stopping: flush abandoned before upload")
+            batch = self._stage(rel, batch, result)
+        if not batch.writer.empty:
+            self._put(batch, result)
+        elif batch.updates:
+            self.state.touch(batch.updates.values())
+        return result
+
+    def _new_batch(self) -> _Batch:
+        return _Batch(SegmentWriter(self.machine, self.state.next_seq, self.clock(), self.level))
+
+    def _put(self, batch: _Batch, result: FlushResult) -> None:
+        seq = batch.writer.index.seq
+        blob = batch.writer.finish()
+        key = layout.segment_key(self.machine, seq)
+        try:
+            self.store.put(key, blob)
+        except AlreadyExists:
+            # Someone (our own earlier run) wrote this seq: adopt it and start over.
+            self._adopt(seq)
+            raise _Restart() from None
+        self.state.commit(seq, batch.updates.values())
+        result.segments.append(seq)
+        result.raw_bytes += batch.writer.raw_bytes
+        result.stored_bytes += len(blob)
+        files = len({e.path for e in batch.writer.index.extents})
+        result.files += files
+        result.tombstones += len(batch.writer.index.tombstones)
+        log.info("flushed segment %d: %d files, %d bytes -> %d stored", seq, files,
+                 batch.writer.raw_bytes, len(blob))
+
+    def _stage(self, rel: bytes, batch: _Batch, result: FlushResult) -> _Batch:
+        prev = self.state.get(rel)
+        full = os.path.join(self.root, rel)
+        text = os.fsdecode(rel)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            result.problems[rel] = f"{text}: {e.strerror}"
+            return batch
+        if st is None or not stat.S_ISREG(st.st_mode) or not self.selection.wants(text):
+            if prev is not None and prev.deleted_at is None and (
+                    st is None or not stat.S_ISREG(st.st_mode)):
+                now = self.clock()
+                batch.writer.add_tombstone(rel, prev.gen, now)
+                batch.updates[rel] = prev.but(deleted_at=now)
+            return batch
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return self._stage(rel, batch, result)  # deleted since lstat: tombstone it
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # replaced by a symlink since lstat
+                return self._stage(rel, batch, result)
+            result.problems[rel] = f"{text}: {e.strerror}"
+            log.error("cannot read %s: %s", text, e.strerror)
+            return batch
+        try:
+            return self._stage_open(rel, fd, prev, batch, result)
+        except OSError as e:
+            result.problems[rel] = f"{text}: {e.strerror}"
+            log.error("cannot read %s: %s", text, e.strerror)
+            return batch
+        finally:
+            os.close(fd)
+
+    def _stage_open(self, rel: bytes, fd: int, prev: FileState | None, batch: _Batch,
+                    result: FlushResult) -> _Batch:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return batch
+        gen, start, reason = self._position(fd, st, prev)
+        end = st.st_size
+        mode = st.st_mode & 0o7777
+        text = os.fsdecode(rel)
+        if reason:
+            log.info("%s: new generation %d (%s)", text, gen, reason)
+        elif start == end:
+            # Nothing new; remember the metadata so the next scan does not look again.
+            if prev is not None and (prev.mtime_ns, prev.mode) != (st.st_mtime_ns, mode):
+                batch.updates[rel] = prev.but(mtime_ns=st.st_mtime_ns, mode=mode)
+            return batch
+        pos = start
+        while True:
+            want = min(FRAME_MAX, end - pos)
+            if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
+                # Bounded memory: this segment is full, the rest goes in the next one.
+                self._put(batch, result)
+                batch = self._new_batch()
+            data = os.pread(fd, want, pos) if want else b""
+            batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
+                                  reason=reason if pos == start else None)
+            pos += len(data)
+            batch.updates[rel] = FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
+                                           mode, check_hash(fd, pos))
+            if len(data) < want:
+                # Shrank while we read it: what we have is shipped; the next pass starts
+                # a new generation if the shipped bytes changed.
+                result.requeue.add(rel)
+                break
+            if pos >= end:
+                break
+        after = os.fstat(fd)
+        if after.st_size != end or after.st_mtime_ns != st.st_mtime_ns:
+            result.requeue.add(rel)
+        return batch
+
+    def _position(self, fd: int, st: os.stat_result,
+                  prev: FileState | None) -> tuple[int, int, str | None]:
+        """Where shipping resumes: (generation, start offset, reason for a new generation)."""
+        if prev is None:
+            return 1, 0, "new file"
+        if prev.deleted_at is not None:
+            return prev.gen + 1, 0, "recreated after deletion"
+        if (prev.dev, prev.ino) != (st.st_dev, st.st_ino):
+            return prev.gen + 1, 0, "replaced (new inode)"
+        if st.st_size < prev.offset:
+            return prev.gen + 1, 0, f"truncated from {prev.offset} to {st.st_size} bytes"
+        if prev.offset and check_hash(fd, prev.offset) != prev.check_hash:
+            return prev.gen + 1, 0, "shipped bytes were rewritten"
+        return prev.gen, prev.offset, None
+
+
+class _Restart(Exception):
+    """The seq we wrote to was taken and has been adopted; build the flush again."""
+
+
+def ship_with_restart(shipper: Shipper, paths: Iterable[bytes]) -> FlushResult:
+    """``Shipper.ship``, started over when a seq turned out to be taken already."""
+    wanted = list(paths)
+    for _ in range(100):
+        try:
+            return shipper.ship(wanted)
+        except _Restart:
+            continue
+    raise RuntimeError("segment seq keeps being taken by another writer; is a second "
+                       "daemon running with the same machine id?")
+
+
+__all__ = ["FlushResult", "Shipper", "Tombstone", "check_hash", "ship_with_restart"]

@@ -1,0 +1,59 @@
+"""Stores: where objects live. ``open_store`` turns a URL into one."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ._base import (
+    AlreadyExists,
+    InvalidKey,
+    NotFound,
+    ObjectInfo,
+    Store,
+    StoreError,
+    TransientError,
+    check_key,
+)
+from ._local import LocalStore
+from ._memory import MemoryStore
+from ._retry import RetryStore
+from ._s3 import S3Store
+
+__all__ = [
+    "AlreadyExists",
+    "InvalidKey",
+    "LocalStore",
+    "MemoryStore",
+    "NotFound",
+    "ObjectInfo",
+    "RetryStore",
+    "S3Store",
+    "Store",
+    "StoreError",
+    "TransientError",
+    "check_key",
+    "open_store",
+]
+
+
+def open_store(url: str, *, endpoint_url: str | None = None, region: str | None = None,
+               retry_deadline: float = 60.0, stop: threading.Event | None = None) -> RetryStore:
+    """``file:///path`` or ``s3://bucket/prefix``, wrapped in retries."""
+    parsed = urlparse(url)
+    inner: Store
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise StoreError(f"{url}: file URLs take an absolute path (file:///path)")
+        inner = LocalStore(Path(unquote(parsed.path)))
+    elif parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise StoreError(f"{url}: missing bucket (s3://bucket/prefix)")
+        inner = S3Store(parsed.netloc, unquote(parsed.path), endpoint_url=endpoint_url,
+                        region=region)
+    elif parsed.scheme == "memory":
+        inner = MemoryStore()
+    else:
+        raise StoreError(f"{url}: unsupported store URL (use file:///path or s3://bucket/prefix)")
+    return RetryStore(inner, deadline=retry_deadline, stop=stop)

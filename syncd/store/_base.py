@@ -1,0 +1,69 @@
+"""The narrow interface every store implements, and the errors it raises."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StoreError(Exception):
+    """A store operation failed; the message names the store and the key."""
+
+
+class NotFound(StoreError):
+    """The object does not exist."""
+
+
+class AlreadyExists(StoreError):
+    """A conditional create found the key taken (HTTP 412); nothing was written."""
+
+
+class TransientError(StoreError):
+    """A failure that may pass: 5xx, throttling, timeouts, refused connections."""
+
+
+class InvalidKey(StoreError):
+    """A key that could escape the store's namespace (``..``, absolute, empty parts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+
+
+class Store(Protocol):
+    """Immutable objects under sortable keys.
+
+    ``put`` with ``if_none_match`` never overwrites; ``get`` reads ``length`` bytes
+    from ``start`` (a negative ``start`` reads that many bytes from the end);
+    ``list`` yields keys under ``prefix`` in byte order, after ``start_after``.
+    """
+
+    url: str
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None: ...
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]: ...
+
+    def delete_many(self, keys: Iterable[str]) -> None: ...
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could name something outside the store's root."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
+        raise InvalidKey(f"invalid object key {key!r}")
+    return key
+
+
+def slice_range(data: bytes, start: int, length: int | None) -> bytes:
+    """The bytes a ranged GET returns, for stores that hold whole objects."""
+    if start < 0:
+        return data[start:] if length is None else data[start:][:length]
+    return data[start:] if length is None else data[start : start + length]

@@ -1,0 +1,126 @@
+"""An S3-compatible store through boto3 (AWS, R2, B2, MinIO, SeaweedFS)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._base import AlreadyExists, NotFound, ObjectInfo, StoreError, TransientError, check_key
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
+                    "RequestTimeTooSkewed", "Throttling", "ThrottlingException"}
+
+
+class S3Store:
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 region: str | None = None, timeout: float = 30.0) -> None:
+        # boto3 is imported here, not at module load: the local store never pays for it.
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}/{self.prefix}"
+        config = Config(
+            s3={"addressing_style": "path"},
+            # Non-AWS endpoints reject or mangle the SDK's default CRC trailers.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains in outages.
+            retries={"max_attempts": 1, "mode": "standard"},
+            connect_timeout=min(timeout, 10.0),
+            read_timeout=timeout,
+        )
+        self._s3: S3Client = boto3.client("s3", endpoint_url=endpoint_url,
+                                          region_name=region or "us-east-1", config=config)
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _error(self, key: str, e: Exception) -> StoreError:
+        from botocore.exceptions import ClientError
+
+        where = f"{self.url}{key}"
+        if isinstance(e, ClientError):
+            err: Any = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+            if status == 412 or code == "PreconditionFailed":
+                return AlreadyExists(f"{where}: already exists")
+            if status == 404 or code in ("NoSuchKey", "404", "NotFound"):
+                return NotFound(f"{where}: not found")
+            msg = f"{where}: {code or status} {err.get('Message', '')}".rstrip()
+            if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
+                return TransientError(msg)
+            return StoreError(msg)
+        # Connection refused/reset, timeouts, truncated bodies: worth another try.
+        return TransientError(f"{where}: {type(e).__name__}: {e}")
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+        md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        extra: dict[str, str] = {"IfNoneMatch": "*"} if if_none_match else {}
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                ContentMD5=md5, **extra)  # type: ignore[arg-type]
+        except Exception as e:
+            raise self._error(key, e) from e
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        kw: dict[str, str] = {}
+        if start < 0:
+            kw["Range"] = f"bytes={start}"
+        elif length is not None:
+            if length == 0:
+                return b""
+            kw["Range"] = f"bytes={start}-{start + length - 1}"
+        elif start:
+            kw["Range"] = f"bytes={start}-"
+        try:
+            resp = self._s3.get_object(Bucket=self.bucket, Key=self._key(key), **kw)  # type: ignore[arg-type]
+            data = resp["Body"].read()
+        except Exception as e:
+            raise self._error(key, e) from e
+        if start < 0:
+            data = data[start:]
+        return data
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            resp = self._s3.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as e:
+            err = self._error(key, e)
+            if isinstance(err, NotFound):
+                return None
+            raise err from e
+        return ObjectInfo(key, int(resp["ContentLength"]))
+
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+        kw: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if start_after:
+            kw["StartAfter"] = self.prefix + start_after
+        try:
+            for page in self._s3.get_paginator("list_objects_v2").paginate(**kw):  # type: ignore[arg-type]
+                for obj in page.get("Contents", []):
+                    yield ObjectInfo(obj["Key"][len(self.prefix):], int(obj["Size"]))
+        except Exception as e:
+            raise self._error(prefix, e) from e
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = [self._key(k) for k in keys]
+        for i in range(0, len(batch), 1000):
+            chunk = batch[i : i + 1000]
+            try:
+                resp = self._s3.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+            except Exception as e:
+                raise self._error(chunk[0], e) from e
+            if resp.get("Errors"):
+                first = resp["Errors"][0]
+                raise StoreError(f"{self.url}{first.get('Key')}: delete failed: "
+                                 f"{first.get('Code')} {first.get('Message', '')}")
