@@ -64,14 +64,15 @@ class S3Store:
     def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         extra: dict[str, str] = {"IfNoneMatch": "*"} if if_none_match else {}
+        full = self._key(key)
         try:
-            self._s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+            self._s3.put_object(Bucket=self.bucket, Key=full, Body=data,
                                 ContentMD5=md5, **extra)  # type: ignore[arg-type]
         except Exception as e:
             raise self._error(key, e) from e
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        kw: dict[str, str] = {}
+        kw: dict[str, str] = {"Key": self._key(key)}
         if start < 0:
             kw["Range"] = f"bytes={start}"
         elif length is not None:
@@ -81,7 +82,7 @@ class S3Store:
         elif start:
             kw["Range"] = f"bytes={start}-"
         try:
-            resp = self._s3.get_object(Bucket=self.bucket, Key=self._key(key), **kw)  # type: ignore[arg-type]
+            resp = self._s3.get_object(Bucket=self.bucket, **kw)  # type: ignore[arg-type]
             data = resp["Body"].read()
         except Exception as e:
             raise self._error(key, e) from e
@@ -90,8 +91,9 @@ class S3Store:
         return data
 
     def head(self, key: str) -> ObjectInfo | None:
+        full = self._key(key)
         try:
-            resp = self._s3.head_object(Bucket=self.bucket, Key=self._key(key))
+            resp = self._s3.head_object(Bucket=self.bucket, Key=full)
         except Exception as e:
             err = self._error(key, e)
             if isinstance(err, NotFound):

@@ -1,0 +1,50 @@
+"""Small helpers shared by tests: trees, shippers over a memory store, byte compares."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from syncd._claude import Selection
+from syncd._layout import segment_key
+from syncd._segreader import read_index
+from syncd._ship import Shipper
+from syncd._state import State
+from syncd.store import Store
+
+
+def write(root: Path, rel: str | bytes, data: bytes, mode: str = "wb") -> Path:
+    path = os.path.join(os.fsencode(root), os.fsencode(rel))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, mode) as f:
+        f.write(data)
+    return Path(os.fsdecode(path))
+
+
+def shipper(root: Path, store: Store, state_path: Path, machine: str = "m1",
+            segment_max: int = 64 << 20) -> Shipper:
+    return Shipper(root=root, store=store, state=State(state_path), machine=machine,
+                   selection=Selection(), segment_max=segment_max)
+
+
+def tree_bytes(root: Path) -> dict[bytes, bytes]:
+    """Every regular file under root (relative path bytes → content), symlinks skipped."""
+    out = {}
+    base = os.fsencode(root)
+    for dirpath, _dirs, files in os.walk(base):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                continue
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, base)] = f.read()
+    return out
+
+
+def all_extents(store: Store, machine: str = "m1") -> list:  # type: ignore[type-arg]
+    out = []
+    seq = 0
+    while store.head(segment_key(machine, seq)):
+        out.extend(read_index(store, segment_key(machine, seq)).extents)
+        seq += 1
+    return out

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+
+from syncd._claude import Selection, default_root
+
+
+@pytest.mark.parametrize("rel", [
+    "projects/-home-a/0a0eb7b7-3abb.jsonl",
+    "projects/-home-a/0a0eb7b7-3abb/subagents/agent-a1.jsonl",
+    "projects/-home-a/0a0eb7b7-3abb/subagents/agent-a1.meta.json",
+    "projects/-home-a/0a0eb7b7-3abb/tool-results/toolu_1.txt",
+    "projects/-home-a/memory/MEMORY.md",
+    "history.jsonl",
+    "plans/bright-owl.md",
+    "todos/x-agent-x.json",
+    "tasks/list/1.json",
+    "file-history/sid/abc@v1",
+    "paste-cache/p.txt",
+])
+def test_default_includes(rel: str) -> None:
+    assert Selection().wants(rel)
+
+
+@pytest.mark.parametrize("rel", [
+    ".credentials.json", ".claude.json", ".claude.json.backup", "backups/.claude.json.1",
+    "ide/1234.lock", "sessions/x.json", "shell-snapshots/snap.sh", "session-env/a/b",
+    "statsig/cache", "cache/changelog.md", "debug/latest", "telemetry/x.json",
+    "projects/-home-a/.credentials.json", "projects/-home-a/x.lock", "settings.json",
+])
+def test_never_and_unselected(rel: str) -> None:
+    assert not Selection().wants(rel)
+
+
+def test_never_list_beats_include_globs() -> None:
+    sel = Selection(include=["**"], exclude=[])
+    assert sel.wants("settings.json")
+    assert not sel.wants(".credentials.json")
+    assert not sel.wants("shell-snapshots/x.sh")
+    assert not sel.wants("projects/a/b.lock")
+
+
+def test_exclude_glob() -> None:
+    sel = Selection(exclude=["projects/*/tool-results/**", "file-history/"])
+    assert not sel.wants("projects/a/tool-results/t.txt")
+    assert not sel.wants("file-history/s/x")
+    assert sel.wants("projects/a/s.jsonl")
+
+
+def test_star_stays_in_one_directory() -> None:
+    sel = Selection(include=["projects/*.jsonl"])
+    assert sel.wants("projects/a.jsonl")
+    assert not sel.wants("projects/x/a.jsonl")
+
+
+def test_may_descend_prunes_unrelated_dirs() -> None:
+    sel = Selection()
+    assert sel.may_descend("projects")
+    assert sel.may_descend("projects/-home-a/sid/subagents")
+    assert not sel.may_descend("shell-snapshots")
+    assert not sel.may_descend("plugins")
+
+
+def test_default_root_honours_claude_config_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", "/tmp/cc")
+    assert str(default_root()) == "/tmp/cc"
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR")
+    assert default_root().name == ".claude"

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+
+from syncd._segment import FRAME_MAX, TAIL_READ, FormatError, SegmentWriter
+from syncd._segreader import extent_bytes, parse_segment, read_index
+from syncd.store import MemoryStore
+
+
+def _segment(n_files: int = 3, size: int = 1000) -> tuple[bytes, dict[bytes, bytes]]:
+    w = SegmentWriter("m1", 7, 1700000000.5)
+    data = {}
+    for i in range(n_files):
+        path = f"projects/p/{i}.jsonl".encode()
+        data[path] = (f'{{"line":{i}}}\n' * size).encode()[:size]
+        w.add_data(path, 1, 0, data[path], mode=0o600, mtime_ns=123, reason="new file")
+    w.add_tombstone(b"projects/p/gone.jsonl", 2, 1700000001.0)
+    return w.finish(), data
+
+
+def test_roundtrip_index_and_extents() -> None:
+    blob, data = _segment()
+    ix = parse_segment(blob, "seg")
+    assert (ix.machine, ix.seq, ix.time) == ("m1", 7, 1700000000.5)
+    assert [e.path for e in ix.extents] == list(data)
+    for e in ix.extents:
+        assert extent_bytes(blob, 0, e, "seg") == data[e.path]
+        assert e.reason == "new file" and e.mode == 0o600
+    assert [(t.path, t.gen) for t in ix.tombstones] == [(b"projects/p/gone.jsonl", 2)]
+
+
+def test_non_utf8_path_roundtrips() -> None:
+    w = SegmentWriter("m", 0, 0.0)
+    w.add_data(b"projects/caf\xe9.jsonl", 1, 0, b"x", mode=0o600, mtime_ns=0)
+    ix = parse_segment(w.finish(), "seg")
+    assert ix.extents[0].path == b"projects/caf\xe9.jsonl"
+
+
+def test_empty_extent_roundtrips() -> None:
+    w = SegmentWriter("m", 0, 0.0)
+    w.add_data(b"e", 1, 0, b"", mode=0o600, mtime_ns=0)
+    blob = w.finish()
+    e = parse_segment(blob, "seg").extents[0]
+    assert (e.start, e.end) == (0, 0)
+    assert extent_bytes(blob, 0, e, "seg") == b""
+
+
+def test_index_larger_than_tail_read_uses_second_get() -> None:
+    w = SegmentWriter("m", 0, 0.0)
+    for i in range(3000):
+        w.add_data(f"projects/p/{i:06d}.jsonl".encode(), 1, 0, str(i).encode(), mode=0o600,
+                   mtime_ns=i)
+    blob = w.finish()
+    store = MemoryStore()
+    store.put("seg", blob)
+    ix = read_index(store, "seg")
+    assert len(ix.extents) == 3000
+    assert len(blob) > TAIL_READ
+
+
+@pytest.mark.parametrize("where", ["frame", "index", "trailer", "header"])
+def test_any_flipped_byte_is_detected(where: str) -> None:
+    blob, _ = bytearray(_segment()[0]), None
+    if where == "frame":
+        blob[20] ^= 0x40
+    elif where == "index":
+        blob[-100] ^= 0x01
+    elif where == "trailer":
+        blob[-3] ^= 0x01
+    else:
+        blob[0] ^= 0x01
+    with pytest.raises(FormatError):
+        ix = parse_segment(bytes(blob), "seg")
+        for e in ix.extents:
+            extent_bytes(bytes(blob), 0, e, "seg")
+
+
+def test_truncated_segment_is_named() -> None:
+    blob, _ = _segment()
+    with pytest.raises(FormatError, match="the-key"):
+        parse_segment(blob[:-10], "the-key")
+
+
+def test_frames_are_bounded() -> None:
+    assert FRAME_MAX == 4 << 20

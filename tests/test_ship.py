@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from syncd._layout import segment_key
+from syncd._restore import restore_tree
+from syncd._segreader import read_index
+from syncd._ship import ship_with_restart
+from syncd._state import State
+from syncd.store import MemoryStore, StoreError
+from tests.helpers import all_extents, shipper, tree_bytes, write
+
+S1 = "projects/-home-a/s1.jsonl"
+S2 = "projects/-home-a/s2.jsonl"
+
+
+def test_append_ships_only_new_bytes(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b'{"a":1}\n')
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([S1.encode()])
+    write(src, S1, b'{"b":2}\n', "ab")
+    r = sh.ship([S1.encode()])
+    assert r.raw_bytes == 8
+    ext = read_index(store, segment_key("m1", 1)).extents
+    assert [(e.gen, e.start, e.end) for e in ext] == [(1, 8, 16)]
+
+
+def test_one_put_per_flush_however_many_files(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    paths = [f"projects/p/{i}.jsonl" for i in range(50)]
+    for p in paths:
+        write(src, p, b"x" * 100)
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.recover()
+    before = store.puts
+    r = sh.ship([p.encode() for p in paths])
+    assert store.puts - before == 1 and r.segments == [0] and r.files == 50
+
+
+def test_nothing_new_ships_nothing(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"abc")
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([S1.encode()])
+    puts = store.puts
+    assert sh.ship([S1.encode()]).segments == []
+    assert store.puts == puts
+
+
+@pytest.mark.parametrize("change,reason", [
+    ("truncate", "truncated"),
+    ("rewrite", "rewritten"),
+    ("replace", "new inode"),
+])
+def test_new_generation_is_a_full_copy(tmp_path: Path, change: str, reason: str,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    f = write(src, S1, b"line one\nline two\n")
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([S1.encode()])
+    if change == "truncate":
+        f.write_bytes(b"line\n")
+    elif change == "rewrite":
+        with open(f, "r+b") as fh:
+            fh.write(b"LINE")
+    else:
+        tmp = write(src, S1 + ".new", b"other content entirely\n")
+        tmp.rename(f)
+    caplog.set_level("INFO")
+    sh.ship([S1.encode()])
+    ext = read_index(store, segment_key("m1", 1)).extents
+    assert [(e.gen, e.start, e.end) for e in ext] == [(2, 0, f.stat().st_size)]
+    assert reason in (ext[0].reason or "")
+    assert reason in caplog.text
+    out = tmp_path / "out"
+    restore_tree(store, "m1", out)
+    assert (out / S1).read_bytes() == f.read_bytes()
+
+
+def test_deletion_is_a_tombstone_and_data_stays(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    f = write(src, S1, b"precious\n")
+    write(src, S2, b"other\n")
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([S1.encode(), S2.encode()])
+    f.unlink()
+    r = sh.ship([S1.encode()])
+    assert r.tombstones == 1
+    ix = read_index(store, segment_key("m1", 1))
+    assert [t.path for t in ix.tombstones] == [S1.encode()] and ix.tombstones[0].time > 0
+    assert store.head(segment_key("m1", 0)) is not None  # never deleted
+    out = tmp_path / "out"
+    restore_tree(store, "m1", out)
+    assert (out / S1).read_bytes() == b"precious\n"
+
+
+def test_recreated_file_starts_new_generation(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    f = write(src, S1, b"old\n")
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([S1.encode()])
+    f.unlink()
+    sh.ship([S1.encode()])
+    write(src, S1, b"new\n")
+    sh.ship([S1.encode()])
+    out = tmp_path / "out"
+    restore_tree(store, "m1", out)
+    assert (out / S1).read_bytes() == b"new\n"
+
+
+def test_failed_put_leaves_state_untouched(tmp_path: Path) -> None:
+    class Broken(MemoryStore):
+        def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+            if "/seg/" in key:
+                raise StoreError("boom")
+            super().put(key, data, if_none_match=if_none_match)
+
+    src, store = tmp_path / "src", Broken()
+    write(src, S1, b"abc")
+    sh = shipper(src, store, tmp_path / "st.db")
+    with pytest.raises(StoreError):
+        sh.ship([S1.encode()])
+    assert sh.state.get(S1.encode()) is None and sh.state.next_seq == 0
+
+
+def test_crash_between_put_and_commit_is_adopted(tmp_path: Path) -> None:
+    """The object landed, the commit did not: the next run adopts it, ships nothing twice."""
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"a" * 1000)
+    write(src, S2, b"b" * 1000)
+    sh = shipper(src, store, tmp_path / "st.db")
+
+    def crash(*a: object, **k: object) -> None:
+        raise SystemExit("killed after PUT")
+
+    sh.state.commit = crash  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        sh.ship([S1.encode(), S2.encode()])
+    sh.state.close()
+    write(src, S1, b"c" * 10, "ab")
+    sh2 = shipper(src, store, tmp_path / "st.db")
+    r = ship_with_restart(sh2, [S1.encode(), S2.encode()])
+    assert r.raw_bytes == 10
+    assert sorted((e.path, e.start, e.end) for e in all_extents(store)) == [
+        (S1.encode(), 0, 1000), (S1.encode(), 1000, 1010), (S2.encode(), 0, 1000)]
+
+
+def test_lost_state_is_rebuilt_from_the_store(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"x" * 500)
+    shipper(src, store, tmp_path / "a.db").ship([S1.encode()])
+    write(src, S1, b"y" * 5, "ab")
+    sh = shipper(src, store, tmp_path / "fresh.db")
+    assert sh.recover() == 1
+    r = sh.ship([S1.encode()])
+    assert r.raw_bytes == 5
+
+
+def test_adopt_refuses_a_foreign_segment(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"x")
+    shipper(src, store, tmp_path / "a.db", machine="other").ship([S1.encode()])
+    store.put(segment_key("m1", 0), store.get(segment_key("other", 0)))
+    with pytest.raises(RuntimeError, match="not by us"):
+        shipper(src, store, tmp_path / "b.db").recover()
+
+
+def test_large_flush_is_split_into_bounded_segments(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    big = bytes(range(256)) * (12 << 12)  # 12 MiB
+    write(src, S1, big)
+    sh = shipper(src, store, tmp_path / "st.db", segment_max=5 << 20)
+    r = sh.ship([S1.encode()])
+    assert len(r.segments) == 3
+    assert all(e.end - e.start <= 4 << 20 for e in all_extents(store))
+    out = tmp_path / "out"
+    restore_tree(store, "m1", out)
+    assert (out / S1).read_bytes() == big
+
+
+def test_unselected_and_never_files_are_not_shipped(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, ".credentials.json", b"SECRET-TOKEN")
+    write(src, "shell-snapshots/s.sh", b"SECRET-TOKEN")
+    write(src, S1, b"ok\n")
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([b".credentials.json", b"shell-snapshots/s.sh", S1.encode()])
+    assert [e.path for e in all_extents(store)] == [S1.encode()]
+
+
+def test_roundtrip_of_samples(tmp_path: Path, samples: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    for sample in samples.iterdir():
+        if (sample / "projects").is_dir():
+            for f in (sample / "projects").rglob("*"):
+                if f.is_file():
+                    write(src, "projects/" + str(f.relative_to(sample / "projects")),
+                          f.read_bytes())
+    sh = shipper(src, store, tmp_path / "st.db")
+    r = sh.ship(list(tree_bytes(src)))
+    assert r.raw_bytes / r.stored_bytes >= 5  # real transcripts compress well
+    out = tmp_path / "out"
+    restore_tree(store, "m1", out)
+    assert tree_bytes(out) == tree_bytes(src)
+    assert State(tmp_path / "st.db").next_seq == 1
