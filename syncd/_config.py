@@ -52,7 +52,8 @@ class Settings(BaseSettings):
     source: Path = Field(default_factory=default_root)
     store: str = Field(default_factory=default_store)
     machine_id: str = Field(default_factory=default_machine_id)
-    state_dir: Path = Field(default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "syncd")
+    state_dir: Path = Field(
+        default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "syncd")
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     # Flush once the tree has been quiet this long, and at most this long after

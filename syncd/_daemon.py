@@ -120,9 +120,16 @@ class Daemon:
 
     # -- the loop ------------------------------------------------------------
     def run(self) -> None:
+        if not self.settings.source.exists():
+            # A fresh machine: Claude Code has not run yet. Watch the empty tree it will use.
+            self.settings.source.mkdir(parents=True, mode=0o700)
+            log.warning("created empty %s to watch", self.settings.source)
         engine = Engine(self.settings, self.stop)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self.request_stop)
+        # Signal handlers can only be set from the main thread; embedders running the
+        # daemon in a thread stop it with request_stop() instead.
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self.request_stop)
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
         log.info("syncd running: machine %s, source %s, store %s", self.settings.machine_id,

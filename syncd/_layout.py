@@ -1,4 +1,4 @@
-"""Object keys in the store (see docs/FORMAT.md). Sortable, written once, never listed on the hot path."""
+"""Object keys in the store (docs/FORMAT.md): sortable, written once, no LIST on the hot path."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def plan(store: Store, machine: str) -> tuple[dict[bytes, _FilePlan], list[str]]
 def _apply(files: dict[bytes, _FilePlan], key: str, ix: SegmentIndex) -> None:
     for e in ix.extents:
         f = files.get(e.path)
-        if f is None or e.gen > f.gen or f.deleted_at is not None and e.gen != f.gen:
+        if f is None or e.gen > f.gen or (f.deleted_at is not None and e.gen != f.gen):
             f = files[e.path] = _FilePlan(e.path, e.gen)
         if e.gen < f.gen:
             continue
@@ -153,7 +153,8 @@ def _restore_into(store: Store, files: dict[bytes, _FilePlan], target: Path, sta
         if not wanted:
             continue
         try:
-            for f, data in _fetch(store, key, [e for _, e in wanted], {id(e): f for f, e in wanted}):
+            owner = {id(e): f for f, e in wanted}
+            for f, data in _fetch(store, key, [e for _, e in wanted], owner):
                 with open(tmp_names[f.path], "ab") as out:
                     out.write(data)
         except (FormatError, StoreError) as e:

@@ -5,6 +5,7 @@ Local state advances only after the store confirmed a segment (invariant 1).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -23,7 +24,7 @@ from ._claude import Selection
 from ._segment import FRAME_MAX, SegmentWriter, Tombstone
 from ._segreader import read_index
 from ._state import FileState, State
-from .store import AlreadyExists, NotFound, Store
+from .store import AlreadyExists, Store
 
 log = logging.getLogger("syncd.ship")
 
@@ -98,10 +99,8 @@ class Shipper:
         doc = {"machine": self.machine, "hostname": socket.gethostname(),
                "os": f"{platform.system()} {platform.release()}", "home": str(Path.home()),
                "claude_root": os.fsdecode(self.root), "created": self.clock(), "format": 1}
-        try:
+        with contextlib.suppress(AlreadyExists):  # written by an earlier run
             self.store.put(layout.machine_key(self.machine), json.dumps(doc, indent=1).encode())
-        except AlreadyExists:
-            pass
         self.state.set_meta(machine_json="1")
 
     def _adopt(self, seq: int) -> None:

@@ -57,6 +57,12 @@ class State:
             if readonly:
                 self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
                                            check_same_thread=False)
+                # A reader can arrive before the daemon created the schema.
+                if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name='files'"
+                                        ).fetchone():
+                    self._db.close()
+                    self._db = sqlite3.connect(":memory:", check_same_thread=False)
+                    self._db.executescript(SCHEMA)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 self._db = sqlite3.connect(path, check_same_thread=False)

@@ -70,7 +70,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"machine:      {s['machine_id']}",
         f"source:       {s['source']}",
         f"store:        {s['store']}",
-        f"daemon:       {'running (pid %s)' % pid if pid else 'not running'}",
+        f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
         f"last flush:   {when(s['last_flush_time'])}"
         + (f", seq {s['last_flush_seq']}" if s["last_flush_seq"] is not None else ""),
         f"files:        {s['files_tracked']} tracked, {s['files_deleted']} deleted locally "

@@ -71,7 +71,8 @@ class RetryStore:
 
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         # Materialise so that a retry restarts the listing instead of a half-consumed page.
-        return iter(self._call(f"list {prefix}", lambda: list(self.inner.list(prefix, start_after))))
+        found = self._call(f"list {prefix}", lambda: list(self.inner.list(prefix, start_after)))
+        return iter(found)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = list(keys)

@@ -1,0 +1,196 @@
+"""The daemon end to end: events → dirty set → flush → store, on a real inotify watch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from syncd._config import Settings, load_settings
+from syncd._daemon import Daemon
+from syncd._restore import restore_tree
+from syncd._state import State
+from syncd.store import open_store
+from tests.helpers import tree_bytes, write
+from tests.seaweed import Seaweed
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def settings(tmp_path: Path, **kw: object) -> Settings:
+    base: dict[str, object] = dict(source=tmp_path / "src", store=(tmp_path / "store").as_uri(),
+                                   state_dir=tmp_path / "state", machine_id="m1",
+                                   flush_quiet=0.2, flush_max_delay=1.0)
+    base.update(kw)
+    return load_settings(config_file=tmp_path / "none.toml", **base)
+
+
+def shipped(s: Settings, rel: str) -> int:
+    if not s.state_file.exists():
+        return -1
+    st = State(s.state_file, readonly=True)
+    try:
+        f = st.get(rel.encode())
+        return -1 if f is None else f.offset
+    finally:
+        st.close()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[Daemon, Settings]]:
+    (tmp_path / "src").mkdir()
+    s = settings(tmp_path)
+    d = Daemon(s)
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    try:
+        yield d, s
+    finally:
+        d.request_stop()
+        t.join(timeout=30)
+        assert not t.is_alive()
+
+
+def test_appends_are_shipped_by_events(daemon: tuple[Daemon, Settings], tmp_path: Path) -> None:
+    _d, s = daemon
+    rel = "projects/-home-a/s.jsonl"
+    f = write(s.source, rel, b'{"n":0}\n')
+    wait_for(lambda: shipped(s, rel) == f.stat().st_size, what="first line shipped")
+    for i in range(1, 20):
+        write(s.source, rel, f'{{"n":{i}}}\n'.encode(), "ab")
+    wait_for(lambda: shipped(s, rel) == f.stat().st_size, what="appends shipped")
+    out = tmp_path / "out"
+    restore_tree(open_store(s.store), "m1", out)
+    assert (out / rel).read_bytes() == f.read_bytes()
+
+
+def test_quiet_period_batches_a_burst_into_one_segment(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    s = settings(tmp_path, flush_quiet=1.0, flush_max_delay=30.0)
+    d = Daemon(s)
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: s.state_file.exists(), what="daemon start")
+        paths = [f"projects/p/{i}.jsonl" for i in range(30)]
+        for p in paths:
+            write(s.source, p, b"line\n")
+        wait_for(lambda: all(shipped(s, p) == 5 for p in paths), what="burst shipped")
+        st = State(s.state_file, readonly=True)
+        # machine.json aside, the burst arrived in one segment.
+        assert st.next_seq == 1
+        st.close()
+    finally:
+        d.request_stop()
+        t.join(timeout=30)
+
+
+def test_new_directory_contents_are_found(daemon: tuple[Daemon, Settings]) -> None:
+    _d, s = daemon
+    staged = s.source.parent / "staged"
+    write(staged, "sid/subagents/agent-1.jsonl", b"sub\n")
+    write(staged, "sid/tool-results/t.txt", b"result\n")
+    (s.source / "projects").mkdir()
+    staged.rename(s.source / "projects" / "-home-b")  # one event for the whole subtree
+    wait_for(lambda: shipped(s, "projects/-home-b/sid/subagents/agent-1.jsonl") == 4
+             and shipped(s, "projects/-home-b/sid/tool-results/t.txt") == 7,
+             what="moved-in subtree shipped")
+
+
+def test_deleted_file_keeps_its_backup(daemon: tuple[Daemon, Settings], tmp_path: Path) -> None:
+    _d, s = daemon
+    rel = "projects/-home-a/old.jsonl"
+    f = write(s.source, rel, b"keep me\n")
+    wait_for(lambda: shipped(s, rel) == 8, what="shipped")
+    f.unlink()
+
+    def tombstoned() -> bool:
+        st = State(s.state_file, readonly=True)
+        try:
+            row = st.get(rel.encode())
+            return row is not None and row.deleted_at is not None
+        finally:
+            st.close()
+
+    wait_for(tombstoned, what="tombstone")
+    out = tmp_path / "out"
+    restore_tree(open_store(s.store), "m1", out)
+    assert (out / rel).read_bytes() == b"keep me\n"
+
+
+def _env(s: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "SYNCD_SOURCE": str(s.source), "SYNCD_STORE": s.store,
+           "SYNCD_STATE_DIR": str(s.state_dir), "SYNCD_MACHINE_ID": s.machine_id,
+           "SYNCD_CONFIG": str(s.state_dir.parent / "none.toml"),
+           "SYNCD_FLUSH_QUIET": "0.2", "SYNCD_FLUSH_MAX_DELAY": "1"}
+    env.update(extra or {})
+    return env
+
+
+def _syncd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cli_run_stops_cleanly_on_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    s = settings(tmp_path)
+    write(s.source, "history.jsonl", b'{"display":"hi"}\n')
+    p = subprocess.Popen([sys.executable, "-m", "syncd", "run"], env=_env(s),
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: shipped(s, "history.jsonl") == 17, what="initial reconcile shipped")
+        status = json.loads(_syncd("status", "--json", env=_env(s)).stdout)
+        assert status["daemon_pid"] == p.pid
+        p.send_signal(sig)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    status = json.loads(_syncd("status", "--json", env=_env(s)).stdout)
+    assert status["daemon_pid"] is None and status["bytes_pending"] == 0
+
+
+def test_second_daemon_on_same_state_refuses(daemon: tuple[Daemon, Settings]) -> None:
+    _d, s = daemon
+    wait_for(lambda: s.state_file.exists(), what="daemon start")
+    r = _syncd("sync", env=_env(s))
+    assert r.returncode == 1
+    assert "another syncd (pid" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_cli_sync_status_restore_on_seaweed(tmp_path: Path, seaweed: Seaweed,
+                                            bucket: str, samples: Path) -> None:
+    s = settings(tmp_path, store=f"s3://{bucket}/backups", s3_endpoint_url=seaweed.endpoint)
+    for f in samples.rglob("*.jsonl"):
+        rel = f.relative_to(f.parents[len(f.relative_to(samples).parts) - 2])
+        write(s.source, str(rel), f.read_bytes())
+    write(s.source, "history.jsonl", b'{"display":"x","project":"/home/a"}\n')
+    env = _env(s, {"SYNCD_S3_ENDPOINT_URL": seaweed.endpoint})
+    r = _syncd("sync", env=env)
+    assert r.returncode == 0, r.stderr
+    status = json.loads(_syncd("status", "--json", env=env).stdout)
+    assert status["bytes_pending"] == 0 and status["files_tracked"] == len(tree_bytes(s.source))
+    assert status["last_flush_seq"] == 0 and status["machine_id"] == "m1"
+    text = _syncd("status", env=env).stdout
+    assert "machine:      m1" in text and "last error:   none" in text
+    r = _syncd("restore", "--to", str(tmp_path / "out"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert tree_bytes(tmp_path / "out") == tree_bytes(s.source)
+    keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == ["backups/machines/m1/machine.json", "backups/machines/m1/seg/0000000000000000"]
