@@ -477,7 +477,7 @@ class Results:
     rows: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def add(self, what: str, syncd: str, restic: str = "", rclone: str = "",
+    def add(self, what: str, syncd: str = "", restic: str = "", rclone: str = "",
             target: str = "", met: bool | None = None) -> None:
         self.rows.append((what, syncd, restic, rclone, target,
                           "" if met is None else ("yes" if met else "NO")))
