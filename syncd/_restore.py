@@ -84,7 +84,9 @@ def plan(store: Store, machine: str) -> tuple[dict[bytes, _FilePlan], list[str]]
     errors: list[str] = []
     keys = segment_keys(store, machine)
     if not keys:
-        raise RestoreError(f"{store.url}: no backup for machine {machine!r}")
+        known = sorted({o.key.split("/")[1] for o in store.list("machines/")})
+        raise RestoreError(f"{store.url}: no backup for machine {machine!r} "
+                           f"(machines in this store: {', '.join(known) or 'none'})")
     expected = 0
     for key, size in keys:
         seq = layout.segment_seq(key)
@@ -167,6 +169,8 @@ def _restore_into(store: Store, files: dict[bytes, _FilePlan], target: Path, sta
             continue
         try:
             _place(tmp_names[path], target, f, report)
+        except RestoreError as e:
+            report.errors.append(str(e))  # this file only; the others still restore
         except OSError as e:
             raise RestoreError(f"{target / os.fsdecode(path)}: {e.strerror}") from e
 
