@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # the first unshipped change.
     flush_quiet: float = Field(2.0, gt=0)
     flush_max_delay: float = Field(10.0, gt=0)
+    # A tree that never goes quiet (several sessions streaming) is flushed this long
+    # after its first unshipped change instead of waiting for the max delay; 0 = off.
+    flush_busy_interval: float = Field(4.0, ge=0)
     reconcile_interval: float = Field(3600.0, gt=0)
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
     exclude: list[str] = Field(default_factory=list)

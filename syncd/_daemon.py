@@ -159,10 +159,17 @@ class Daemon:
         with self._lock:
             d = self._dirty
             if d.first is not None and d.last is not None:
-                due = min(d.last + self.settings.flush_quiet,
-                          d.first + self.settings.flush_max_delay)
-                deadline = min(deadline, max(due, self._retry_at))
+                deadline = min(deadline, max(self._due(d), self._retry_at))
         return max(0.0, deadline - now)
+
+    def _due(self, d: _Dirty) -> float:
+        """When the pending changes must be flushed (monotonic time)."""
+        assert d.first is not None and d.last is not None
+        s = self.settings
+        due = min(d.last + s.flush_quiet, d.first + s.flush_max_delay)
+        if s.flush_busy_interval:
+            due = min(due, d.first + max(s.flush_busy_interval, s.flush_quiet))
+        return due
 
     def _reconcile(self, engine: Engine) -> None:
         t0 = time.monotonic()
@@ -181,9 +188,7 @@ class Daemon:
                 return
             if now < self._retry_at:
                 return
-            if not force and d.first is not None and d.last is not None and (
-                    now < d.last + self.settings.flush_quiet
-                    and now < d.first + self.settings.flush_max_delay):
+            if not force and d.first is not None and d.last is not None and now < self._due(d):
                 return
             paths, dirs = d.paths, d.dirs
             self._dirty = _Dirty()

@@ -187,7 +187,8 @@ class Shipper:
         full = os.path.join(self.root, rel)
         text = os.fsdecode(rel)
         try:
-            st = os.lstat(full)
+            # A path through a symlinked directory has left the tree: treated as gone.
+            st = None if self._through_symlink(rel) else os.lstat(full)
         except FileNotFoundError:
             st = None
         except OSError as e:
@@ -218,6 +219,14 @@ class Shipper:
             return batch
         finally:
             os.close(fd)
+
+    def _through_symlink(self, rel: bytes) -> bool:
+        """True when a directory on the way to ``rel`` is a symlink (never followed)."""
+        parent = os.path.dirname(rel)
+        if not parent:
+            return False
+        real = os.path.realpath(os.path.join(self.root, parent))
+        return real != os.path.join(os.path.realpath(self.root), parent)
 
     def _stage_open(self, rel: bytes, fd: int, prev: FileState | None, batch: _Batch,
                     result: FlushResult) -> _Batch:

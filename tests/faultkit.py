@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from syncd._config import Settings, load_settings
 from syncd._restore import RestoreReport, restore_tree, segment_keys
 from syncd._segment import SegmentIndex
 from syncd._segreader import read_index
+from syncd._state import State
 from syncd.store import Store, open_store
 
 MACHINE = "m1"
@@ -113,6 +117,46 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         threading.Event().wait(interval)
+
+
+def line(i: int, size: int = 80) -> bytes:
+    body = json.dumps({"type": "user", "n": i, "text": "x" * size})
+    return body.encode() + b"\n"
+
+
+def cli(settings: Settings, *args: str, env: dict[str, str] | None = None,
+        prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = {**os.environ, **cli_env(settings), **(env or {})}
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "syncd", *args], env=e,
+                          capture_output=True, text=True, timeout=60,
+                          errors="surrogateescape")
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    """The ``SYNCD_*`` variables that make a ``syncd`` subprocess use ``settings``."""
+    env = {"SYNCD_CONFIG": str(settings.state_dir.parent / "none.toml"),
+           "SYNCD_SOURCE": str(settings.source), "SYNCD_STORE": settings.store,
+           "SYNCD_STATE_DIR": str(settings.state_dir), "SYNCD_MACHINE_ID": settings.machine_id,
+           "SYNCD_FLUSH_QUIET": str(settings.flush_quiet),
+           "SYNCD_FLUSH_MAX_DELAY": str(settings.flush_max_delay),
+           "SYNCD_STORE_RETRY_DEADLINE": str(settings.store_retry_deadline),
+           "SYNCD_SEGMENT_MAX_BYTES": str(settings.segment_max_bytes),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    if settings.s3_endpoint_url:
+        env["SYNCD_S3_ENDPOINT_URL"] = settings.s3_endpoint_url
+    return env
+
+
+def shipped(s: Settings, rel: bytes) -> int:
+    """Bytes of ``rel`` the state says are durable (-1: not tracked)."""
+    if not s.state_file.exists():
+        return -1
+    st = State(s.state_file, readonly=True)
+    try:
+        f = st.get(rel)
+        return -1 if f is None else f.offset
+    finally:
+        st.close()
 
 
 # -- a fault-injecting HTTP proxy in front of SeaweedFS --------------------------------

@@ -194,3 +194,17 @@ def test_cli_sync_status_restore_on_seaweed(tmp_path: Path, seaweed: Seaweed,
     assert tree_bytes(tmp_path / "out") == tree_bytes(s.source)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket)["Contents"]]
     assert keys == ["backups/machines/m1/machine.json", "backups/machines/m1/seg/0000000000000000"]
+
+
+@pytest.mark.parametrize("first,last,busy,expected", [
+    (100.0, 100.5, 4.0, 102.5),    # a single burst: flushed once quiet for 2 s
+    (100.0, 103.9, 4.0, 104.0),    # writes keep coming: flushed 4 s after the first
+    (100.0, 109.0, 0.0, 110.0),    # busy rule off: the max delay caps it
+])
+def test_flush_deadline(tmp_path: Path, first: float, last: float, busy: float,
+                        expected: float) -> None:
+    from syncd._daemon import _Dirty
+
+    d = Daemon(settings(tmp_path, flush_quiet=2.0, flush_max_delay=10.0,
+                        flush_busy_interval=busy))
+    assert d._due(_Dirty(first=first, last=last)) == pytest.approx(expected)

@@ -7,8 +7,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import tracemalloc
@@ -25,16 +23,18 @@ from syncd._daemon import Daemon, Engine, SyncError, sync_once
 from syncd._layout import segment_key
 from syncd._restore import RestoreError, restore_tree
 from syncd._segment import FRAME_MAX, HEADER, TRAILER, SegmentWriter
-from syncd._state import State
 from syncd._status import status
 from syncd.store import open_store
 from tests.faultkit import (
     MACHINE,
     all_files,
     assert_shipped_once,
+    cli,
     indexes,
+    line,
     make_settings,
     restore,
+    shipped,
     store_of,
     tree,
     wait_for,
@@ -48,30 +48,6 @@ C = b"projects/-home-u-app/cccc.jsonl"
 SECRET = b"TOP-SECRET-7f3a9c-do-not-upload"
 
 
-def line(i: int, size: int = 80) -> bytes:
-    body = json.dumps({"type": "user", "n": i, "text": "x" * size})
-    return body.encode() + b"\n"
-
-
-def cli(settings: Settings, *args: str, env: dict[str, str] | None = None,
-        prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    e = {**os.environ, **(env or {}), **cli_env(settings), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([*(prefix or []), sys.executable, "-m", "syncd", *args], env=e,
-                          capture_output=True, text=True, timeout=60,
-                          errors="surrogateescape")
-
-
-def cli_env(settings: Settings) -> dict[str, str]:
-    env = {"SYNCD_CONFIG": str(settings.state_dir.parent / "none.toml"),
-           "SYNCD_SOURCE": str(settings.source), "SYNCD_STORE": settings.store,
-           "SYNCD_STATE_DIR": str(settings.state_dir), "SYNCD_MACHINE_ID": settings.machine_id,
-           "SYNCD_FLUSH_QUIET": "0.2", "SYNCD_FLUSH_MAX_DELAY": "1",
-           "SYNCD_STORE_RETRY_DEADLINE": "2"}
-    if settings.s3_endpoint_url:
-        env["SYNCD_S3_ENDPOINT_URL"] = settings.s3_endpoint_url
-    return env
-
-
 def all_plaintext(settings: Settings) -> Iterator[tuple[str, bytes]]:
     """Every store object raw, and every segment with all its zstd frames decompressed."""
     store = store_of(settings)
@@ -83,18 +59,6 @@ def all_plaintext(settings: Settings) -> Iterator[tuple[str, bytes]]:
             reader = zstandard.ZstdDecompressor().stream_reader(
                 io.BytesIO(blob[HEADER.size : off + length]), read_across_frames=True)
             yield info.key + " (decompressed)", reader.read()
-
-
-def shipped(s: Settings, rel: bytes) -> int:
-    """Bytes of ``rel`` the state says are durable (-1: not tracked)."""
-    if not s.state_file.exists():
-        return -1
-    st = State(s.state_file, readonly=True)
-    try:
-        f = st.get(rel)
-        return -1 if f is None else f.offset
-    finally:
-        st.close()
 
 
 # -- 1. torn last line ------------------------------------------------------------------
