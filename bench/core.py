@@ -484,7 +484,8 @@ class Results:
 
     def table(self) -> str:
         head = ("figure", "syncd", "restic", "rclone", "target", "met")
-        w = [max(len(r[i]) for r in [head, *self.rows]) for i in range(6)]
+        body = [r for r in self.rows if not r[0].startswith("#")]
+        w = [max(len(r[i]) for r in [head, *body]) for i in range(6)]
         line = "  ".join("-" * x for x in w)
         out = [line, "  ".join(h.ljust(w[i]) for i, h in enumerate(head)), line]
         for r in self.rows:
@@ -584,6 +585,7 @@ class Bench:
         self.corpus = corpus
         log("starting SeaweedFS ...")
         self.sw = start_seaweed(self.work / "seaweed")
+        os.environ.update(self.sw.env())  # for the store this process reads segments from
         for b in ("syncd", "restic", "rclone"):
             self.sw.create_bucket(b)
         log(f"SeaweedFS at {self.sw.endpoint}")
@@ -755,7 +757,12 @@ class Bench:
                     time.sleep(0.05)
                     continue
                 found = time.time()
-                ix = read_index(store, layout.segment_key(machine, seq))
+                try:
+                    ix = read_index(store, layout.segment_key(machine, seq))
+                except Exception as e:
+                    log(f"  cannot read segment {seq:016x}: {e}")
+                    time.sleep(0.05)
+                    continue
                 for e in ix.extents:
                     p = e.path.decode()
                     covered[p] = max(covered.get(p, 0), e.end)

@@ -183,6 +183,7 @@ class FaultProxy:
     hold_forwards: bool = True
     requests: int = 0
     faults: int = 0
+    lost_puts: int = 0  # PUTs the store accepted while the client was told 500
     log: list[tuple[str, str, int]] = field(default_factory=list)
     held: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
@@ -272,6 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
             p.held.set()
             p.release.wait(60)
         if mode == "lost-answer":
+            if self.command == "PUT" and status == 200:
+                with p._lock:
+                    p.lost_puts += 1
             p._count(self.command, self.path, 500, True)
             self._reply(500, {}, _error_xml(500))
             return

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from syncd._claude import Selection
@@ -48,3 +50,13 @@ def all_extents(store: Store, machine: str = "m1") -> list:  # type: ignore[type
         out.extend(read_index(store, segment_key(machine, seq)).extents)
         seq += 1
     return out
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``cond`` until true, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -8,8 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,8 @@ from syncd._daemon import Daemon
 from syncd._restore import restore_tree
 from syncd._state import State
 from syncd.store import open_store
-from tests.helpers import tree_bytes, write
+from tests.helpers import tree_bytes, wait_for, write
 from tests.seaweed import Seaweed
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def settings(tmp_path: Path, **kw: object) -> Settings:

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from syncd._claude import Selection
+from syncd._watch import Watcher
+from tests.helpers import wait_for, write
+
+
+def _watcher(root: Path) -> tuple[Watcher, list[bytes], list[bytes], threading.Event]:
+    files: list[bytes] = []
+    dirs: list[bytes] = []
+    overflow = threading.Event()
+    w = Watcher(root, Selection(), on_file=files.append, on_dir=dirs.append,
+                on_overflow=overflow.set)
+    return w, files, dirs, overflow
+
+
+def test_overflow_record_from_watchdog_requests_a_rescan(tmp_path: Path) -> None:
+    w, _files, _dirs, overflow = _watcher(tmp_path)
+    w.start()
+    try:
+        logging.getLogger("watchdog.observers.inotify_c").warning(
+            "Inotify queue overflowed; filesystem events were lost")
+        assert overflow.wait(5)
+    finally:
+        w.stop()
+    overflow.clear()
+    logging.getLogger("watchdog.observers.inotify_c").warning("Inotify queue overflowed")
+    assert not overflow.is_set()  # detached on stop
+
+
+def test_events_are_filtered_by_selection(tmp_path: Path) -> None:
+    w, files, _dirs, _ = _watcher(tmp_path)
+    (tmp_path / "projects").mkdir()
+    w.start()
+    try:
+        write(tmp_path, ".credentials.json", b"secret")
+        write(tmp_path, "projects/a.jsonl", b"x\n")
+        wait_for(lambda: b"projects/a.jsonl" in files, 10, "event")
+    finally:
+        w.stop()
+    assert b"projects/a.jsonl" in files
+    assert b".credentials.json" not in files
