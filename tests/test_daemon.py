@@ -148,7 +148,8 @@ def test_cli_run_stops_cleanly_on_signal(tmp_path: Path, sig: signal.Signals) ->
         status = json.loads(_syncd("status", "--json", env=_env(s)).stdout)
         assert status["daemon_pid"] == p.pid
         p.send_signal(sig)
-        assert p.wait(timeout=30) == 0
+        _out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
     finally:
         if p.poll() is None:
             p.kill()
