@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -98,3 +99,44 @@ class Selection:
             return False
         d = rel_dir + "/"
         return any(d.startswith(p) or p.startswith(d) for p in self._prefixes)
+
+
+# -- project folder names ------------------------------------------------------
+# Claude Code names a project's folder sanitize(realpath(cwd)): every UTF-16 code
+# unit outside [A-Za-z0-9] becomes "-", and a name longer than 200 keeps its first
+# 200 characters plus "-" and base36(|java_hash(path)|). Checked against CLI 2.1.332.
+MAX_FOLDER = 200
+_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def java_hash(text: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit integer."""
+    raw = text.encode("utf-16-le", "surrogatepass")
+    h = 0
+    for i in range(0, len(raw), 2):
+        h = (h * 31 + (raw[i] | raw[i + 1] << 8)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _base36(n: int) -> str:
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = _B36[r] + out
+        if not n:
+            return out
+
+
+def project_folder(path: str) -> str:
+    """The ``projects/`` folder name Claude Code uses for a working directory."""
+    path = unicodedata.normalize("NFC", path)
+    out: list[str] = []
+    for ch in path:
+        if ch.isascii() and ch.isalnum():
+            out.append(ch)
+        else:
+            out.append("-" * (2 if ord(ch) > 0xFFFF else 1))
+    name = "".join(out)
+    if len(name) <= MAX_FOLDER:
+        return name
+    return f"{name[:MAX_FOLDER]}-{_base36(abs(java_hash(path)))}"

@@ -66,3 +66,26 @@ def test_default_root_honours_claude_config_dir(monkeypatch: pytest.MonkeyPatch)
     assert str(default_root()) == "/tmp/cc"
     monkeypatch.delenv("CLAUDE_CONFIG_DIR")
     assert default_root().name == ".claude"
+
+
+@pytest.mark.parametrize("path,folder", [
+    ("/home/alice/code/app", "-home-alice-code-app"),
+    ("/Users/bob/my project", "-Users-bob-my-project"),
+    ("/home/a/café", "-home-a-caf-"),
+    ("/home/a/🚀x", "-home-a---x"),
+    ("C:\\Users\\bob\\app", "C--Users-bob-app"),
+    ("/home/a/repo/.claude/worktrees/feat", "-home-a-repo--claude-worktrees-feat"),
+])
+def test_project_folder(path: str, folder: str) -> None:
+    from syncd._claude import project_folder
+
+    assert project_folder(path) == folder
+
+
+def test_long_project_folder_matches_the_real_cli() -> None:
+    from syncd._claude import project_folder
+
+    path = "/home/alice/code/" + "a-very-long-directory-name/" * 9 + "project"
+    name = project_folder(path)
+    assert name.endswith("-1wttu5") and len(name) == 200 + len("-1wttu5")
+    assert name[:200] == path.replace("/", "-")[:200]
