@@ -1,0 +1,160 @@
+"""The session catalog: what `syncd sessions` lists, without downloading transcripts.
+
+The shipper extracts a few fields from the new lines of each top-level transcript
+(``projects/<folder>/<session>.jsonl``) and stores them in the segment index; a
+reader folds the indexes in seq order. Only complete lines of at most
+``MAX_LINE`` bytes are looked at, and only those whose raw bytes name a field of
+interest, so the flush path pays little.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_LINE = 1 << 20
+_TS = re.compile(rb'"timestamp":"([^"]{10,40})"')
+_BRANCH = re.compile(rb'"gitBranch":"([^"]*)"')
+# Fields whose newest value wins, and those whose first value wins.
+LATEST = ("custom_title", "ai_title", "last_prompt", "summary", "last_activity", "git_branch")
+FIRST = ("cwd", "first_prompt")
+TITLE_ORDER = ("custom_title", "ai_title", "last_prompt", "summary", "first_prompt")
+
+
+def session_of(path: bytes) -> str | None:
+    """The session id of a top-level transcript path, else None."""
+    parts = path.split(b"/")
+    if len(parts) == 3 and parts[0] == b"projects" and parts[2].endswith(b".jsonl"):
+        try:
+            return parts[2][:-6].decode()
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _prompt_text(entry: dict[str, Any]) -> str | None:
+    if entry.get("isMeta") or entry.get("isSidechain"):
+        return None
+    content = (entry.get("message") or {}).get("content")
+    if isinstance(content, list):
+        texts = [c.get("text", "") for c in content
+                 if isinstance(c, dict) and c.get("type") == "text"]
+        content = " ".join(texts) if texts else None
+    if not isinstance(content, str) or not content.strip():
+        return None
+    text = content.strip()
+    # Slash-command wrappers and command output are not what the user typed.
+    if text.startswith(("<command-", "<local-command-", "<bash-", "Caveat:")):
+        return None
+    return text[:200]
+
+
+class MetaScanner:
+    """Fields found in one stretch of a transcript (one flush's new bytes), fed in chunks."""
+
+    def __init__(self, *, at_line_start: bool) -> None:
+        self.fields: dict[str, str] = {}
+        self._carry = b""
+        # A stretch that starts mid-line begins with the tail of a line already seen.
+        self._skip_first = not at_line_start
+        self._overlong = False
+        self._recent: deque[bytes] = deque(maxlen=8)
+
+    def feed(self, data: bytes) -> None:
+        lines = (self._carry + data).split(b"\n")
+        # The last piece has no newline yet: kept for the next chunk (or a torn line).
+        self._carry = lines.pop()
+        for line in lines:
+            if self._skip_first or self._overlong:
+                self._skip_first = self._overlong = False
+                continue
+            if len(line) <= MAX_LINE:
+                self._line(line)
+                self._recent.append(line)
+        if len(self._carry) > MAX_LINE:
+            self._carry, self._overlong = b"", True
+
+    def finish(self) -> dict[str, str]:
+        for line in reversed(self._recent):
+            m = _TS.search(line)
+            if m:
+                self.fields["last_activity"] = m.group(1).decode(errors="replace")
+                b = _BRANCH.search(line)
+                if b and b.group(1):
+                    self.fields["git_branch"] = b.group(1).decode(errors="replace")
+                break
+        return self.fields
+
+    def _line(self, line: bytes) -> None:
+        f = self.fields
+        want_user = b'"type":"user"' in line and ("cwd" not in f or "first_prompt" not in f)
+        special = (b'"type":"custom-title"' in line or b'"type":"ai-title"' in line
+                   or b'"type":"last-prompt"' in line or b'"type":"summary"' in line)
+        if not (want_user or special or ("cwd" not in f and b'"cwd":"' in line)):
+            return
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(entry, dict):
+            return
+        kind = entry.get("type")
+        if "cwd" not in f and isinstance(entry.get("cwd"), str):
+            f["cwd"] = entry["cwd"]
+        if kind == "user" and "first_prompt" not in f:
+            text = _prompt_text(entry)
+            if text:
+                f["first_prompt"] = text
+        elif kind == "custom-title" and isinstance(entry.get("customTitle"), str):
+            f["custom_title"] = entry["customTitle"]
+        elif kind == "ai-title" and isinstance(entry.get("aiTitle") or entry.get("title"), str):
+            f["ai_title"] = entry.get("aiTitle") or entry["title"]
+        elif kind == "last-prompt" and isinstance(entry.get("lastPrompt"), str):
+            f["last_prompt"] = entry["lastPrompt"][:200]
+        elif kind == "summary" and isinstance(entry.get("summary"), str):
+            f["summary"] = entry["summary"]
+
+
+@dataclass
+class Session:
+    """One backed-up session as the catalog knows it."""
+
+    session_id: str
+    machine: str
+    path: bytes
+    gen: int = 0
+    size: int = 0
+    deleted_at: float | None = None
+    last_seq: int = 0
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        """Custom title > AI title > last prompt > summary > first prompt, like Claude's picker."""
+        for key in TITLE_ORDER:
+            if self.fields.get(key):
+                return self.fields[key]
+        return ""
+
+    @property
+    def project(self) -> str | None:
+        return self.fields.get("cwd")
+
+    @property
+    def folder(self) -> str:
+        return self.path.split(b"/")[1].decode(errors="surrogateescape")
+
+    def fold(self, gen: int, found: dict[str, Any]) -> None:
+        if gen > self.gen:
+            self.gen, self.fields = gen, {}
+        elif gen < self.gen:
+            return
+        for key in FIRST:
+            if key in found and key not in self.fields:
+                self.fields[key] = str(found[key])
+        for key in LATEST:
+            if key in found:
+                self.fields[key] = str(found[key])

@@ -1,0 +1,83 @@
+"""What git says about a project directory: its remote and its worktrees.
+
+Recorded by the backing-up machine so that a restore elsewhere can find the
+local clone of the same repository (see ``_remap.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Any
+
+_TIMEOUT = 5.0
+
+
+def _git(cwd: str, *args: str) -> str | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        r = subprocess.run([git, "-C", cwd, *args], capture_output=True, text=True,
+                           timeout=_TIMEOUT, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def project_info(cwd: str) -> dict[str, Any] | None:
+    """``{"toplevel", "remote", "main", "worktrees": [{"path", "branch"}]}`` or None."""
+    if not os.path.isdir(cwd):
+        return None
+    top = _git(cwd, "rev-parse", "--show-toplevel")
+    if not top:
+        return None
+    worktrees: list[dict[str, str]] = []
+    for block in (_git(cwd, "worktree", "list", "--porcelain") or "").split("\n\n"):
+        item: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "worktree":
+                item["path"] = value
+            elif key == "branch":
+                item["branch"] = value.removeprefix("refs/heads/")
+        if "path" in item:
+            worktrees.append(item)
+    return {"toplevel": top, "remote": _git(cwd, "config", "--get", "remote.origin.url"),
+            "main": worktrees[0]["path"] if worktrees else top, "worktrees": worktrees}
+
+
+def normalize_remote(url: str) -> str:
+    """One spelling for one repository: git@host:o/r.git, https://host/o/r, ssh://… alike."""
+    u = url.strip().rstrip("/")
+    u = re.sub(r"\.git$", "", u)
+    m = re.match(r"^[\w.-]+@([\w.-]+):(.+)$", u)  # scp-like syntax
+    if m:
+        return f"{m.group(1)}/{m.group(2)}".lower()
+    u = re.sub(r"^[a-z+]+://", "", u)
+    u = re.sub(r"^[^@/]+@", "", u)  # user info
+    u = re.sub(r"^([^/:]+):\d+/", r"\1/", u)  # port
+    return u.lower()
+
+
+def find_clones(roots: list[str], depth: int = 3) -> dict[str, str]:
+    """Local clones under ``roots``: normalized remote → top-level path."""
+    found: dict[str, str] = {}
+    for root in roots:
+        root = os.path.expanduser(root)
+        base_depth = root.rstrip("/").count("/")
+        for dirpath, dirnames, _files in os.walk(root):
+            if ".git" in dirnames or os.path.isfile(os.path.join(dirpath, ".git")):
+                remote = _git(dirpath, "config", "--get", "remote.origin.url")
+                if remote:
+                    found.setdefault(normalize_remote(remote), dirpath)
+                dirnames[:] = []
+                continue
+            if dirpath.count("/") - base_depth >= depth:
+                dirnames[:] = []
+            else:
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")
+                               and d != "node_modules"]
+    return found
