@@ -66,11 +66,17 @@ class Settings(BaseSettings):
     reconcile_interval: float = Field(3600.0, gt=0)
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
     exclude: list[str] = Field(default_factory=list)
+    # Restore: extra path prefixes to map (old → new), and where local clones live
+    # (a backed-up project maps to the local clone with the same git remote).
+    remap: dict[str, str] = Field(default_factory=dict)
+    project_roots: list[str] = Field(default_factory=list)
     zstd_level: int = Field(3, ge=1, le=22)
     # A flush larger than this is split into several segments (bounded memory).
     segment_max_bytes: int = Field(64 << 20, ge=1 << 20)
     store_retry_deadline: float = Field(60.0, gt=0)
     log_level: str = "INFO"
+    # Prometheus text endpoint on 127.0.0.1:<port>/metrics while the daemon runs; 0 = off.
+    metrics_port: int = Field(0, ge=0, le=65535)
 
     @field_validator("machine_id")
     @classmethod
@@ -78,6 +84,13 @@ class Settings(BaseSettings):
         if not MACHINE_ID.fullmatch(v):
             raise ValueError("machine id must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
         return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("log level must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return v.upper()
 
     @field_validator("store")
     @classmethod

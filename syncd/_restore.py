@@ -1,26 +1,36 @@
-"""Restore: rebuild a machine's backed-up tree from its segments, byte for byte.
+"""Restore: bring a machine's backup (as of a time, whole or some sessions) into a tree.
 
-Each file is assembled in a staging directory inside the target, checked against
-every extent's sha256, fsynced, then renamed into place: a failure halfway
-leaves every existing file as it was. An existing file is never replaced by an
-older or diverged copy (invariant 5).
+Files are fetched segment by segment (whole objects or byte ranges) into a staging
+directory, every extent checked against its sha256. Then each file is remapped to
+this machine's paths (``_remap``), compared with what is already there (``_merge``)
+and written atomically: temp file, fsync, rename. A failure halfway leaves every
+existing file as it was; a local file is never replaced by an older or diverged copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _layout as layout
-from ._segment import Extent, FormatError, SegmentIndex
-from ._segreader import extent_bytes, read_index
+from ._backup import Backup, BackupError, FileView, load_backup
+from ._catalog import Session, session_of
+from ._claude import project_folder
+from ._gitinfo import find_clones, normalize_remote, project_info
+from ._merge import decide
+from ._progress import Meter, NullMeter
+from ._remap import Remapper, Rule
+from ._segment import Extent, FormatError
+from ._segreader import extent_bytes
 from .store import Store, StoreError
 
 log = logging.getLogger("syncd.restore")
@@ -30,6 +40,7 @@ log = logging.getLogger("syncd.restore")
 MTIME_FLOOR_DAYS = 25
 # Fetch a whole segment when at least this share of it is needed, else ranges.
 WHOLE_OBJECT_SHARE = 0.5
+WORKTREE_MARK = "/.claude/worktrees/"
 
 
 class RestoreError(Exception):
@@ -37,26 +48,59 @@ class RestoreError(Exception):
 
 
 @dataclass
-class _FilePlan:
-    path: bytes
-    gen: int
-    extents: list[tuple[str, Extent]] = field(default_factory=list)
-    deleted_at: float | None = None
-    mode: int = 0o600
-    mtime_ns: int = 0
+class RestoreOptions:
+    target: Path
+    sessions: tuple[str, ...] = ()
+    projects: tuple[str, ...] = ()
+    at: float | None = None
+    maps: tuple[Rule, ...] = ()
+    worktrees: str = "map"  # or "fold": worktree sessions go to the main checkout's folder
+    dry_run: bool = False
+    local_home: str = field(default_factory=lambda: str(Path.home()))
+    # The local Claude tree: the source machine's tree maps to it (None: no such rule).
+    local_root: str | None = None
+    project_roots: tuple[str, ...] = ()
+    conflicts_dir: Path | None = None
+    progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
 
-    @property
-    def size(self) -> int:
-        return self.extents[-1][1].end if self.extents else 0
+
+@dataclass
+class Action:
+    action: str  # create | fast-forward | merge | skip | keep | conflict | error
+    path: str    # in the target
+    source: str  # in the backup
+    reason: str
+    size: int = 0
+    conflict_copy: str | None = None
 
 
 @dataclass
 class RestoreReport:
-    written: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)    # identical already
-    kept: list[str] = field(default_factory=list)       # local is newer or diverged
+    machine: str = ""
+    actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    bytes_written: int = 0
+    rules: list[Rule] = field(default_factory=list)
+    # Restored sessions: id → project path on this machine.
+    sessions: dict[str, str] = field(default_factory=dict)
+
+    def _paths(self, *kinds: str) -> list[str]:
+        return [a.path for a in self.actions if a.action in kinds]
+
+    @property
+    def written(self) -> list[str]:
+        return self._paths("create", "fast-forward", "merge")
+
+    @property
+    def skipped(self) -> list[str]:
+        return self._paths("skip")
+
+    @property
+    def kept(self) -> list[str]:
+        return [f"{a.path} ({a.reason})" for a in self.actions if a.action in ("keep", "conflict")]
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(a.size for a in self.actions if a.action in ("create", "fast-forward", "merge"))
 
 
 def safe_relpath(path: bytes) -> bytes:
@@ -68,73 +112,172 @@ def safe_relpath(path: bytes) -> bytes:
     return path
 
 
-def segment_keys(store: Store, machine: str) -> list[tuple[str, int]]:
-    prefix = layout.machine_prefix(machine) + "seg/"
-    out = []
-    for info in store.list(prefix):
-        seq = layout.segment_seq(info.key)
-        if seq is not None:
-            out.append((info.key, info.size))
-    return out
+def restore_tree(store: Store, machine: str, target: Path,
+                 progress: Meter | None = None) -> RestoreReport:
+    """The whole backup of ``machine``, as it is now, into ``target``."""
+    return restore(store, machine, RestoreOptions(target=target, progress=progress))
 
 
-def plan(store: Store, machine: str) -> tuple[dict[bytes, _FilePlan], list[str]]:
-    """Every file's newest generation, as a list of extents in order; plus errors."""
-    files: dict[bytes, _FilePlan] = {}
-    errors: list[str] = []
-    keys = segment_keys(store, machine)
-    if not keys:
-        known = sorted({o.key.split("/")[1] for o in store.list("machines/")})
-        raise RestoreError(f"{store.url}: no backup for machine {machine!r} "
-                           f"(machines in this store: {', '.join(known) or 'none'})")
-    expected = 0
-    for key, size in keys:
-        seq = layout.segment_seq(key)
-        if seq != expected:
-            errors.append(f"{store.url}{key}: segments {expected:016x}..{seq or 0:016x} missing")
-        expected = (seq or 0) + 1
-        try:
-            ix = read_index(store, key, size)
-        except (FormatError, StoreError) as e:
-            errors.append(str(e))
-            continue
-        _apply(files, key, ix)
-    return files, errors
-
-
-def _apply(files: dict[bytes, _FilePlan], key: str, ix: SegmentIndex) -> None:
-    for e in ix.extents:
-        f = files.get(e.path)
-        if f is None or e.gen > f.gen or (f.deleted_at is not None and e.gen != f.gen):
-            f = files[e.path] = _FilePlan(e.path, e.gen)
-        if e.gen < f.gen:
-            continue
-        f.extents.append((key, e))
-        f.mode, f.mtime_ns = e.mode, e.mtime_ns
-    for t in ix.tombstones:
-        f = files.get(t.path)
-        if f is not None and f.gen == t.gen:
-            f.deleted_at = t.time
-
-
-def restore_tree(store: Store, machine: str, target: Path) -> RestoreReport:
-    files, errors = plan(store, machine)
-    report = RestoreReport(errors=list(errors))
-    target.mkdir(parents=True, exist_ok=True)
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise RestoreError(f"{target}: not writable")
-    staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-", dir=target))
+def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     try:
-        _restore_into(store, files, target, staging, report)
+        backup = load_backup(store, machine, opts.at)
+    except BackupError as e:
+        raise RestoreError(str(e)) from None
+    remap = build_remapper(backup, opts)
+    report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
+    files, history_sids = _select(backup, opts, report)
+    for s in backup.sessions.values():
+        if s.path in files and s.project:
+            report.sessions[s.session_id] = remap.path(s.project)
+    if not opts.dry_run:
+        try:
+            opts.target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise RestoreError(f"{opts.target}: cannot create: {e.strerror}") from e
+        if not os.access(opts.target, os.W_OK | os.X_OK):
+            raise RestoreError(f"{opts.target}: not writable")
+    staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
+                                    dir=None if opts.dry_run else opts.target))
+    try:
+        meter = opts.progress or NullMeter()
+        meter.start(sum(f.size for f in files.values()))
+        staged = _stage(store, files, staging, report, meter)
+        for path in sorted(staged):
+            f = files[path]
+            try:
+                _place(staged[path], f, remap, history_sids, backup, opts, report)
+            except RestoreError as e:
+                report.errors.append(str(e))  # this file only; the others still restore
+            except OSError as e:
+                raise RestoreError(f"{opts.target}: {os.fsdecode(path)}: {e.strerror}") from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return report
 
 
-def _restore_into(store: Store, files: dict[bytes, _FilePlan], target: Path, staging: Path,
-                  report: RestoreReport) -> None:
-    # Work segment by segment so each object is fetched once (whole or by ranges).
-    by_key: dict[str, list[tuple[_FilePlan, Extent]]] = {}
+# -- mapping -------------------------------------------------------------------
+
+def build_remapper(backup: Backup, opts: RestoreOptions) -> Remapper:
+    """Explicit rules, then git-remote matches and worktrees, then the Claude tree and home."""
+    rules: list[Rule] = list(opts.maps)
+    home = backup.info.get("home")
+    base = [*rules]
+    if isinstance(home, str):
+        base.append(Rule(home, opts.local_home, "home"))
+    if opts.project_roots:
+        clones = find_clones(list(opts.project_roots))
+        for info in backup.projects.values():
+            remote, top = info.get("remote"), info.get("toplevel")
+            local = clones.get(normalize_remote(remote)) if remote else None
+            if local and top and not any(_under(top, r.old) for r in opts.maps):
+                rules.append(Rule(top, local, f"same git remote ({remote})"))
+    pre = Remapper([*rules, *base[len(opts.maps):]])
+    for info in backup.projects.values():
+        main = info.get("main")
+        for wt in info.get("worktrees", [])[1:]:
+            path = wt.get("path")
+            if not main or not path or any(_under(path, r.old) for r in opts.maps):
+                continue
+            new_main = pre.path(main)
+            if opts.worktrees == "fold":
+                rules.append(Rule(path, new_main, "worktree folded into its main checkout"))
+            elif not _under(path, main):
+                local = _local_worktree(new_main, wt.get("branch"))
+                if local:
+                    rules.append(Rule(path, local, f"worktree of branch {wt.get('branch')}"))
+    if opts.worktrees == "fold":
+        for s in backup.sessions.values():
+            cwd = s.project or ""
+            if WORKTREE_MARK in cwd.replace("\\", "/"):
+                main = cwd[: cwd.replace("\\", "/").index(WORKTREE_MARK)]
+                rules.append(Rule(cwd, pre.path(main), "worktree folded into its main checkout"))
+    root = backup.info.get("claude_root")
+    if opts.local_root and isinstance(root, str):
+        rules.append(Rule(root, opts.local_root, "Claude tree"))
+    if isinstance(home, str):
+        rules.append(Rule(home, opts.local_home, "home"))
+    remap = Remapper(rules)
+    return Remapper(remap.rules, _folders(backup, remap))
+
+
+def _under(path: str, prefix: str) -> bool:
+    p, q = path.replace("\\", "/").rstrip("/"), prefix.replace("\\", "/").rstrip("/")
+    return p == q or p.startswith(q + "/")
+
+
+def _local_worktree(main: str, branch: str | None) -> str | None:
+    if not branch:
+        return None
+    info = project_info(main)
+    for wt in (info or {}).get("worktrees", []):
+        if wt.get("branch") == branch:
+            return str(wt["path"])
+    return None
+
+
+def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
+    """Old project folder → new one: from each session's first cwd, else by prefix."""
+    folders: dict[str, str] = {}
+    for s in sorted(backup.sessions.values(), key=lambda s: s.path):
+        if s.project:
+            folders.setdefault(s.folder, project_folder(remap.path(s.project)))
+    prefixes = [(project_folder(r.old), project_folder(r.new)) for r in remap.rules]
+    for path in backup.files:
+        parts = path.split(b"/")
+        if len(parts) < 3 or parts[0] != b"projects":
+            continue
+        name = os.fsdecode(parts[1])
+        if name in folders:
+            continue
+        for old, new in prefixes:
+            if len(name) <= 200 and (name == old or name.startswith(old + "-")):
+                folders[name] = new + name[len(old):]
+                break
+    return folders
+
+
+# -- selection -------------------------------------------------------------------
+
+def _select(backup: Backup, opts: RestoreOptions,
+            report: RestoreReport) -> tuple[dict[bytes, FileView], set[str] | None]:
+    """The files to restore, and the sessions whose history lines to keep (None: all)."""
+    if not opts.sessions and not opts.projects:
+        return dict(backup.files), None
+    chosen: list[Session] = []
+    for sid in opts.sessions:
+        s = backup.find_session(sid)
+        if s is None:
+            raise RestoreError(f"session {sid} is not in machine {backup.machine!r}'s backup")
+        chosen.append(s)
+    home_only = Remapper([Rule(str(backup.info.get("home", "")), opts.local_home)]
+                         if backup.info.get("home") else [])
+    for want in opts.projects:
+        found = [s for s in backup.sessions.values() if s.project and (
+            _under(s.project, want) or _under(home_only.path(s.project), want))]
+        if not found:
+            report.errors.append(f"no session of project {want} in machine "
+                                 f"{backup.machine!r}'s backup")
+        chosen.extend(found)
+    sids = {s.session_id for s in chosen}
+    prefixes = []
+    for s in chosen:
+        folder = s.path.rsplit(b"/", 1)[0]
+        raw = s.session_id.encode()
+        prefixes += [folder + b"/" + raw + b"/", b"todos/" + raw + b"-",
+                     b"file-history/" + raw + b"/", b"tasks/" + raw + b"/"]
+    files = {p: f for p, f in backup.files.items()
+             if p in {s.path for s in chosen} or p.startswith(tuple(prefixes))}
+    if b"history.jsonl" in backup.files:
+        files[b"history.jsonl"] = backup.files[b"history.jsonl"]
+    return files, sids
+
+
+# -- fetching --------------------------------------------------------------------
+
+def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
+           report: RestoreReport, meter: Meter) -> dict[bytes, Path]:
+    """Fetch every file into ``staging``; returns the ones that arrived whole."""
+    by_key: dict[str, list[tuple[FileView, Extent]]] = {}
     broken: set[bytes] = set()
     for f in files.values():
         try:
@@ -146,36 +289,29 @@ def _restore_into(store: Store, files: dict[bytes, _FilePlan], target: Path, sta
             continue
         for key, ext in f.extents:
             by_key.setdefault(key, []).append((f, ext))
-    tmp_names = {p: staging / hashlib.sha256(p).hexdigest() for p in files}
-    for p in files:
-        if p not in broken:
-            tmp_names[p].touch(mode=0o600)
-    for key in sorted(by_key):
-        wanted = [(f, e) for f, e in by_key[key] if f.path not in broken]
-        if not wanted:
-            continue
-        try:
-            owner = {id(e): f for f, e in wanted}
-            for f, data in _fetch(store, key, [e for _, e in wanted], owner):
-                with open(tmp_names[f.path], "ab") as out:
-                    out.write(data)
-        except (FormatError, StoreError) as e:
-            report.errors.append(str(e))
-            broken |= {f.path for f, _ in wanted}
-        except OSError as e:
-            raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
-    for path, f in sorted(files.items()):
-        if path in broken:
-            continue
-        try:
-            _place(tmp_names[path], target, f, report)
-        except RestoreError as e:
-            report.errors.append(str(e))  # this file only; the others still restore
-        except OSError as e:
-            raise RestoreError(f"{target / os.fsdecode(path)}: {e.strerror}") from e
+    names = {p: staging / hashlib.sha256(p).hexdigest() for p in files if p not in broken}
+    try:
+        for name in names.values():
+            name.touch(mode=0o600)
+        for key in sorted(by_key):
+            wanted = [(f, e) for f, e in by_key[key] if f.path not in broken]
+            if not wanted:
+                continue
+            try:
+                owner = {id(e): f for f, e in wanted}
+                for f, data in _fetch(store, key, [e for _, e in wanted], owner):
+                    with open(names[f.path], "ab") as out:
+                        out.write(data)
+                    meter.advance(len(data))
+            except (FormatError, StoreError) as e:
+                report.errors.append(str(e))
+                broken |= {f.path for f, _ in wanted}
+    except OSError as e:
+        raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
+    return {p: n for p, n in names.items() if p not in broken}
 
 
-def _check_contiguous(f: _FilePlan) -> None:
+def _check_contiguous(f: FileView) -> None:
     pos = 0
     for key, e in f.extents:
         if e.start != pos:
@@ -185,86 +321,175 @@ def _check_contiguous(f: _FilePlan) -> None:
 
 
 def _fetch(store: Store, key: str, exts: list[Extent],
-           owner: dict[int, _FilePlan]) -> list[tuple[_FilePlan, bytes]]:
+           owner: dict[int, FileView]) -> Iterable[tuple[FileView, bytes]]:
     where = f"{store.url}{key}"
     exts = sorted(exts, key=lambda e: e.off)
     lo = exts[0].off
     hi = max(e.off + e.clen for e in exts)
     need = sum(e.clen for e in exts)
-    out: list[tuple[_FilePlan, bytes]] = []
+    # Sorted by offset is sorted by byte order within each file: frames are written so.
     if need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64:
         blob = store.get(key, lo, hi - lo)
         for e in exts:
-            out.append((owner[id(e)], extent_bytes(blob, lo, e, where)))
+            yield owner[id(e)], extent_bytes(blob, lo, e, where)
     else:
         for e in exts:
-            out.append((owner[id(e)], extent_bytes(store.get(key, e.off, e.clen), e.off, e,
-                                                   where)))
-    # Sorted by offset is sorted by byte order within each file: frames are written so.
-    return out
+            yield owner[id(e)], extent_bytes(store.get(key, e.off, e.clen), e.off, e, where)
 
 
-def _place(tmp: Path, target: Path, f: _FilePlan, report: RestoreReport) -> None:
-    rel = os.fsdecode(f.path)
-    dest = _safe_dest(target, f.path)
-    size = tmp.stat().st_size
+# -- placing ---------------------------------------------------------------------
+
+def _kind(rel: bytes) -> str:
+    if rel == b"history.jsonl":
+        return "history"
+    if rel.startswith(b"projects/") and rel.endswith(b".jsonl"):
+        return "transcript"
+    return "file"
+
+
+def _remapped(rel: bytes) -> bool:
+    """Files whose paths are rewritten: transcripts, history, JSON metadata of projects."""
+    return rel == b"history.jsonl" or (rel.startswith(b"projects/") and rel.endswith(
+        (b".jsonl", b".json")))
+
+
+def _target_rel(rel: bytes, remap: Remapper) -> bytes:
+    parts = rel.split(b"/")
+    if len(parts) >= 3 and parts[0] == b"projects":
+        parts[1] = os.fsencode(remap.folder(os.fsdecode(parts[1])))
+    return b"/".join(parts)
+
+
+_HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
+
+
+def _filter_history(data: bytes, sids: set[str]) -> bytes:
+    wanted = {s.encode() for s in sids}
+    keep = [line for line in data.split(b"\n")
+            if (m := _HISTORY_SID.search(line)) and m.group(1) in wanted]
+    return b"".join(line + b"\n" for line in keep)
+
+
+def _place(staged: Path, f: FileView, remap: Remapper, history_sids: set[str] | None,
+           backup: Backup, opts: RestoreOptions, report: RestoreReport) -> None:
+    src = os.fsdecode(f.path)
+    size = staged.stat().st_size
     if size != f.size:
-        report.errors.append(f"{rel}: assembled {size} bytes, expected {f.size}")
-        return
+        raise RestoreError(f"{src}: assembled {size} bytes, expected {f.size}")
+    rel = _target_rel(f.path, remap)
+    safe_relpath(rel)
+    dest = os.path.join(os.fsencode(opts.target), rel)
+    _check_parents(opts.target, rel)
     try:
-        st = os.lstat(dest)
+        st: os.stat_result | None = os.lstat(dest)
     except FileNotFoundError:
         st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        report.actions.append(Action("keep", os.fsdecode(rel), src,
+                                     "local is not a regular file"))
+        return
+    transform = (_remapped(f.path) and not remap.identity) or (
+        f.path == b"history.jsonl" and history_sids is not None)
+    if st is None and not transform:
+        # The common case, streamed: nothing local, nothing to rewrite.
+        report.actions.append(Action("create", os.fsdecode(rel), src, "not present locally",
+                                     size))
+        if not opts.dry_run:
+            _install(staged, dest, opts.target, rel, f.mtime_ns)
+        return
+    data = staged.read_bytes()
+    if f.path == b"history.jsonl" and history_sids is not None:
+        data = _filter_history(data, history_sids)
+    if transform:
+        data = remap.lines(data)
+    local = None
     if st is not None:
-        if not stat.S_ISREG(st.st_mode):
-            report.kept.append(f"{rel} (local is not a regular file)")
-            return
-        verdict = _compare(dest, tmp, st.st_size, size)
-        if verdict == "same":
-            report.skipped.append(rel)
-            return
-        if verdict != "backup-longer":
-            report.kept.append(f"{rel} (local is {verdict})")
-            return
+        with open(dest, "rb") as fh:
+            local = fh.read()
+    d = decide(_kind(f.path), local, data)
+    act = Action(d.action, os.fsdecode(rel), src, d.reason, len(d.content or b""))
+    report.actions.append(act)
+    if opts.dry_run:
+        return
+    if d.conflict:
+        act.conflict_copy = _save_conflict(data, rel, backup.machine, opts)
+    if d.content is None:
+        return
+    if st is not None and _changed(dest, st):
+        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    _make_parents(opts.target, rel)
+    tmp = _temp_beside(dest)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(d.content)
+        _install(Path(os.fsdecode(tmp)), dest, opts.target, rel,
+                 f.mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _changed(dest: bytes, before: os.stat_result) -> bool:
+    after = os.lstat(dest)
+    return (after.st_size, after.st_mtime_ns, after.st_ino) != (
+        before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def _temp_beside(dest: bytes) -> bytes:
+    return os.path.join(os.path.dirname(dest),
+                        b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
+
+
+def _install(tmp: Path, dest: bytes, target: Path, rel: bytes, mtime_ns: int) -> None:
+    """fsync, mode 0600, an mtime Claude's cleanup will not delete, then rename."""
+    _make_parents(target, rel)
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600 | (f.mode & 0o100))
-    mtime = f.mtime_ns
-    if mtime < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
-        mtime = time.time_ns()
-    os.utime(tmp, ns=(mtime, mtime))
+    os.chmod(tmp, 0o600)
+    if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
+        mtime_ns = time.time_ns()
+    os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.replace(tmp, dest)
-    report.written.append(rel)
-    report.bytes_written += size
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.dirname(dest), os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(fd)
+        os.close(fd)
 
 
-def _safe_dest(target: Path, rel: bytes) -> bytes:
-    """Create the parents of ``rel`` under ``target``, refusing symlinks on the way."""
+def _check_parents(target: Path, rel: bytes) -> None:
+    """Refuse a path whose existing parents under ``target`` are not plain directories."""
     cur = os.fsencode(target)
-    parts = rel.split(b"/")
-    for part in parts[:-1]:
+    for part in rel.split(b"/")[:-1]:
         cur = os.path.join(cur, part)
         try:
             st = os.lstat(cur)
         except FileNotFoundError:
-            os.mkdir(cur, 0o700)
-            continue
+            return
         if not stat.S_ISDIR(st.st_mode):
             raise RestoreError(f"{os.fsdecode(cur)}: exists and is not a directory "
                                "(symlinks are not followed)")
-    return os.path.join(cur, parts[-1])
 
 
-def _compare(local: bytes, backup: Path, local_size: int, backup_size: int) -> str:
-    """'same', 'backup-longer' (local is a prefix), 'newer' (backup is a prefix), 'diverged'."""
-    n = min(local_size, backup_size)
-    with open(local, "rb") as a, open(backup, "rb") as b:
-        while n > 0:
-            k = min(n, 1 << 20)
-            if a.read(k) != b.read(k):
-                return "diverged"
-            n -= k
-    if local_size == backup_size:
-        return "same"
-    return "backup-longer" if backup_size > local_size else "newer"
+def _make_parents(target: Path, rel: bytes) -> None:
+    _check_parents(target, rel)
+    cur = os.fsencode(target)
+    for part in rel.split(b"/")[:-1]:
+        cur = os.path.join(cur, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(cur, 0o700)
+    _check_parents(target, rel)
 
+
+def _save_conflict(data: bytes, rel: bytes, machine: str, opts: RestoreOptions) -> str:
+    base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    path = os.path.join(os.fsencode(base), os.fsencode(machine), stamp.encode(), rel)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with open(path, "wb") as out:
+        out.write(data)
+    os.chmod(path, 0o600)
+    return os.fsdecode(path)
+
+
+__all__ = ["Action", "RestoreError", "RestoreOptions", "RestoreReport", "restore",
+           "restore_tree", "safe_relpath", "session_of"]

@@ -81,6 +81,10 @@ class SegmentIndex:
     time: float
     extents: list[Extent] = field(default_factory=list)
     tombstones: list[Tombstone] = field(default_factory=list)
+    # Catalog: transcript path → (generation, fields found in this segment's new lines).
+    sessions: dict[bytes, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    # What git said about project directories first seen in this segment.
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class SegmentWriter:
@@ -107,6 +111,13 @@ class SegmentWriter:
     def add_tombstone(self, path: bytes, gen: int, time: float) -> None:
         self.index.tombstones.append(Tombstone(path, gen, time))
 
+    def add_session(self, path: bytes, gen: int, fields: dict[str, str]) -> None:
+        if fields:
+            self.index.sessions[path] = (gen, fields)
+
+    def add_project(self, cwd: str, info: dict[str, Any]) -> None:
+        self.index.projects[cwd] = info
+
     @property
     def empty(self) -> bool:
         return not self.index.extents and not self.index.tombstones
@@ -123,8 +134,13 @@ class SegmentWriter:
             entries.append(d)
         for t in ix.tombstones:
             entries.append({"op": "delete", **encode_path(t.path), "gen": t.gen, "time": t.time})
-        doc = {"v": VERSION, "machine": ix.machine, "seq": ix.seq, "time": ix.time,
-               "entries": entries}
+        doc: dict[str, Any] = {"v": VERSION, "machine": ix.machine, "seq": ix.seq,
+                               "time": ix.time, "entries": entries}
+        if ix.sessions:
+            doc["sessions"] = [{**encode_path(p), "gen": g, "fields": f}
+                               for p, (g, f) in ix.sessions.items()]
+        if ix.projects:
+            doc["projects"] = ix.projects
         blob = self._zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
         trailer = TRAILER.pack(self._size, len(blob), hashlib.sha256(blob).digest(), END_MAGIC)
         return b"".join([*self._parts, blob, trailer])
@@ -168,6 +184,10 @@ def decode_index(blob: bytes, digest: bytes, where: str) -> SegmentIndex:
                     int(d["mtime_ns"]), d.get("reason")))
             elif d["op"] == "delete":
                 ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), float(d["time"])))
+        for s in doc.get("sessions", []):
+            ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
+                                                           for k, v in s["fields"].items()})
+        ix.projects = {str(k): v for k, v in doc.get("projects", {}).items()}
     except FormatError:
         raise
     except (zstandard.ZstdError, ValueError, KeyError, TypeError) as e:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _layout as layout
+from ._catalog import MetaScanner, session_of
 from ._claude import Selection
+from ._gitinfo import project_info
 from ._segment import FRAME_MAX, SegmentWriter, Tombstone
 from ._segreader import read_index
 from ._state import FileState, State
@@ -78,7 +80,10 @@ class Shipper:
         self.segment_max = segment_max
         self.clock = clock
         self.should_stop = should_stop
+        # Told the size of every frame read: progress bars, the daemon's watchdog.
+        self.progress: Callable[[int], None] = lambda n: None
         self._recovered = False
+        self._projects_seen: set[str] = set()
 
     # -- recovery -----------------------------------------------------------
     def recover(self) -> int:
@@ -238,23 +243,33 @@ class Shipper:
         mode = st.st_mode & 0o7777
         text = os.fsdecode(rel)
         if reason:
-            log.info("%s: new generation %d (%s)", text, gen, reason)
+            log.log(logging.DEBUG if prev is None else logging.INFO,
+                    "%s: new generation %d (%s)", text, gen, reason)
         elif start == end:
             # Nothing new; remember the metadata so the next scan does not look again.
             if prev is not None and (prev.mtime_ns, prev.mode) != (st.st_mtime_ns, mode):
                 batch.updates[rel] = prev.but(mtime_ns=st.st_mtime_ns, mode=mode)
             return batch
+        scanner = None
+        if session_of(rel) is not None:
+            scanner = MetaScanner(at_line_start=start == 0 or os.pread(fd, 1, start - 1) == b"\n")
         pos = start
         while True:
             want = min(FRAME_MAX, end - pos)
             if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
                 # Bounded memory: this segment is full, the rest goes in the next one.
                 self._put(batch, result)
+                if self.should_stop():
+                    # Stopping: the committed segments stay, the rest waits for the next start.
+                    raise InterruptedError("stopping: flush cut after a committed segment")
                 batch = self._new_batch()
             data = os.pread(fd, want, pos) if want else b""
             batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
                                   reason=reason if pos == start else None)
             pos += len(data)
+            self.progress(len(data))
+            if scanner is not None:
+                scanner.feed(data)
             batch.updates[rel] = FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
                                            mode, check_hash(fd, pos))
             if len(data) < want:
@@ -267,7 +282,18 @@ class Shipper:
         after = os.fstat(fd)
         if after.st_size != end or after.st_mtime_ns != st.st_mtime_ns:
             result.requeue.add(rel)
+        if scanner is not None:
+            self._catalog(batch, rel, gen, scanner.finish())
         return batch
+
+    def _catalog(self, batch: _Batch, rel: bytes, gen: int, fields: dict[str, str]) -> None:
+        batch.writer.add_session(rel, gen, fields)
+        cwd = fields.get("cwd")
+        if cwd and cwd not in self._projects_seen:
+            self._projects_seen.add(cwd)
+            info = project_info(cwd)
+            if info is not None:
+                batch.writer.add_project(cwd, info)
 
     def _position(self, fd: int, st: os.stat_result,
                   prev: FileState | None) -> tuple[int, int, str | None]:

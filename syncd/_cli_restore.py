@@ -1,0 +1,205 @@
+"""Commands that read the store: machines, sessions, restore, resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._backup import BackupError
+from ._cliutil import EXPECTED, fail, settings_of, store_of
+from ._config import Settings
+from ._listing import (
+    ListingError,
+    find_session,
+    load_all,
+    machines_table,
+    parse_time,
+    sessions_table,
+)
+from ._progress import meter
+from ._remap import Rule
+from ._restore import RestoreOptions, RestoreReport, restore
+
+ERRORS = (*EXPECTED, BackupError, ListingError)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machines(ctx: click.Context, as_json: bool) -> None:
+    """The machines that have a backup in the store."""
+    settings = settings_of(ctx)
+    try:
+        rows = machines_table(store_of(settings))
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json(rows)
+        return
+    for r in rows:
+        mark = "*" if r["machine"] == settings.machine_id else " "
+        click.echo(f"{mark} {r['machine']:<28} {r['hostname'] or '-':<16} "
+                   f"last backup {_when(r['last_backup'])}  {r['segments']} segments, "
+                   f"{_size(r['stored_bytes'])}  home {r['home'] or '-'}")
+
+
+@click.command()
+@click.option("--machine", default=None, help="Only this machine's sessions.")
+@click.option("--project", default=None, help="Only sessions of this project path (or below).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def sessions(ctx: click.Context, machine: str | None, project: str | None,
+             as_json: bool) -> None:
+    """Every backed-up session: title, project, machine, size, last activity, local or not."""
+    settings = settings_of(ctx)
+    try:
+        rows = sessions_table(load_all(store_of(settings), machine), settings.source, project)
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json(rows)
+        return
+    for r in rows:
+        local = "local" if r["local"] else "     "
+        title = (r["title"] or "").replace("\n", " ")[:60]
+        click.echo(f"{r['session_id']}  {(r['last_activity'] or '-')[:16]:<16}  {local}  "
+                   f"{_size(r['size']):>8}  {r['machine']:<20} {r['project'] or '-'}  {title}")
+
+
+def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ...],
+             projects: tuple[str, ...], at: str | None, maps: tuple[str, ...],
+             worktrees: str, dry_run: bool) -> RestoreOptions:
+    rules = []
+    for m in maps:
+        old, sep, new = m.partition("=")
+        if not sep or not old or not new:
+            raise click.UsageError(f"--map takes OLD=NEW, got {m!r}")
+        rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
+    rules += [Rule(o, str(Path(n).expanduser()), "config remap")
+              for o, n in settings.remap.items()]
+    return RestoreOptions(
+        target=target or settings.source, sessions=sessions, projects=projects,
+        at=parse_time(at) if at else None, maps=tuple(rules), worktrees=worktrees,
+        dry_run=dry_run, local_root=None if target else str(settings.source),
+        project_roots=tuple(settings.project_roots),
+        conflicts_dir=settings.state_dir / "conflicts")
+
+
+def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        _echo_json({"machine": report.machine, "dry_run": dry_run,
+                    "actions": [dataclasses.asdict(a) for a in report.actions],
+                    "rules": [dataclasses.asdict(r) for r in report.rules],
+                    "sessions": report.sessions, "errors": report.errors})
+    else:
+        for r in report.rules:
+            click.echo(f"map  {r.old} -> {r.new}  ({r.why})")
+        for a in report.actions:
+            if dry_run or a.action not in ("create", "skip"):
+                extra = f"  [backup copy: {a.conflict_copy}]" if a.conflict_copy else ""
+                click.echo(f"{a.action:<12} {a.path}  ({a.reason}){extra}")
+        counts: dict[str, int] = {}
+        for a in report.actions:
+            counts[a.action] = counts.get(a.action, 0) + 1
+        verb = "would restore" if dry_run else "restored"
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
+        click.echo(f"{verb} from {report.machine}: {summary} "
+                   f"({report.bytes_written} bytes written)")
+    for line in report.errors:
+        click.echo(f"syncd: {line}", err=True)
+
+
+@click.command("restore")
+@click.option("--machine", default=None,
+              help="Machine whose backup to restore (default: this one).")
+@click.option("--session", "sessions_", multiple=True, help="Only this session (repeatable).")
+@click.option("--project", "projects", multiple=True,
+              help="Only this project's sessions (repeatable).")
+@click.option("--at", default=None, help="As of this time: ISO 8601 or a duration ago (2h, 3d).")
+@click.option("--map", "maps", multiple=True, metavar="OLD=NEW",
+              help="Map a path prefix (repeatable; longest first).")
+@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
+              help="map: worktree sessions go to the equivalent worktree; fold: into the "
+                   "main checkout's folder.")
+@click.option("--to", "target", type=click.Path(path_type=Path), default=None,
+              help="Target directory (default: the local Claude tree).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
+                projects: tuple[str, ...], at: str | None, maps: tuple[str, ...],
+                worktrees: str, target: Path | None, dry_run: bool, as_json: bool) -> None:
+    """Restore a machine's backup (or some sessions) into the local Claude tree.
+
+    Paths are remapped to this machine (the source home to this home, plus --map and
+    the config's [remap]); existing files are fast-forwarded, merged or kept, never
+    replaced by an older or diverged copy.
+    """
+    settings = settings_of(ctx)
+    try:
+        opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
+                        maps=maps, worktrees=worktrees, dry_run=dry_run)
+        with meter("restoring") as m:
+            opts.progress = m
+            report = restore(store_of(settings), machine or settings.machine_id, opts)
+    except ERRORS as e:
+        fail(e)
+    _report(report, as_json, dry_run)
+    if report.errors:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("session_id")
+@click.option("--machine", default=None, help="The machine to take it from, when several have it.")
+@click.option("--map", "maps", multiple=True, metavar="OLD=NEW", help="Map a path prefix.")
+@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map")
+@click.pass_context
+def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
+           worktrees: str) -> None:
+    """Restore one session from any machine's backup and print how to resume it."""
+    settings = settings_of(ctx)
+    try:
+        store = store_of(settings)
+        backup, session = find_session(load_all(store, machine), session_id)
+        opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
+                        at=None, maps=maps, worktrees=worktrees, dry_run=False)
+        report = restore(store, backup.machine, opts)
+    except ERRORS as e:
+        fail(e)
+    _report(report, False, False)
+    if report.errors:
+        sys.exit(1)
+    cwd = report.sessions.get(session.session_id)
+    if cwd is None:
+        fail(RuntimeError(f"session {session.session_id} has no recorded project path"))
+    if not Path(cwd).is_dir():
+        click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
+                   "there, or pass --map OLD=NEW", err=True)
+    click.echo(f"cd {shlex.quote(cwd)} && claude --resume {session.session_id}")
+
+
+COMMANDS = (machines, sessions, restore_cmd, resume)

@@ -1,0 +1,41 @@
+"""What every command shares: settings from the context, the store, one-line failures."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import click
+from pydantic import ValidationError
+
+from ._config import Settings, load_settings
+from ._daemon import SyncError
+from ._lock import Locked
+from ._restore import RestoreError
+from ._segment import FormatError
+from ._state import StateError
+from .store import RetryStore, StoreError, open_store
+
+# Exit codes: 0 ok, 1 the work could not be completed (one-line reason on stderr),
+# 2 bad usage or configuration.
+EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked, OSError)
+
+
+def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
+    try:
+        return load_settings(ctx.obj["config"], **{k: v for k, v in overrides.items()
+                                                   if v is not None})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise click.UsageError(f"configuration: {where}: {first['msg']}") from None
+
+
+def store_of(settings: Settings) -> RetryStore:
+    return open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
+                      region=settings.s3_region, retry_deadline=settings.store_retry_deadline)
+
+
+def fail(e: Exception) -> NoReturn:
+    click.echo(f"syncd: {e}", err=True)
+    sys.exit(1)

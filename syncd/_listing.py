@@ -1,0 +1,117 @@
+"""What `syncd machines`, `syncd sessions` and `syncd resume` need: tables from the catalog."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ._backup import Backup, BackupError, list_machines, load_backup, machine_info, segment_keys
+from ._catalog import Session
+from ._segreader import read_index
+from .store import Store
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ListingError(Exception):
+    """A lookup that cannot be answered as asked (unknown or ambiguous session)."""
+
+
+def parse_time(text: str, now: float | None = None) -> float:
+    """ISO 8601 (local time when no zone is given) or a duration ago: ``90s``, ``2h``, ``3d``."""
+    now = time.time() if now is None else now
+    m = _RELATIVE.match(text)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ListingError(f"cannot read time {text!r}: use ISO 8601 "
+                           "(2026-11-30T14:00) or a duration ago (90m, 2h, 3d)") from None
+
+
+def machines_table(store: Store) -> list[dict[str, Any]]:
+    rows = []
+    for machine in list_machines(store):
+        info = machine_info(store, machine)
+        keys = segment_keys(store, machine)
+        last = read_index(store, keys[-1][0], keys[-1][1]).time if keys else None
+        rows.append({"machine": machine, "hostname": info.get("hostname"),
+                     "home": info.get("home"), "os": info.get("os"),
+                     "segments": len(keys), "stored_bytes": sum(s for _, s in keys),
+                     "last_backup": last})
+    return rows
+
+
+def _local_sessions(root: Path) -> set[str]:
+    try:
+        return {p.stem for p in (root / "projects").glob("*/*.jsonl")}
+    except OSError:
+        return set()
+
+
+def _row(s: Session, local: set[str]) -> dict[str, Any]:
+    return {"session_id": s.session_id, "machine": s.machine, "project": s.project,
+            "title": s.title, "size": s.size, "last_activity": s.fields.get("last_activity"),
+            "git_branch": s.fields.get("git_branch"), "deleted_locally_at": s.deleted_at,
+            "local": s.session_id in local}
+
+
+def load_all(store: Store, machine: str | None = None,
+             at: float | None = None) -> list[Backup]:
+    names = [machine] if machine else list_machines(store)
+    out = []
+    for name in names:
+        try:
+            out.append(load_backup(store, name, at))
+        except BackupError:
+            if machine:
+                raise
+    return out
+
+
+def sessions_table(backups: list[Backup], local_root: Path,
+                   project: str | None = None) -> list[dict[str, Any]]:
+    local = _local_sessions(local_root)
+    rows = []
+    for b in backups:
+        for s in b.sessions.values():
+            if project and not _matches(s, b, project):
+                continue
+            rows.append(_row(s, local))
+    rows.sort(key=lambda r: r["last_activity"] or "", reverse=True)
+    return rows
+
+
+def _matches(s: Session, b: Backup, project: str) -> bool:
+    cwd = s.project or ""
+    home = str(b.info.get("home") or "")
+    here = str(Path.home())
+    candidates = [cwd]
+    if home and (cwd == home or cwd.startswith(home + "/")):
+        candidates.append(here + cwd[len(home):])
+    want = os.path.normpath(os.path.expanduser(project))
+    return any(c == want or c.startswith(want.rstrip("/") + "/") for c in candidates)
+
+
+def find_session(backups: list[Backup], session_id: str) -> tuple[Backup, Session]:
+    found = [(b, s) for b in backups for s in b.sessions.values()
+             if s.session_id == session_id or (s.session_id.startswith(session_id)
+             and len(session_id) >= 8)]
+    if not found:
+        where = ", ".join(b.machine for b in backups) or "no machines"
+        raise ListingError(f"session {session_id} is in no backup ({where})")
+    ids = {s.session_id for _, s in found}
+    if len(ids) > 1:
+        raise ListingError(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
+    if len(found) > 1:
+        listing = ", ".join(f"{b.machine} (last activity {s.fields.get('last_activity', '?')})"
+                            for b, s in found)
+        raise ListingError(f"session {session_id} is in several machines' backups: {listing}; "
+                           "pick one with --machine")
+    return found[0]
