@@ -71,7 +71,9 @@ class Remapper:
     @staticmethod
     def _compile(pairs: dict[bytes, bytes]) -> re.Pattern[bytes]:
         alts = b"|".join(re.escape(k) for k in sorted(pairs, key=len, reverse=True))
-        return re.compile(rb"(?<![" + _NAME + rb"])(" + alts + rb")(?![" + _NAME + rb"])"
+        # A path may also start right after a JSON escape such as \n or \t (tool output).
+        return re.compile(rb"(?:(?<![" + _NAME + rb"])|(?<=\\[nrtbf]))(" + alts
+                          + rb")(?![" + _NAME + rb"])"
                           + _WIN_REST)
 
     @property

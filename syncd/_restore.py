@@ -348,9 +348,10 @@ def _kind(rel: bytes) -> str:
 
 
 def _remapped(rel: bytes) -> bool:
-    """Files whose paths are rewritten: transcripts, history, JSON metadata of projects."""
-    return rel == b"history.jsonl" or (rel.startswith(b"projects/") and rel.endswith(
-        (b".jsonl", b".json")))
+    """Files whose paths are rewritten: transcripts, history, projects' JSON metadata, and
+    saved tool output (its preview in the transcript is rewritten too)."""
+    return rel == b"history.jsonl" or (rel.startswith(b"projects/") and (
+        rel.endswith((b".jsonl", b".json")) or b"/tool-results/" in rel))
 
 
 def _target_rel(rel: bytes, remap: Remapper) -> bytes:

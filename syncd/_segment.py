@@ -28,7 +28,7 @@ HEADER = struct.Struct("<8sHHI")
 TRAILER = struct.Struct("<QI4x32s8s")
 FRAME_MAX = 4 << 20
 # Suffix read that usually brings the whole index along with the trailer.
-TAIL_READ = 64 << 10
+TAIL_READ = 8 << 10
 
 
 class FormatError(Exception):

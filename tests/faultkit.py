@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from syncd._backup import segment_keys
 from syncd._claude import Selection
 from syncd._config import Settings, load_settings
-from syncd._backup import segment_keys
 from syncd._restore import RestoreReport, restore_tree
 from syncd._segment import SegmentIndex
 from syncd._segreader import read_index

@@ -66,3 +66,10 @@ def test_identity_changes_nothing() -> None:
 @pytest.mark.parametrize("path", ["/home/a", "/home/a/", "/home/a/x"])
 def test_path(path: str) -> None:
     assert Remapper([Rule("/home/a/", "/w/")]).path(path).startswith("/w")
+
+
+def test_path_after_a_json_escape_is_rewritten() -> None:
+    r = Remapper([Rule("/home/a/work/app", "/w/app")])
+    assert r.line(b'{"x":"out:\\n/home/a/work/app\\n1","y":"1\\t/home/a/work/app/f"}') == (
+        b'{"x":"out:\\n/w/app\\n1","y":"1\\t/w/app/f"}')
+    assert r.line(b'{"x":"C:\\\\new/home/a/work/app"}') == b'{"x":"C:\\\\new/home/a/work/app"}'

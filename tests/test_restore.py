@@ -31,7 +31,8 @@ def test_newer_local_is_kept(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"a\n")
     write(tmp_path / "out", S, b"a\nb\n")
     r = restore_tree(store, "m1", tmp_path / "out")
-    assert (tmp_path / "out" / S).read_bytes() == b"a\nb\n" and r.kept == [f"{S} (local is newer (the backup is a prefix of it))"]
+    assert (tmp_path / "out" / S).read_bytes() == b"a\nb\n"
+    assert r.kept == [f"{S} (local is newer (the backup is a prefix of it))"]
 
 
 def test_diverged_local_is_kept(tmp_path: Path) -> None:
