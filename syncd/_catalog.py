@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_LINE = 1 << 20
+SPECIAL_MAX = 8 << 10
+_SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary)"')
+_FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"|"cwd":"')
 _TS = re.compile(rb'"timestamp":"([^"]{10,40})"')
 _BRANCH = re.compile(rb'"gitBranch":"([^"]*)"')
 # Fields whose newest value wins, and those whose first value wins.
@@ -90,10 +93,11 @@ class MetaScanner:
 
     def _line(self, line: bytes) -> None:
         f = self.fields
-        want_user = b'"type":"user"' in line and ("cwd" not in f or "first_prompt" not in f)
-        special = (b'"type":"custom-title"' in line or b'"type":"ai-title"' in line
-                   or b'"type":"last-prompt"' in line or b'"type":"summary"' in line)
-        if not (want_user or special or ("cwd" not in f and b'"cwd":"' in line)):
+        if "cwd" in f and "first_prompt" in f:
+            # Only titles and prompts are left to find, and those entries are short lines.
+            if len(line) > SPECIAL_MAX or not _SPECIAL.search(line):
+                return
+        elif not _FIRST.search(line):
             return
         try:
             entry = json.loads(line)

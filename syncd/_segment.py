@@ -100,7 +100,9 @@ class SegmentWriter:
     def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
                  mtime_ns: int, reason: str | None = None) -> None:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
-        frame = self._zstd.compress(data)
+        # An exact-size copy: compress() returns a buffer sized for the input, and a
+        # segment holds many frames until it is uploaded.
+        frame = memoryview(self._zstd.compress(data)).tobytes()
         self.index.extents.append(Extent(
             path, gen, start, start + len(data), self._size, len(frame),
             hashlib.sha256(data).hexdigest(), mode, mtime_ns, reason))

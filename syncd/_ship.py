@@ -254,24 +254,27 @@ class Shipper:
         if session_of(rel) is not None:
             scanner = MetaScanner(at_line_start=start == 0 or os.pread(fd, 1, start - 1) == b"\n")
         pos = start
+        in_batch = False
         while True:
             want = min(FRAME_MAX, end - pos)
             if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
                 # Bounded memory: this segment is full, the rest goes in the next one.
+                if in_batch:
+                    batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
                 self._put(batch, result)
                 if self.should_stop():
                     # Stopping: the committed segments stay, the rest waits for the next start.
                     raise InterruptedError("stopping: flush cut after a committed segment")
                 batch = self._new_batch()
+                in_batch = False
             data = os.pread(fd, want, pos) if want else b""
             batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
                                   reason=reason if pos == start else None)
             pos += len(data)
+            in_batch = True
             self.progress(len(data))
             if scanner is not None:
                 scanner.feed(data)
-            batch.updates[rel] = FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
-                                           mode, check_hash(fd, pos))
             if len(data) < want:
                 # Shrank while we read it: what we have is shipped; the next pass starts
                 # a new generation if the shipped bytes changed.
@@ -279,12 +282,19 @@ class Shipper:
                 break
             if pos >= end:
                 break
+        batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
         after = os.fstat(fd)
         if after.st_size != end or after.st_mtime_ns != st.st_mtime_ns:
             result.requeue.add(rel)
         if scanner is not None:
             self._catalog(batch, rel, gen, scanner.finish())
         return batch
+
+    @staticmethod
+    def _shipped(rel: bytes, fd: int, st: os.stat_result, gen: int, pos: int) -> FileState:
+        """The state row once bytes [0, pos) of this generation are in the store."""
+        return FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
+                         st.st_mode & 0o7777, check_hash(fd, pos))
 
     def _catalog(self, batch: _Batch, rel: bytes, gen: int, fields: dict[str, str]) -> None:
         batch.writer.add_session(rel, gen, fields)

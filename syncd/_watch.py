@@ -7,12 +7,25 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from ._claude import Selection
 
 log = logging.getLogger("syncd.watch")
+_EVENTS = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent,
+           FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
 class _Overflow(logging.Handler):
@@ -41,7 +54,10 @@ class Watcher(FileSystemEventHandler):
     def start(self) -> None:
         for name in ("watchdog.observers.inotify", "watchdog.observers.inotify_c"):
             logging.getLogger(name).addHandler(self._overflow)
-        self._observer.schedule(self, os.fsdecode(self.root), recursive=True)
+        # Only events that change the tree: reads would otherwise raise "opened"/"closed"
+        # events, and our own reads of a large tree overflow the kernel's queue.
+        self._observer.schedule(self, os.fsdecode(self.root), recursive=True,
+                                event_filter=_EVENTS)
         self._observer.start()
 
     def stop(self) -> None:
@@ -57,8 +73,6 @@ class Watcher(FileSystemEventHandler):
         return raw[len(self.root) + 1 :]
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type in ("opened", "closed_no_write"):
-            return
         for path in (event.src_path, getattr(event, "dest_path", "")):
             rel = self._rel(path) if path else None
             if rel is None:

@@ -4,6 +4,8 @@ import logging
 import threading
 from pathlib import Path
 
+from watchdog.events import FileSystemEvent
+
 from syncd._claude import Selection
 from syncd._watch import Watcher
 from tests.helpers import wait_for, write
@@ -44,3 +46,31 @@ def test_events_are_filtered_by_selection(tmp_path: Path) -> None:
         w.stop()
     assert b"projects/a.jsonl" in files
     assert b".credentials.json" not in files
+
+
+def test_reading_files_raises_no_events(tmp_path: Path) -> None:
+    """Reads must stay silent: on a large tree they would overflow the kernel queue."""
+    write(tmp_path, "projects/a.jsonl", b"x\n")
+    kinds: list[str] = []
+
+    class Counting(Watcher):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            kinds.append(event.event_type)
+            super().on_any_event(event)
+
+    files: list[bytes] = []
+    dirs: list[bytes] = []
+    overflow = threading.Event()
+    w = Counting(tmp_path, Selection(), on_file=files.append, on_dir=dirs.append,
+                 on_overflow=overflow.set)
+    w.start()
+    try:
+        for _ in range(50):
+            (tmp_path / "projects" / "a.jsonl").read_bytes()
+            list((tmp_path / "projects").iterdir())
+        write(tmp_path, "projects/b.jsonl", b"y\n")  # events arrive in order
+        wait_for(lambda: b"projects/b.jsonl" in files, 10, "event")
+    finally:
+        w.stop()
+    assert b"projects/a.jsonl" not in files and not dirs and not overflow.is_set()
+    assert "opened" not in kinds and "closed_no_write" not in kinds, kinds
