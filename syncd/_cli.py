@@ -12,14 +12,18 @@ import click
 from pydantic import ValidationError
 
 from . import __version__
+from ._cli_restore import COMMANDS
 from ._config import Settings, load_settings
 from ._daemon import Daemon, SyncError, sync_once
 from ._lock import Locked
-from ._restore import RestoreError, restore_tree
+from ._logging import set_level
+from ._logging import setup as setup_logging
+from ._progress import meter
+from ._restore import RestoreError
 from ._segment import FormatError
 from ._state import StateError
 from ._status import format_status, status
-from .store import StoreError, open_store
+from .store import StoreError
 
 # Exit codes: 0 ok, 1 the work could not be completed (one-line reason on stderr),
 # 2 bad usage or configuration.
@@ -41,80 +45,88 @@ def _fail(e: Exception) -> None:
     sys.exit(1)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EPILOG = """\b
+Exit codes:
+  0  success
+  1  the work could not be completed (one line on stderr says why)
+  2  bad usage or configuration
+
+\b
+Shell completion (add to your shell's rc file):
+  bash:  eval "$(_SYNCD_COMPLETE=bash_source syncd)"
+  zsh:   eval "$(_SYNCD_COMPLETE=zsh_source syncd)"
+  fish:  _SYNCD_COMPLETE=fish_source syncd | source
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="syncd")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
               help="Config file (default ~/.config/syncd/config.toml or $SYNCD_CONFIG).")
-@click.option("-v", "--verbose", is_flag=True, help="Log every flush and scan.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log more: every flush and scan (debug detail for run).")
 @click.pass_context
 def cli(ctx: click.Context, config: Path | None, verbose: bool) -> None:
-    """Continuous append-only backup of Claude Code's session store."""
-    ctx.obj = {"config": config}
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Continuous append-only backup of Claude Code's session store (~/.claude).
+
+    Run `syncd run` as a service (see deploy/ and systemd/), `syncd status` to see
+    that it keeps up, and `syncd restore` to get the sessions back.
+    """
+    ctx.obj = {"config": config, "verbose": verbose}
+    # One line per event; under systemd with <N> priority prefixes for the journal.
+    setup_logging(logging.INFO if verbose else logging.WARNING)
 
 
-@cli.command()
+@cli.command(short_help="The daemon: watch ~/.claude, back up every appended byte.")
 @click.pass_context
 def run(ctx: click.Context) -> None:
-    """Watch the Claude tree and ship every appended byte (foreground)."""
+    """Watch the Claude tree and ship every appended byte (foreground daemon).
+
+    Under systemd (Type=notify) it reports READY, STATUS and WATCHDOG; SIGHUP re-reads
+    the configuration, SIGTERM finishes the segment in flight and exits 0.
+    """
     settings = _settings(ctx)
-    logging.getLogger().setLevel(settings.log_level.upper())
+    set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
+    config = ctx.obj["config"]
     try:
-        Daemon(settings).run()
+        Daemon(settings, reload=lambda: load_settings(config)).run()
     except EXPECTED as e:
         _fail(e)
 
 
-@cli.command()
+@cli.command(short_help="Back up everything pending once; exit 0 when durable.")
 @click.pass_context
 def sync(ctx: click.Context) -> None:
     """One pass: scan, ship everything pending, exit 0 once it is durable."""
     settings = _settings(ctx)
     try:
-        r = sync_once(settings)
+        with meter("shipping") as m:
+            r = sync_once(settings, progress=m)
     except EXPECTED as e:
         _fail(e)
     click.echo(f"synced: {r.files} files, {r.tombstones} deletions, {r.raw_bytes} bytes in "
                f"{len(r.segments)} segments ({r.stored_bytes} stored)")
 
 
-@cli.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@cli.command("status", short_help="Health at a glance (--json for scripts).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (for scripts).")
 @click.pass_context
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Machine, store, last flush, files tracked, bytes pending, last error."""
+    """Health at a glance: daemon, lag, last flush, pending bytes, errors, store.
+
+    The store check is one HEAD with a 3 s timeout. `--json` prints the same figures
+    the daemon's metrics endpoint serves.
+    """
     settings = _settings(ctx)
     try:
-        s = status(settings)
+        s = status(settings, probe_store=True)
     except EXPECTED as e:
         _fail(e)
     click.echo(json.dumps(s, indent=2) if as_json else format_status(s))
 
 
-@cli.command()
-@click.option("--to", "target", type=click.Path(path_type=Path), required=True,
-              help="Directory to rebuild the backed-up tree into.")
-@click.option("--machine", default=None, help="Machine id to restore (default: this one).")
-@click.pass_context
-def restore(ctx: click.Context, target: Path, machine: str | None) -> None:
-    """Rebuild a machine's backed-up tree byte for byte into a directory."""
-    settings = _settings(ctx)
-    try:
-        store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
-                           region=settings.s3_region,
-                           retry_deadline=settings.store_retry_deadline)
-        report = restore_tree(store, machine or settings.machine_id, target)
-    except EXPECTED as e:
-        _fail(e)
-    for line in report.kept:
-        click.echo(f"kept local: {line}", err=True)
-    click.echo(f"restored {len(report.written)} files ({report.bytes_written} bytes), "
-               f"{len(report.skipped)} already identical, {len(report.kept)} kept local")
-    if report.errors:
-        for line in report.errors:
-            click.echo(f"syncd: {line}", err=True)
-        sys.exit(1)
+for _command in COMMANDS:
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -7,12 +7,18 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
 from ._claude import Selection
 from ._config import Settings
+from ._health import record_error
 from ._lock import ProcessLock
+from ._logging import set_level
+from ._metrics import MetricsServer
+from ._notify import Notifier
+from ._progress import Meter
 from ._scan import scan
 from ._ship import FlushResult, Shipper, ship_with_restart
 from ._state import State
@@ -39,7 +45,8 @@ class _Dirty:
 class Engine:
     """Everything one flush needs: store, state, shipper. Shared by ``run`` and ``sync``."""
 
-    def __init__(self, settings: Settings, stop: threading.Event | None = None) -> None:
+    def __init__(self, settings: Settings, stop: threading.Event | None = None,
+                 progress: Callable[[int], None] | None = None) -> None:
         self.settings = settings
         self.stop = stop or threading.Event()
         if not settings.source.is_dir():
@@ -60,6 +67,8 @@ class Engine:
                                machine=settings.machine_id, selection=self.selection,
                                level=settings.zstd_level, segment_max=settings.segment_max_bytes,
                                should_stop=self.stop.is_set)
+        if progress is not None:
+            self.shipper.progress = progress
 
     def close(self) -> None:
         self.state.close()
@@ -69,17 +78,31 @@ class Engine:
         try:
             result = ship_with_restart(self.shipper, paths)
         except (StoreError, OSError, RuntimeError) as e:
-            self.state.set_meta(last_error=f"{time.time()!r} {e}")
+            record_error(self.state, str(e))
             raise
         if result.problems:
             first = next(iter(result.problems.values()))
-            self.state.set_meta(last_error=f"{time.time()!r} {first}")
+            record_error(self.state, first)
         return result
 
 
+# Settings a SIGHUP applies to the running daemon; any other change needs a restart.
+RELOADABLE = ("flush_quiet", "flush_max_delay", "flush_busy_interval", "reconcile_interval",
+              "log_level")
+
+
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    """The loop. ``reload`` re-reads the configuration on SIGHUP (None: reload is refused)."""
+
+    def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
         self.settings = settings
+        self.reload = reload
+        self.notify = Notifier()
+        self._reload_due = False
+        self._ready = False
+        self._extended_at = 0.0
+        self._last_flush: tuple[float, int] | None = None  # wall time, seq
+        self._failing: str | None = None
         self.stop = threading.Event()
         self.wake = threading.Event()
         self._lock = threading.Lock()
@@ -115,8 +138,22 @@ class Daemon:
 
     def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
         log.info("stopping (signal %d)", signum)
+        self.notify.stopping()
         self.stop.set()
         self.wake.set()
+
+    def request_reload(self, signum: int = 0, frame: FrameType | None = None) -> None:
+        self._reload_due = True
+        self.wake.set()
+
+    def _on_progress(self, nbytes: int) -> None:
+        """Called by the shipper for every frame read: a long flush still feeds the watchdog."""
+        self.notify.watchdog()
+        now = time.monotonic()
+        if not self._ready and not self.stop.is_set() and now - self._extended_at > 30:
+            # A first seed that keeps making progress may take longer than TimeoutStartSec.
+            self._extended_at = now
+            self.notify.extend_timeout(300)
 
     # -- the loop ------------------------------------------------------------
     def run(self) -> None:
@@ -124,12 +161,18 @@ class Daemon:
             # A fresh machine: Claude Code has not run yet. Watch the empty tree it will use.
             self.settings.source.mkdir(parents=True, mode=0o700)
             log.warning("created empty %s to watch", self.settings.source)
-        engine = Engine(self.settings, self.stop)
+        engine = Engine(self.settings, self.stop, progress=self._on_progress)
+        last_time, last_seq = (engine.state.meta("last_flush_time"),
+                               engine.state.meta("last_flush_seq"))
+        if last_time and last_seq:
+            self._last_flush = (float(last_time), int(last_seq))
         # Signal handlers can only be set from the main thread; embedders running the
         # daemon in a thread stop it with request_stop() instead.
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.request_stop)
+            signal.signal(signal.SIGHUP, self.request_reload)
+        metrics = MetricsServer.start_for(self.settings)
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
         log.info("syncd running: machine %s, source %s, store %s", self.settings.machine_id,
@@ -139,19 +182,83 @@ class Daemon:
             watcher.start()
             next_scan = 0.0
             while not self.stop.is_set():
+                self.notify.watchdog()
+                if self._reload_due:
+                    self._reload_due = False
+                    next_scan = self._apply_reload(next_scan)
                 now = time.monotonic()
                 if self._scan_due or now >= next_scan:
                     self._scan_due = False
                     self._reconcile(engine)
                     next_scan = now + self.settings.reconcile_interval
+                    engine.state.set_meta(
+                        last_reconcile_time=repr(time.time()),
+                        next_reconcile_time=repr(time.time() + self.settings.reconcile_interval))
                     self._flush(engine, force=True)
                 self._flush(engine)
+                if not self._ready and not self.stop.is_set():
+                    # The first reconcile scan and its flush are done: we are up.
+                    self._ready = True
+                    self.notify.ready(self._status_text())
+                self.notify.status(self._status_text())
                 self.wake.wait(self._timeout(next_scan))
                 self.wake.clear()
         finally:
             watcher.stop()
+            if metrics is not None:
+                metrics.stop()
             engine.close()
+            self.notify.close()
         log.info("syncd stopped")
+
+    def _apply_reload(self, next_scan: float) -> float:
+        """SIGHUP: re-read the configuration and apply what can change without a restart."""
+        self.notify.reloading()
+        try:
+            if self.reload is None:
+                raise ValueError("this daemon was started without a configuration to re-read")
+            new = self.reload()
+        except Exception as e:  # a bad config file keeps the running configuration
+            log.error("reload failed, configuration unchanged: %s", str(e).replace("\n", " "))
+            if self._ready:
+                self.notify.ready(self._status_text())
+            return next_scan
+        old = self.settings
+        hot = {k: getattr(new, k) for k in RELOADABLE if getattr(new, k) != getattr(old, k)}
+        cold = [k for k in type(new).model_fields
+                if k not in RELOADABLE and getattr(new, k) != getattr(old, k)]
+        self.settings = old.model_copy(update=hot)
+        if "log_level" in hot:
+            set_level(self.settings.log_level)
+        if "reconcile_interval" in hot:
+            next_scan = min(next_scan, time.monotonic() + self.settings.reconcile_interval)
+        log.info("reloaded configuration: %s%s",
+                 ", ".join(f"{k}={v}" for k, v in hot.items()) or "no change applied",
+                 f"; {', '.join(cold)} changed but need a restart" if cold else "")
+        if self._ready:  # before the first flush, READY=1 comes when that is done
+            self.notify.ready(self._status_text())
+        return next_scan
+
+    def _status_text(self) -> str:
+        """One line for ``systemctl status``: lag and what is pending, or the last flush."""
+        with self._lock:
+            pending = len(self._dirty.paths) + len(self._dirty.dirs)
+            first = self._dirty.first
+        parts = []
+        if self._failing:
+            parts.append(f"flush failing: {self._failing}")
+        if pending and first is not None:
+            # A time, not an age: the line changes when the pending set does, not every second.
+            since = time.time() - (time.monotonic() - first)
+            parts.append(f"changes pending since "
+                         f"{time.strftime('%H:%M:%S', time.localtime(since))} ({pending} paths)")
+        else:
+            parts.append("idle, nothing pending")
+        if self._last_flush:
+            when, seq = self._last_flush
+            parts.append(f"last flush {time.strftime('%H:%M:%S', time.localtime(when))} "
+                         f"(seq {seq})")
+        return "; ".join(parts)
 
     def _timeout(self, next_scan: float) -> float:
         now = time.monotonic()
@@ -160,6 +267,9 @@ class Daemon:
             d = self._dirty
             if d.first is not None and d.last is not None:
                 deadline = min(deadline, max(self._due(d), self._retry_at))
+        if self.notify.watchdog_interval is not None:
+            # Under a systemd watchdog, wake often enough to ping it; otherwise stay idle.
+            deadline = min(deadline, now + self.notify.watchdog_interval / 2)
         return max(0.0, deadline - now)
 
     def _due(self, d: _Dirty) -> float:
@@ -174,8 +284,10 @@ class Daemon:
     def _reconcile(self, engine: Engine) -> None:
         t0 = time.monotonic()
         found = scan(engine.root, engine.selection, engine.state)
-        log.info("reconcile scan: %d files, %d changed (%d bytes pending) in %.2fs",
-                 found.files, len(found.dirty), found.pending_bytes, time.monotonic() - t0)
+        # Quiet when nothing happens: an hourly scan that finds nothing is not news.
+        log.log(logging.INFO if found.dirty else logging.DEBUG,
+                "reconcile scan: %d files, %d changed (%d bytes pending) in %.2fs",
+                found.files, len(found.dirty), found.pending_bytes, time.monotonic() - t0)
         with self._lock:
             self._dirty.paths |= found.dirty
 
@@ -203,10 +315,14 @@ class Daemon:
             self._requeue(paths)
             self._retry_at = time.monotonic() + self._backoff
             log.error("flush failed, retrying in %.0fs: %s", self._backoff, e)
+            self._failing = str(e)[:200]
             self._backoff = min(self._backoff * 2, 300.0)
             return
         self._backoff = 1.0
         self._retry_at = 0.0
+        self._failing = None
+        if result.segments:
+            self._last_flush = (time.time(), result.segments[-1])
         if result.requeue:
             self._requeue(result.requeue)
         # Unreadable files wait for the next reconcile scan instead of spinning here.
@@ -219,11 +335,16 @@ class Daemon:
             self._dirty.last = self._dirty.last or now
 
 
-def sync_once(settings: Settings) -> FlushResult:
-    """Scan, ship everything pending, return when it is durable; raise SyncError otherwise."""
-    engine = Engine(settings)
+def sync_once(settings: Settings, progress: Meter | None = None) -> FlushResult:
+    """Scan, ship everything pending, return when it is durable; raise SyncError otherwise.
+
+    ``progress`` is told the bytes to read, then every frame read (a first seed's bar).
+    """
+    engine = Engine(settings, progress=progress.advance if progress is not None else None)
     try:
         found = scan(engine.root, engine.selection, engine.state)
+        if progress is not None:
+            progress.start(found.pending_bytes)
         total = FlushResult()
         pending = found.dirty
         for _ in range(5):

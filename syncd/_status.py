@@ -1,4 +1,7 @@
-"""``syncd status``: what is backed up, what is pending, what went wrong last."""
+"""``syncd status``: what is backed up, what is pending, what went wrong last, and health.
+
+The same figures feed ``status --json`` and the daemon's metrics endpoint.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +9,62 @@ import os
 import time
 from typing import Any
 
+from . import _layout as layout
 from ._claude import Selection
 from ._config import Settings
+from ._health import WINDOW, errors_since
 from ._lock import ProcessLock
 from ._scan import scan
 from ._state import State
+from .store import Store, StoreError, open_store
+
+# How long ``status`` waits for the store before calling it unreachable.
+STORE_CHECK_TIMEOUT = 3.0
 
 
-def status(settings: Settings) -> dict[str, Any]:
+def check_store(settings: Settings, store: Store | None = None) -> tuple[bool, str | None]:
+    """(reachable, why not): one HEAD of this machine's ``machine.json`` with a short timeout."""
+    try:
+        if store is None:
+            store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
+                               region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
+                               timeout=STORE_CHECK_TIMEOUT)
+        store.head(layout.machine_key(settings.machine_id))
+    except (StoreError, OSError) as e:
+        return False, str(e)
+    return True, None
+
+
+def _lag(root: bytes, dirty: set[bytes]) -> float:
+    """Seconds since the least recently changed pending file changed (0: nothing pending).
+
+    A lower bound of the age of the oldest unshipped change, from stat alone.
+    """
+    oldest = None
+    for rel in dirty:
+        try:
+            mtime = os.lstat(os.path.join(root, rel)).st_mtime
+        except OSError:
+            continue  # gone: a pending deletion has no time of its own
+        oldest = mtime if oldest is None else min(oldest, mtime)
+    return 0.0 if oldest is None else max(0.0, round(time.time() - oldest, 3))
+
+
+def status(settings: Settings, *, probe_store: bool = False,
+           store: Store | None = None) -> dict[str, Any]:
+    """Every figure of ``syncd status``.
+
+    ``probe_store`` adds the reachability check (one HEAD, through ``store`` if given);
+    without it ``store_reachable`` is None and no network is touched.
+    """
+    pid = ProcessLock(settings.state_file.with_suffix(".lock")).holder()
     out: dict[str, Any] = {
         "machine_id": settings.machine_id,
         "source": str(settings.source),
         "store": settings.store,
         "state": str(settings.state_file),
-        "daemon_pid": ProcessLock(settings.state_file.with_suffix(".lock")).holder(),
+        "daemon_pid": pid,
+        "running": pid is not None,
         "last_flush_time": None,
         "last_flush_seq": None,
         "next_seq": 0,
@@ -30,7 +75,18 @@ def status(settings: Settings) -> dict[str, Any]:
         "files_pending": None,
         "last_error": None,
         "last_error_time": None,
+        "lag_seconds": None,
+        "errors_last_hour": 0,
+        "store_reachable": None,
+        "store_error": None,
+        "last_reconcile_time": None,
+        # Compaction and retention are not implemented yet: never run, not scheduled.
+        "last_compaction_time": None,
+        "last_prune_time": None,
+        "next_jobs": {"reconcile": None, "compaction": None, "prune": None},
     }
+    if probe_store:
+        out["store_reachable"], out["store_error"] = check_store(settings, store)
     if not settings.state_file.exists():
         return out
     state = State(settings.state_file, readonly=True)
@@ -48,11 +104,20 @@ def status(settings: Settings) -> dict[str, Any]:
         if err:
             when, _, msg = err.partition(" ")
             out["last_error_time"], out["last_error"] = float(when), msg
+        out["errors_last_hour"] = errors_since(state, time.time() - WINDOW)
+        for key in ("last_compaction_time", "last_prune_time"):
+            value = state.meta(key)
+            out[key] = float(value) if value else None
+        last, nxt = state.meta("last_reconcile_time"), state.meta("next_reconcile_time")
+        out["last_reconcile_time"] = float(last) if last else None
+        if nxt and pid is not None:  # scheduled by the running daemon only
+            out["next_jobs"]["reconcile"] = float(nxt)
         if settings.source.is_dir():
-            found = scan(os.fsencode(settings.source),
-                         Selection(settings.include, settings.exclude), state)
+            root = os.fsencode(settings.source)
+            found = scan(root, Selection(settings.include, settings.exclude), state)
             out["bytes_pending"] = found.pending_bytes
             out["files_pending"] = len(found.dirty)
+            out["lag_seconds"] = _lag(root, found.dirty)
     finally:
         state.close()
     return out
@@ -65,12 +130,27 @@ def format_status(s: dict[str, Any]) -> str:
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} " \
                f"({_ago(time.time() - t)} ago)"
 
+    def later(t: float | None) -> str:
+        if t is None:
+            return "not scheduled"
+        return f"{time.strftime('%H:%M:%S', time.localtime(t))} " \
+               f"(in {_ago(max(0.0, t - time.time()))})"
+
     pid = s["daemon_pid"]
+    reach = s.get("store_reachable")
+    store_note = {True: " (reachable)", False: f" (UNREACHABLE: {s.get('store_error')})",
+                  None: ""}[reach]
+    lag = s.get("lag_seconds")
+    jobs = s.get("next_jobs") or {}
     lines = [
         f"machine:      {s['machine_id']}",
         f"source:       {s['source']}",
-        f"store:        {s['store']}",
+        f"store:        {s['store']}{store_note}",
         f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
+        f"health:       {', '.join(health(s)) or 'ok'}",
+        f"lag:          {'unknown' if lag is None else _ago(lag)}"
+        + (" (nothing pending)" if lag == 0 else " since the oldest pending change"
+           if lag is not None else ""),
         f"last flush:   {when(s['last_flush_time'])}"
         + (f", seq {s['last_flush_seq']}" if s["last_flush_seq"] is not None else ""),
         f"files:        {s['files_tracked']} tracked, {s['files_deleted']} deleted locally "
@@ -79,8 +159,32 @@ def format_status(s: dict[str, Any]) -> str:
         if s["bytes_pending"] is not None else "pending:      unknown",
         f"last error:   {s['last_error']} ({when(s['last_error_time'])})"
         if s["last_error"] else "last error:   none",
+        f"errors:       {s.get('errors_last_hour', 0)} in the last hour",
+        f"compaction:   {when(s.get('last_compaction_time'))}",
+        f"prune:        {when(s.get('last_prune_time'))}",
+        f"next jobs:    reconcile scan {later(jobs.get('reconcile'))}; "
+        f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}",
     ]
     return "\n".join(lines)
+
+
+# Lag above this is worth a look: the daemon flushes within seconds of a change.
+LAG_WARN = 60.0
+
+
+def health(s: dict[str, Any]) -> list[str]:
+    """What is wrong, in a few words each; empty when all is well."""
+    problems = []
+    if not s.get("running"):
+        problems.append("daemon not running")
+    if s.get("store_reachable") is False:
+        problems.append("store unreachable")
+    lag = s.get("lag_seconds")
+    if lag is not None and lag > LAG_WARN:
+        problems.append(f"lag {_ago(lag)}")
+    if s.get("errors_last_hour"):
+        problems.append(f"{s['errors_last_hour']} errors in the last hour")
+    return problems
 
 
 def _ago(seconds: float) -> str:

@@ -39,8 +39,13 @@ __all__ = [
 
 
 def open_store(url: str, *, endpoint_url: str | None = None, region: str | None = None,
-               retry_deadline: float = 60.0, stop: threading.Event | None = None) -> RetryStore:
-    """``file:///path`` or ``s3://bucket/prefix``, wrapped in retries."""
+               retry_deadline: float = 60.0, stop: threading.Event | None = None,
+               timeout: float | None = None) -> RetryStore:
+    """``file:///path`` or ``s3://bucket/prefix``, wrapped in retries.
+
+    ``timeout`` bounds one S3 request (connect and read; default S3Store's 30 s);
+    ``syncd status`` uses a short one.
+    """
     parsed = urlparse(url)
     inner: Store
     if parsed.scheme == "file":
@@ -50,8 +55,9 @@ def open_store(url: str, *, endpoint_url: str | None = None, region: str | None 
     elif parsed.scheme == "s3":
         if not parsed.netloc:
             raise StoreError(f"{url}: missing bucket (s3://bucket/prefix)")
+        extra = {} if timeout is None else {"timeout": timeout}
         inner = S3Store(parsed.netloc, unquote(parsed.path), endpoint_url=endpoint_url,
-                        region=region)
+                        region=region, **extra)
     elif parsed.scheme == "memory":
         inner = MemoryStore()
     else:
