@@ -4,46 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from . import __version__
 from ._cli_restore import COMMANDS
-from ._config import Settings, load_settings
-from ._daemon import Daemon, SyncError, sync_once
-from ._lock import Locked
+from ._cliutil import EXPECTED, fail, settings_of
+from ._config import load_settings
+from ._daemon import Daemon, sync_once
 from ._logging import set_level
 from ._logging import setup as setup_logging
 from ._progress import meter
-from ._restore import RestoreError
-from ._segment import FormatError
-from ._state import StateError
 from ._status import format_status, status
-from .store import StoreError
-
-# Exit codes: 0 ok, 1 the work could not be completed (one-line reason on stderr),
-# 2 bad usage or configuration.
-EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked, OSError)
-
-
-def _settings(ctx: click.Context, **overrides: Any) -> Settings:
-    try:
-        return load_settings(ctx.obj["config"], **{k: v for k, v in overrides.items()
-                                                   if v is not None})
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise click.UsageError(f"configuration: {where}: {first['msg']}") from None
-
-
-def _fail(e: Exception) -> None:
-    click.echo(f"syncd: {e}", err=True)
-    sys.exit(1)
-
 
 EPILOG = """\b
 Exit codes:
@@ -85,25 +58,25 @@ def run(ctx: click.Context) -> None:
     Under systemd (Type=notify) it reports READY, STATUS and WATCHDOG; SIGHUP re-reads
     the configuration, SIGTERM finishes the segment in flight and exits 0.
     """
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     config = ctx.obj["config"]
     try:
         Daemon(settings, reload=lambda: load_settings(config)).run()
     except EXPECTED as e:
-        _fail(e)
+        fail(e)
 
 
 @cli.command(short_help="Back up everything pending once; exit 0 when durable.")
 @click.pass_context
 def sync(ctx: click.Context) -> None:
     """One pass: scan, ship everything pending, exit 0 once it is durable."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     try:
         with meter("shipping") as m:
             r = sync_once(settings, progress=m)
     except EXPECTED as e:
-        _fail(e)
+        fail(e)
     click.echo(f"synced: {r.files} files, {r.tombstones} deletions, {r.raw_bytes} bytes in "
                f"{len(r.segments)} segments ({r.stored_bytes} stored)")
 
@@ -117,11 +90,11 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     The store check is one HEAD with a 3 s timeout. `--json` prints the same figures
     the daemon's metrics endpoint serves.
     """
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     try:
         s = status(settings, probe_store=True)
     except EXPECTED as e:
-        _fail(e)
+        fail(e)
     click.echo(json.dumps(s, indent=2) if as_json else format_status(s))
 
 
