@@ -179,24 +179,24 @@ def strings_outside_thinking(requests: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def last_user_text(request: dict[str, Any]) -> str:
-    for m in reversed(request.get("messages", [])):
-        if m.get("role") == "user":
-            c = m.get("content")
-            if isinstance(c, str):
-                return c
-            return "\n".join(b.get("text", "") for b in c or [] if isinstance(b, dict))
-    return ""
-
-
-def first_user_text(request: dict[str, Any]) -> str:
+def _user_texts(request: dict[str, Any]) -> list[str]:
+    out = []
     for m in request.get("messages", []):
         if m.get("role") == "user":
             c = m.get("content")
-            if isinstance(c, str):
-                return c
-            return "\n".join(b.get("text", "") for b in c or [] if isinstance(b, dict))
-    return ""
+            out.append(c if isinstance(c, str) else "\n".join(
+                b.get("text", "") for b in c or [] if isinstance(b, dict)))
+    return out
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    texts = _user_texts(request)
+    return texts[-1] if texts else ""
+
+
+def first_user_text(request: dict[str, Any]) -> str:
+    texts = _user_texts(request)
+    return texts[0] if texts else ""
 
 
 # -- scripted sessions -----------------------------------------------------------------

@@ -29,6 +29,12 @@ from syncd.store import Store, open_store
 MACHINE = "m1"
 
 
+# Transcripts the fault tests write: three in one project, one in another.
+A = b"projects/-home-u-app/aaaa.jsonl"
+B = b"projects/-home-u-app/bbbb.jsonl"
+C = b"projects/-home-u-app/cccc.jsonl"
+D = b"projects/-home-u-other/dddd.jsonl"
+
 def make_settings(tmp_path: Path, *, store: str | None = None, endpoint: str | None = None,
                   **kw: Any) -> Settings:
     (tmp_path / "src").mkdir(exist_ok=True)

@@ -27,6 +27,9 @@ from syncd._status import status
 from syncd.store import open_store
 from tests.faultkit import (
     MACHINE,
+    A,
+    B,
+    C,
     all_files,
     assert_shipped_once,
     cli,
@@ -42,9 +45,6 @@ from tests.faultkit import (
 )
 from tests.seaweed import Seaweed
 
-A = b"projects/-home-u-app/aaaa.jsonl"
-B = b"projects/-home-u-app/bbbb.jsonl"
-C = b"projects/-home-u-app/cccc.jsonl"
 SECRET = b"TOP-SECRET-7f3a9c-do-not-upload"
 
 

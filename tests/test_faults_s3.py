@@ -24,6 +24,10 @@ from syncd._status import status
 from syncd.store import S3Store
 from tests.faultkit import (
     MACHINE,
+    A,
+    B,
+    C,
+    D,
     FaultProxy,
     assert_shipped_once,
     cli,
@@ -38,11 +42,6 @@ from tests.faultkit import (
     write,
 )
 from tests.seaweed import Seaweed
-
-A = b"projects/-home-u-app/aaaa.jsonl"
-B = b"projects/-home-u-app/bbbb.jsonl"
-C = b"projects/-home-u-app/cccc.jsonl"
-D = b"projects/-home-u-other/dddd.jsonl"
 
 
 @pytest.fixture
