@@ -18,10 +18,16 @@ from ._claude import project_folder
 
 # Bytes that continue a path name: a prefix must not be followed or preceded by one.
 _NAME = rb"A-Za-z0-9._~\-\x80-\xff"
-_PROTECTED = re.compile(rb'"(?:thinking|signature|data)":"(?:[^"\\]|\\.)*"')
+_NAME_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-"
+                        + bytes(range(0x80, 0x100)))
+_PROTECTED = re.compile(rb'"(?:thinking|signature|data)":"[^"\\]*(?:\\.[^"\\]*)*"')
 # What may follow a Windows prefix: more components, separated by an escaped backslash.
 _WIN_REST = rb'((?:\\\\[^\\"<>|*?:]+)*)'
 _PROTECT_HINT = (b'"thinking"', b'"signature"', b'"redacted_thinking"')
+
+
+def _alternatives(pairs: dict[bytes, bytes]) -> bytes:
+    return b"|".join(re.escape(k) for k in sorted(pairs, key=len, reverse=True))
 
 
 def _json_form(text: str) -> bytes:
@@ -61,20 +67,16 @@ class Remapper:
                 if "\\" in r.old and "\\" not in r.new:
                     self._to_posix.add(form)
         self._pairs = pairs
-        self._prefix_re = self._compile(pairs) if pairs else None
+        # Literal first, so the regex engine can skip ahead; what precedes a match is
+        # checked in _replace (a lookbehind first would make every position a candidate).
+        self._prefix_re = re.compile(
+            rb"(" + _alternatives(pairs) + rb")(?![" + _NAME + rb"])" + _WIN_REST
+        ) if pairs else None
         fpairs = {f.encode(): t.encode() for f, t in self.folders.items()}
         self._fpairs = fpairs
         self._folder_re = re.compile(
-            rb"(?<=projects[/\\])(" + b"|".join(re.escape(k) for k in sorted(
-                fpairs, key=len, reverse=True)) + rb")(?=[/\\\"]|$)") if fpairs else None
-
-    @staticmethod
-    def _compile(pairs: dict[bytes, bytes]) -> re.Pattern[bytes]:
-        alts = b"|".join(re.escape(k) for k in sorted(pairs, key=len, reverse=True))
-        # A path may also start right after a JSON escape such as \n or \t (tool output).
-        return re.compile(rb"(?:(?<![" + _NAME + rb"])|(?<=\\[nrtbf]))(" + alts
-                          + rb")(?![" + _NAME + rb"])"
-                          + _WIN_REST)
+            rb"(projects(?:/|\\\\))(" + _alternatives(fpairs) + rb")(?=/|\\\\|\"|$)"
+        ) if fpairs else None
 
     @property
     def identity(self) -> bool:
@@ -95,20 +97,29 @@ class Remapper:
         return self.folders.get(name, name)
 
     def _sub(self, chunk: bytes) -> bytes:
-        if self._prefix_re is not None:
+        if self._prefix_re is not None and any(k in chunk for k in self._pairs):
             chunk = self._prefix_re.sub(self._replace, chunk)
-        if self._folder_re is not None:
-            chunk = self._folder_re.sub(lambda m: self._fpairs[m.group(1)], chunk)
+        if self._folder_re is not None and b"projects" in chunk:
+            chunk = self._folder_re.sub(lambda m: m.group(1) + self._fpairs[m.group(2)], chunk)
         return chunk
 
     def _replace(self, m: re.Match[bytes]) -> bytes:
+        s, at = m.string, m.start()
+        # A prefix starts a path: after a non-name byte, or right after a JSON escape such
+        # as \n or \t (tool output); never inside a longer name (/x/home/a, bob/by).
+        if at and s[at - 1] in _NAME_BYTES and not (
+                at >= 2 and s[at - 2] == 0x5C and s[at - 1] in b"nrtbf"):
+            return m.group(0)
         old, rest = m.group(1), m.group(2)
         if old in self._to_posix:
             rest = rest.replace(b"\\\\", b"/")
         return self._pairs[old] + rest
 
     def line(self, raw: bytes) -> bytes:
-        """Rewrite one JSONL line (or a whole JSON/text file), keeping protected strings."""
+        """Rewrite JSON(L) text, any number of lines at once, keeping protected strings.
+
+        A JSON string never holds a raw newline, so protected spans never cross lines.
+        """
         if self.identity:
             return raw
         if not any(h in raw for h in _PROTECT_HINT):
@@ -122,8 +133,7 @@ class Remapper:
         out.append(self._sub(raw[pos:]))
         return b"".join(out)
 
-    def lines(self, data: bytes) -> bytes:
-        return b"\n".join(self.line(line) for line in data.split(b"\n"))
+    lines = line
 
 
 def folder_for(cwd: str, remap: Remapper) -> str:

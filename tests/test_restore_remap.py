@@ -194,3 +194,21 @@ def test_diverged_session_merge_and_conflict(alice: tuple[MemoryStore, Path],
     assert act.action == "conflict" and act.conflict_copy is not None
     assert local.read_bytes() == b"".join(lines[:-1]) + newer  # untouched
     assert Path(act.conflict_copy).read_bytes() == original
+
+
+def test_folder_follows_the_start_directory_not_a_later_cd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transcript whose first cwd is a subdirectory stays in (the mapped) start folder."""
+    monkeypatch.setenv("HOME", "/home/alice")
+    src, store = tmp_path / "src", MemoryStore()
+    rel = f"projects/{project_folder('/home/alice/app')}/{SID}.jsonl"
+    write(src, rel, _line(SID, "u1", "/home/alice/app/rock", "in a subdirectory"))
+    shipper(src, store, tmp_path / "st.db", machine="desk").ship([rel.encode()])
+    restore(store, "desk", _opts(tmp_path))
+    root = tmp_path / "bob" / ".claude" / "projects"
+    assert [p.name for p in root.iterdir()] == ["-home-bob-app"]
+    # Restoring on the same machine moves nothing at all.
+    monkeypatch.setenv("HOME", "/home/alice")
+    same = restore(store, "desk", RestoreOptions(target=tmp_path / "same",
+                                                 local_home="/home/alice"))
+    assert same.written == [rel]

@@ -1,0 +1,759 @@
+#!/usr/bin/env python3
+"""Restore figures for syncd (issue 3), with restic's restore side by side.
+
+Prints figures; asserts nothing. See bench/README.md for what each figure means.
+
+    .venv/bin/python bench/restore.py                # full run: 1 GB tree, ~5 min
+    .venv/bin/python bench/restore.py --quick        # smoke run, about a minute
+    .venv/bin/python bench/restore.py --skip-peers   # syncd only
+
+Progress goes to stderr, the final table to stdout. Everything (tree, SeaweedFS,
+restic repo, restore targets) lives in one temporary directory, removed at the end.
+Tree generation, SeaweedFS and process measurement come from bench/core.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from core import (  # core also puts the repo on sys.path, for syncd and tests
+    MB,
+    SAMPLES,
+    Procs,
+    Run,
+    Tree,
+    bucket_stats,
+    build_main_tree,
+    fmt_mb,
+    git_describe,
+    load_samples,
+    log,
+    run_measured,
+    sanitize,
+    synthetic_corpus,
+    tool,
+)
+
+from syncd import _layout as layout
+from syncd._backup import Backup, FileView, load_backup
+from syncd._segment import TAIL_READ, TRAILER
+from syncd.store import open_store
+from tests.seaweed import Seaweed, start_seaweed
+
+MACHINE = "bench-main"
+SYNCD_PREFIX = "bench"
+TARGET_RATE = 50.0        # MB/s, full restore
+TARGET_ONE = 2.0          # downloaded / session compressed size
+GNU_TIME = next((t for t in ("/usr/bin/time", shutil.which("time")) if t and os.access(t, os.X_OK)),
+                None)
+
+
+def fmt_rss(n: int) -> str:
+    return fmt_mb(n) if n >= 0 else "n/a (no GNU time)"
+
+
+def fmt_kb(n: float) -> str:
+    return f"{n / 1000:.1f} kB" if n < MB else fmt_mb(n)
+
+
+# ---------------------------------------------------------------------------
+# A counting HTTP proxy in front of SeaweedFS
+# ---------------------------------------------------------------------------
+
+# Not forwarded either way: they describe one connection, not the request.
+HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+       "upgrade", "expect", "proxy-authorization", "proxy-authenticate", "content-length"}
+
+
+@dataclass
+class Req:
+    method: str
+    bucket: str
+    key: str       # "" for bucket-level requests (LIST)
+    query: str
+    range: str     # the Range header, "" if none
+    status: int
+    body: int      # response body bytes sent to the client
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Forwards each request as it came (Host header included, so SigV4 stays valid)."""
+
+    protocol_version = "HTTP/1.1"
+    proxy: CountingProxy
+    up: http.client.HTTPConnection | None = None
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
+
+    def finish(self) -> None:
+        with contextlib.suppress(Exception):
+            super().finish()
+        if self.up is not None:
+            self.up.close()
+
+    def _request_body(self) -> bytes | None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else None
+
+    def _upstream(self, headers: list[tuple[str, str]],
+                  body: bytes | None) -> http.client.HTTPResponse:
+        for attempt in (0, 1):
+            try:
+                if self.up is None:
+                    self.up = http.client.HTTPConnection(self.proxy.host, self.proxy.port,
+                                                         timeout=300)
+                self.up.putrequest(self.command, self.path, skip_host=True,
+                                   skip_accept_encoding=True)
+                for k, v in headers:
+                    self.up.putheader(k, v)
+                self.up.endheaders(body)
+                return self.up.getresponse()
+            except (OSError, http.client.HTTPException):
+                # A kept-alive upstream connection the server had closed: once more.
+                if self.up is not None:
+                    self.up.close()
+                self.up = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _forward(self) -> None:
+        body = self._request_body()
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP]
+        if body is not None or self.command in ("PUT", "POST"):
+            headers.append(("Content-Length", str(len(body or b""))))
+        try:
+            resp = self._upstream(headers, body)
+        except (OSError, http.client.HTTPException) as e:
+            self.send_error(502, f"upstream: {e}")
+            return
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP:
+                self.send_header(k, v)
+        length = resp.getheader("Content-Length")
+        sent = 0
+        if self.command == "HEAD" or resp.status in (204, 304):
+            if length is not None:
+                self.send_header("Content-Length", length)
+            self.end_headers()
+            resp.read()
+        elif length is not None:
+            self.send_header("Content-Length", length)
+            self.end_headers()
+            while chunk := resp.read(1 << 20):
+                self.wfile.write(chunk)
+                sent += len(chunk)
+        else:
+            data = resp.read()
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            sent = len(data)
+        if resp.will_close and self.up is not None:
+            self.up.close()
+            self.up = None
+        u = urlsplit(self.path)
+        bucket, _, key = unquote(u.path).lstrip("/").partition("/")
+        self.proxy.record(Req(self.command, bucket, key, u.query,
+                              self.headers.get("Range", ""), resp.status, sent))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+
+class CountingProxy:
+    """A threaded HTTP proxy on 127.0.0.1 in front of one upstream: every request with
+    the response body bytes it returned."""
+
+    def __init__(self, upstream: str) -> None:
+        u = urlsplit(upstream)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self._lock = threading.Lock()
+        self._log: list[Req] = []
+        handler = type("Handler", (_Handler,), {"proxy": self})
+        self.server = _Server(("127.0.0.1", 0), handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="proxy",
+                                        daemon=True)
+        self._thread.start()
+
+    def record(self, r: Req) -> None:
+        with self._lock:
+            self._log.append(r)
+
+    def take(self) -> list[Req]:
+        """The requests since the last call."""
+        with self._lock:
+            out, self._log = self._log, []
+        return out
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def is_list(r: Req) -> bool:
+    return r.method == "GET" and (not r.key or "list-type" in parse_qs(r.query))
+
+
+# ---------------------------------------------------------------------------
+# Results: one table, core.py's style, columns syncd and restic
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Results:
+    rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, what: str, syncd: str = "", restic: str = "", target: str = "",
+            met: bool | None = None) -> None:
+        self.rows.append((what, syncd, restic, target,
+                          "" if met is None else ("yes" if met else "NO")))
+
+    def table(self) -> str:
+        head = ("figure", "syncd", "restic", "target", "met")
+        body = [r for r in self.rows if not r[0].startswith("#")]
+        w = [max(len(r[i]) for r in [head, *body]) for i in range(5)]
+        line = "  ".join("-" * x for x in w)
+        out = [line, "  ".join(h.ljust(w[i]) for i, h in enumerate(head)), line]
+        for r in self.rows:
+            if r[0].startswith("#"):
+                out.append(r[0][1:].strip())
+                continue
+            out.append("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+        out.append(line)
+        out.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Pick:
+    label: str
+    sid: str
+    rel: str                       # projects/<folder>/<sid>.jsonl
+    files: list[FileView]          # the transcript and everything under <sid>/
+    raw: int
+    stored: int                    # sum of clen of their extents
+
+    @property
+    def segments(self) -> int:
+        return len({k for f in self.files for k, _ in f.extents})
+
+
+def tree_files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def _same_bytes(x: Path, y: Path) -> bool:
+    with open(x, "rb") as fx, open(y, "rb") as fy:
+        while True:
+            cx = fx.read(1 << 20)
+            if cx != fy.read(1 << 20):
+                return False
+            if not cx:
+                return True
+
+
+def _unfoldered(rel: str) -> str:
+    """``projects/<folder>/<rest>`` without its project folder (session ids are unique)."""
+    parts = rel.split("/")
+    return "/".join(["projects", *parts[2:]]) if parts[0] == "projects" and len(parts) > 2 \
+        else rel
+
+
+def same_tree(a: Path, b: Path) -> tuple[bool, str]:
+    """Every file of ``a`` in ``b`` with the same bytes, and nothing else in ``b``. When the
+    names differ, says whether they differ only in the project folder."""
+    fa, fb = tree_files(a), tree_files(b)
+    pairs = {r: r for r in fa}
+    moved: list[tuple[str, str]] = []
+    if fa.keys() != fb.keys():
+        ua = {_unfoldered(r): r for r in fa}
+        ub = {_unfoldered(r): r for r in fb}
+        if ua.keys() != ub.keys() or len(ua) != len(fa) or len(ub) != len(fb):
+            return False, (f"{len(fa.keys() - fb.keys())} files missing, "
+                           f"{len(fb.keys() - fa.keys())} extra")
+        pairs = {ua[k]: ub[k] for k in ua}
+        moved = [(x, y) for x, y in pairs.items() if x != y]
+    for x, y in pairs.items():
+        if fa[x] != fb[y] or not _same_bytes(a / x, b / y):
+            return False, f"{x}: content differs"
+    what = f"{len(fa)} files, {fmt_mb(sum(fa.values()))}"
+    if not moved:
+        return True, what
+    folders = sorted({(x.split("/")[1], y.split("/")[1]) for x, y in moved})
+    log(f"  {len(moved)} files restored under another project folder: "
+        + ", ".join(f"{x} -> {y}" for x, y in folders))
+    return False, (f"{len(moved)} files in another project folder (bytes identical; "
+                   f"e.g. {folders[0][0]} -> {folders[0][1]})")
+
+
+def rm(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.logs = work / "logs"
+        self.logs.mkdir(parents=True)
+        self.procs = Procs()
+        self.res = Results()
+        self.rng = random.Random(args.seed)
+        self.sw: Seaweed | None = None
+        self.proxy: CountingProxy | None = None
+        self.syncd = tool("syncd")
+        self.peers = not args.skip_peers
+        if self.peers:
+            self.restic = tool("restic")
+        self.caches = 0
+
+    # -- environments -------------------------------------------------------
+    def base_env(self) -> dict[str, str]:
+        assert self.sw is not None
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SYNCD_", "RESTIC_", "RCLONE_"))}
+        env.update(self.sw.env())
+        return env
+
+    def syncd_env(self, *, proxied: bool, backup: bool = False) -> dict[str, str]:
+        """The backing-up machine (``backup``), or a fresh one that restores from it."""
+        assert self.sw is not None and self.proxy is not None
+        name = "main" if backup else "restorer"
+        local = self.tree.root if backup else self.work / "restorer-claude"
+        local.mkdir(exist_ok=True)
+        return {**self.base_env(), "SYNCD_SOURCE": str(local),
+                "SYNCD_STORE": f"s3://syncd/{SYNCD_PREFIX}",
+                "SYNCD_STATE_DIR": str(self.work / f"state-{name}"),
+                "SYNCD_MACHINE_ID": MACHINE if backup else "bench-restorer",
+                "SYNCD_S3_ENDPOINT_URL": self.proxy.endpoint if proxied else self.sw.endpoint,
+                "SYNCD_CONFIG": str(self.work / "no-config.toml")}
+
+    def restic_env(self, *, proxied: bool, fresh_cache: bool = True) -> dict[str, str]:
+        """A fresh cache directory by default: a new machine has none."""
+        assert self.sw is not None and self.proxy is not None
+        endpoint = self.proxy.endpoint if proxied else self.sw.endpoint
+        self.caches += 1
+        cache = f"restic-cache-{self.caches}" if fresh_cache else "restic-cache"
+        return {**self.base_env(), "RESTIC_REPOSITORY": f"s3:{endpoint}/restic",
+                "RESTIC_PASSWORD": "bench-password",
+                "RESTIC_CACHE_DIR": str(self.work / cache)}
+
+    def run(self, cmd: list[str], env: dict[str, str], name: str) -> Run:
+        """run_measured, with the peak RSS taken by GNU time: the ru_maxrss that wait4
+        reports for a child of this process starts at this process's own peak RSS (the
+        kernel carries the spawning mm's high-water mark over the exec)."""
+        if GNU_TIME is None:
+            r = run_measured(self.procs, cmd, env, self.logs, name)
+            r.maxrss = -1
+            return r
+        rss = self.logs / f"{name}.maxrss"
+        r = run_measured(self.procs, [GNU_TIME, "-q", "-o", str(rss), "-f", "%M", *cmd], env,
+                         self.logs, name)
+        r.maxrss = int(rss.read_text().split()[-1]) * 1024
+        return r
+
+    # -- steps --------------------------------------------------------------
+    def setup(self) -> None:
+        a = self.args
+        corpus = None if a.synthetic else load_samples(SAMPLES)
+        if corpus is None:
+            corpus = synthetic_corpus(self.rng)
+        log(f"content: {corpus.origin}")
+        log(f"generating {a.size_mb} MB tree ...")
+        self.tree: Tree = build_main_tree(self.work / "claude", corpus, self.rng,
+                                          a.size_mb * MB)
+        log(f"tree: {self.tree.files} files, {fmt_mb(self.tree.bytes)}, "
+            f"{len(self.tree.sessions)} sessions")
+        log("starting SeaweedFS ...")
+        self.sw = start_seaweed(self.work / "seaweed")
+        os.environ.update(self.sw.env())  # for the store this process reads indexes from
+        for b in ("syncd", "restic"):
+            self.sw.create_bucket(b)
+        self.proxy = CountingProxy(self.sw.endpoint)
+        log(f"SeaweedFS at {self.sw.endpoint}, counting proxy at {self.proxy.endpoint}")
+        self.res.notes.append(f"syncd under test: {git_describe()}")
+        self.res.notes.append("load average (1 min) at start: "
+                              f"{os.getloadavg()[0]:.2f}; other work on the machine skews times")
+        self.res.notes.append(f"content: {corpus.origin}")
+        self.res.notes.append(f"tree: {self.tree.files} files, {fmt_mb(self.tree.bytes)}, "
+                              f"{len(self.tree.sessions)} sessions")
+
+        log("backing up with syncd sync ...")
+        r = self.run([self.syncd, "sync"], self.syncd_env(proxied=False, backup=True),
+                     "syncd-sync")
+        self.seg_objects, self.stored = bucket_stats(self.sw, "syncd", SYNCD_PREFIX + "/")
+        log(f"  {r.wall:.1f}s, {self.tree.bytes / MB / r.wall:.1f} MB/s, "
+            f"{fmt_mb(self.stored)} in {self.seg_objects} objects")
+        self.backup: Backup = load_backup(
+            open_store(f"s3://syncd/{SYNCD_PREFIX}", endpoint_url=self.sw.endpoint), MACHINE)
+        self.index_ranges = self.read_trailers()
+        self.res.notes.append(f"syncd backup: {fmt_mb(self.stored)} in {self.seg_objects} "
+                              f"objects ({len(self.index_ranges)} segments), "
+                              f"ratio {self.tree.bytes / self.stored:.2f}")
+        if self.peers:
+            log("backing up with restic ...")
+            env = self.restic_env(proxied=False, fresh_cache=False)
+            self.run([self.restic, "init", "--repository-version", "2"], env, "restic-init")
+            r = self.run([self.restic, "backup", "--compression", "auto", "--host", "bench",
+                          "--json", str(self.tree.root)], env, "restic-backup")
+            n, size = bucket_stats(self.sw, "restic")
+            log(f"  {r.wall:.1f}s, {self.tree.bytes / MB / r.wall:.1f} MB/s, "
+                f"{fmt_mb(size)} in {n} objects")
+            self.res.notes.append(f"restic repo (v2, compression auto): {fmt_mb(size)} in "
+                                  f"{n} objects")
+
+    def read_trailers(self) -> dict[str, tuple[int, int]]:
+        """Segment key (in the bucket) → (index offset, index length), read directly."""
+        assert self.sw is not None
+        client = self.sw.client()
+        out = {}
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket="syncd", Prefix=f"{SYNCD_PREFIX}/{layout.machine_prefix(MACHINE)}seg/")
+        for page in pages:
+            for o in page.get("Contents", []):
+                if layout.segment_seq(o["Key"]) is None:
+                    continue
+                tail = client.get_object(Bucket="syncd", Key=o["Key"],
+                                         Range=f"bytes=-{TRAILER.size}")["Body"].read()
+                off, length = TRAILER.unpack(tail)[:2]
+                out[o["Key"]] = (off, length)
+        return out
+
+    def index_read_bytes(self) -> int:
+        """What reading every index takes: one suffix GET of TAIL_READ bytes, plus the
+        index by range when it does not fit in the tail."""
+        total = 0
+        for off, length in self.index_ranges.values():
+            size = off + length + TRAILER.size
+            total += min(size, TAIL_READ)
+            if length > TAIL_READ - TRAILER.size:
+                total += length
+        return total
+
+    def classify(self, reqs: list[Req]) -> dict[str, list[int]]:
+        """[requests, bytes] by kind: list, index, data (segment frames), other."""
+        out = {k: [0, 0] for k in ("list", "index", "data", "other")}
+        for r in reqs:
+            if is_list(r):
+                kind = "list"
+            elif r.method == "GET" and r.key in self.index_ranges:
+                off = self.index_ranges[r.key][0]
+                rng = r.range.removeprefix("bytes=")
+                kind = "index" if rng.startswith("-") or rng.startswith(f"{off}-") else "data"
+            else:
+                kind = "other"
+            out[kind][0] += 1
+            out[kind][1] += r.body
+        return out
+
+    def pick_sessions(self) -> list[Pick]:
+        picks = []
+        for path, sid, _ in self.tree.sessions:
+            rel = str(path.relative_to(self.tree.root))
+            sub = rel.removesuffix(".jsonl").encode() + b"/"
+            files = [f for p, f in self.backup.files.items()
+                     if p == rel.encode() or p.startswith(sub)]
+            picks.append(Pick("", sid, rel, files, sum(f.size for f in files),
+                              sum(f.stored for f in files)))
+        picks.sort(key=lambda p: p.stored)
+        median, large = picks[len(picks) // 2], picks[-1]
+        median.label, large.label = "median", "largest"
+        return [median, large]
+
+    # -- figure 1 -----------------------------------------------------------
+    def fig1_one_session(self) -> None:
+        assert self.proxy is not None
+        res = self.res
+        hist = self.backup.files.get(b"history.jsonl")
+        hist_stored = hist.stored if hist else 0
+        res.add(f"# 1. restore ONE session out of the {fmt_mb(self.tree.bytes)} backup, "
+                "through a counting proxy (a new machine: no state, restic with an empty cache)")
+        idx = self.index_read_bytes()
+        res.add("1 all segment indexes (read by any restore)",
+                f"{fmt_kb(idx)} ({len(self.index_ranges)} segments)")
+        res.add("1 history.jsonl compressed (restored with any session)", fmt_kb(hist_stored))
+        for p in self.pick_sessions():
+            tag = f"1 [{p.label}]"
+            log(f"fig 1 [{p.label}]: session {p.sid}: {len(p.files)} files, {fmt_kb(p.raw)} "
+                f"raw, {fmt_kb(p.stored)} compressed in {p.segments} segment(s)")
+            target = self.work / f"one-{p.label}"
+            self.proxy.take()
+            r = self.run([self.syncd, "restore", "--machine", MACHINE, "--session", p.sid,
+                          "--to", str(target)], self.syncd_env(proxied=True),
+                         f"syncd-restore-{p.label}")
+            reqs = self.proxy.take()
+            kinds = self.classify(reqs)
+            down = sum(x.body for x in reqs)
+            gets = sum(1 for x in reqs if x.method == "GET" and not is_list(x))
+            got = tree_files(target)
+            ok = all(got.get(os.fsdecode(f.path)) == f.size for f in p.files)
+            ratio = down / p.stored
+            log(f"  syncd: {fmt_kb(down)} downloaded in {len(reqs)} requests, {r.wall:.2f}s, "
+                f"{len(got)} files restored ({'sizes match' if ok else 'SIZES DIFFER'}); "
+                + ", ".join(f"{k} {v[0]} req {fmt_kb(v[1])}" for k, v in kinds.items()))
+            rs = {"down": "", "ratio": "", "gets": "", "wall": "", "files": "", "rss": ""}
+            if self.peers:
+                rs = self.restic_one(p, target.with_name(target.name + "-restic"))
+            res.add(f"{tag} session: files, raw size",
+                    f"{len(p.files)} files, {fmt_kb(p.raw)} in {p.segments} segment(s)")
+            res.add(f"{tag} session compressed size (sum of clen)", fmt_kb(p.stored))
+            res.add(f"{tag} bytes downloaded", fmt_kb(down), rs["down"])
+            res.add(f"{tag}   of which segment indexes",
+                    f"{fmt_kb(kinds['index'][1])} ({kinds['index'][0]} GETs)")
+            res.add(f"{tag}   of which frames (session + history)",
+                    f"{fmt_kb(kinds['data'][1])} ({kinds['data'][0]} GETs)")
+            res.add(f"{tag}   of which LIST + machine.json",
+                    f"{fmt_kb(kinds['list'][1] + kinds['other'][1])} "
+                    f"({kinds['list'][0]} LIST, {kinds['other'][0]} other)")
+            res.add(f"{tag} downloaded / session compressed size", f"{ratio:.2f}",
+                    rs["ratio"], f"<= {TARGET_ONE:g}", ratio <= TARGET_ONE)
+            res.add(f"{tag} GET requests (objects, ranges)", str(gets), rs["gets"])
+            res.add(f"{tag} files restored (incl. history.jsonl)",
+                    f"{len(got)}" + ("" if ok else " (SIZES DIFFER)"), rs["files"])
+            res.add(f"{tag} wall time, s", f"{r.wall:.2f}", rs["wall"])
+            res.add(f"{tag} peak RSS", fmt_rss(r.maxrss), rs["rss"])
+
+    def restic_one(self, p: Pick, target: Path) -> dict[str, str]:
+        assert self.proxy is not None
+        base = str(self.tree.root / p.rel)
+        self.proxy.take()
+        r = self.run([self.restic, "restore", "latest", "--target", str(target),
+                      "--include", base, "--include", base.removesuffix(".jsonl")],
+                     self.restic_env(proxied=True), f"restic-restore-{p.label}")
+        reqs = self.proxy.take()
+        down = sum(x.body for x in reqs)
+        gets = sum(1 for x in reqs if x.method == "GET" and not is_list(x))
+        got = tree_files(target)
+        log(f"  restic: {fmt_kb(down)} downloaded in {len(reqs)} requests ({gets} GETs), "
+            f"{r.wall:.2f}s, {len(got)} files restored")
+        return {"down": fmt_kb(down), "ratio": f"{down / p.stored:.2f}", "gets": str(gets),
+                "wall": f"{r.wall:.2f}", "files": str(len(got)), "rss": fmt_rss(r.maxrss)}
+
+    # -- figure 2 -----------------------------------------------------------
+    def fig2_full(self) -> None:
+        res, tree, reps = self.res, self.tree, self.args.repeat
+        res.add(f"# 2. full restore of the {fmt_mb(tree.bytes)} backup from SeaweedFS, direct "
+                f"(median of {reps} runs, fresh target each; RSS/CPU from the first)")
+        tools = {"syncd": self.full_syncd}
+        if self.peers:
+            tools["restic"] = self.full_restic
+        runs: dict[str, list[Run]] = {t: [] for t in tools}
+        checks: dict[str, str] = {}
+        for k in range(reps):
+            for name, fn in tools.items():   # interleaved, like core.py
+                log(f"fig 2: {name} full restore {k + 1}/{reps} ...")
+                target = self.work / f"full-{name}"
+                r, restored = fn(target)
+                runs[name].append(r)
+                log(f"  {name}: {r.wall:.2f}s, {tree.bytes / MB / r.wall:.1f} MB/s, "
+                    f"peak RSS {fmt_rss(r.maxrss)}, CPU {r.cpu:.1f}s")
+                if k == 0:
+                    ok, what = same_tree(tree.root, restored)
+                    log(f"  restored tree identical: {'yes' if ok else 'NO'}: {what}")
+                    checks[name] = "yes" if ok else "NO (see note)"
+                    if not ok:
+                        res.notes.append(f"{name} full restore differs from the tree: {what}")
+                rm(target)
+        cols: dict[str, dict[str, str]] = {"restic": {}}
+        rates: dict[str, float] = {}
+        for name, rr in runs.items():
+            rs = [tree.bytes / MB / r.wall for r in rr]
+            rates[name] = statistics.median(rs)
+            cols[name] = {
+                "rate": f"{rates[name]:.1f}" + (f" ({min(rs):.0f}-{max(rs):.0f})"
+                                                if len(rs) > 1 else ""),
+                "wall": f"{statistics.median(r.wall for r in rr):.2f}",
+                "cpu": f"{rr[0].cpu:.2f}", "rss": fmt_rss(rr[0].maxrss),
+                "check": checks[name]}
+
+        def add(key: str, what: str, target: str = "", met: bool | None = None) -> None:
+            res.add(what, cols["syncd"][key], cols["restic"].get(key, ""), target, met)
+
+        add("rate", "2 throughput, tree MB / wall s", f">= {TARGET_RATE:g}",
+            rates["syncd"] >= TARGET_RATE)
+        add("wall", "2 wall time, s")
+        add("cpu", "2 CPU (user+sys), s")
+        add("rss", "2 peak RSS of the restore process")
+        add("check", "2 restored tree identical to the original", "identical",
+            checks["syncd"].startswith("yes"))
+        self.full_remapped()
+
+    def full_remapped(self) -> None:
+        """Once more with the projects' parent mapped elsewhere, as a restore on another
+        machine does: every transcript is rewritten on the way."""
+        tree = self.tree
+        old, new = "/home/dev", "/home/elsewhere"
+        log(f"fig 2: syncd full restore with --map {old}={new} ...")
+        target = self.work / "full-syncd-map"
+        r = self.run([self.syncd, "restore", "--machine", MACHINE, "--to", str(target),
+                      "--map", f"{old}={new}"], self.syncd_env(proxied=False),
+                     "syncd-restore-map")
+        got = tree_files(target)
+        folders = {k.split("/")[1] for k in got if k.startswith("projects/")}
+        moved = sum(1 for f in folders if f.startswith(sanitize(new)))
+        rate = tree.bytes / MB / r.wall
+        log(f"  syncd: {r.wall:.2f}s, {rate:.1f} MB/s, peak RSS {fmt_rss(r.maxrss)}, "
+            f"CPU {r.cpu:.1f}s; {len(got)} files, {moved}/{len(folders)} project folders "
+            f"under {sanitize(new)}")
+        rm(target)
+        self.res.add(f"2 with --map {old}={new} (another machine): MB / s", f"{rate:.1f}",
+                     target=f">= {TARGET_RATE:g}", met=rate >= TARGET_RATE)
+        self.res.add("2   wall, CPU (user+sys), peak RSS",
+                     f"{r.wall:.2f} s, {r.cpu:.2f} s, {fmt_rss(r.maxrss)}")
+        self.res.add("2   files restored, project folders moved",
+                     f"{len(got)} files, {moved}/{len(folders)} folders",
+                     target=f"{tree.files}, all", met=len(got) == tree.files
+                     and moved == len(folders))
+
+    def full_syncd(self, target: Path) -> tuple[Run, Path]:
+        r = self.run([self.syncd, "restore", "--machine", MACHINE, "--to", str(target)],
+                     self.syncd_env(proxied=False), "syncd-restore-full")
+        return r, target
+
+    def full_restic(self, target: Path) -> tuple[Run, Path]:
+        r = self.run([self.restic, "restore", "latest", "--target", str(target)],
+                     self.restic_env(proxied=False), "restic-restore-full")
+        return r, target / self.tree.root.relative_to("/")
+
+    # -- figure 3 -----------------------------------------------------------
+    def fig3_sessions(self) -> None:
+        assert self.proxy is not None
+        res = self.res
+        res.add("# 3. syncd sessions --json on that backup, through the counting proxy "
+                "(restic: ls latest, empty cache)")
+        self.proxy.take()
+        r = self.run([self.syncd, "sessions", "--json"], self.syncd_env(proxied=True),
+                     "syncd-sessions")
+        reqs = self.proxy.take()
+        kinds = self.classify(reqs)
+        down = sum(x.body for x in reqs)
+        listed = len(json.loads(r.out))
+        idx = self.index_read_bytes()
+        log(f"fig 3: {listed} sessions listed in {r.wall:.2f}s; {fmt_kb(down)} downloaded in "
+            f"{len(reqs)} requests; " + ", ".join(f"{k} {v[0]} req {fmt_kb(v[1])}"
+                                                  for k, v in kinds.items()))
+        rs = {"wall": "", "down": "", "reqs": ""}
+        if self.peers:
+            self.proxy.take()
+            rr = self.run([self.restic, "ls", "latest", "--json"], self.restic_env(proxied=True),
+                          "restic-ls")
+            rq = self.proxy.take()
+            rdown = sum(x.body for x in rq)
+            log(f"  restic ls: {rr.wall:.2f}s, {fmt_kb(rdown)} downloaded in {len(rq)} requests")
+            rs = {"wall": f"{rr.wall:.2f}", "down": fmt_kb(rdown), "reqs": str(len(rq))}
+        res.add("3 sessions listed", str(listed), target=str(len(self.tree.sessions)),
+                met=listed == len(self.tree.sessions))
+        res.add("3 wall time, s", f"{r.wall:.2f}", rs["wall"])
+        res.add("3 bytes downloaded / stored bytes",
+                f"{fmt_kb(down)} / {fmt_mb(self.stored)} ({down / self.stored * 100:.2f} %)",
+                rs["down"])
+        res.add("3   of which segment frames (transcript bytes)", fmt_kb(kinds["data"][1]),
+                target="0", met=kinds["data"][1] == 0)
+        res.add("3   of which indexes", f"{fmt_kb(kinds['index'][1])}",
+                target=f"<= {fmt_kb(idx)} (all indexes)", met=kinds["index"][1] <= idx)
+        res.add("3 requests (GET / LIST / other)",
+                f"{kinds['index'][0] + kinds['data'][0]} / {kinds['list'][0]} / "
+                f"{kinds['other'][0]}", rs["reqs"])
+        res.add("3 peak RSS", fmt_rss(r.maxrss))
+
+    def run_all(self) -> None:
+        self.setup()
+        self.fig1_one_session()
+        self.fig2_full()
+        self.fig3_sessions()
+        self.res.notes.append(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
+        self.res.notes.append("syncd fsyncs every restored file (and its directory); "
+                              "restic 0.14 does not")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=int, default=None, help="tree size (default 1024)")
+    ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    ap.add_argument("--skip-peers", action="store_true", help="syncd only, no restic")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="where to put the tree, servers and state (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="synthetic lines even when real samples are present")
+    ap.add_argument("--seed", type=int, default=1, help="random seed for the tree")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="full restores per tool for figure 2 (default 2, quick 1)")
+    args = ap.parse_args()
+    q = args.quick
+    args.size_mb = args.size_mb or (30 if q else 1024)
+    args.repeat = max(1, args.repeat or (1 if q else 2))
+
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="syncd-bench-restore-", dir=args.workdir))
+    bench = Bench(args, work)
+    log(f"work directory {work}")
+    ok = False
+    try:
+        bench.run_all()
+        ok = True
+    finally:
+        bench.procs.stop_all()
+        if bench.proxy is not None:
+            bench.proxy.close()
+        if bench.sw is not None:
+            bench.sw.stop()
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if ok:
+        print(f"syncd restore benchmark ({'quick' if q else 'full'} run, "
+              f"{os.cpu_count()} CPUs)")
+        print(bench.res.table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
