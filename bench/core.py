@@ -417,15 +417,26 @@ class Run:
     err: str
 
 
+GNU_TIME = next((t for t in ("/usr/bin/time", shutil.which("time")) if t and os.access(t, os.X_OK)),
+                None)
+
+
 def run_measured(procs: Procs, cmd: list[str], env: dict[str, str], logs: Path,
                  name: str) -> Run:
+    """Run to completion: wall time, CPU, and peak RSS taken by GNU time (the ru_maxrss
+    that wait4 reports for our child starts at this process's own peak: the kernel
+    carries the spawning mm's high-water mark over the exec). -1 without GNU time."""
     out, err = logs / f"{name}.out", logs / f"{name}.err"
+    rss_file = logs / f"{name}.maxrss"
+    if GNU_TIME is not None:
+        cmd = [GNU_TIME, "-q", "-o", str(rss_file), "-f", "%M", *cmd]
     t = time.monotonic()
     p = procs.start(cmd, env, out, err)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.monotonic() - t
     p.returncode = os.waitstatus_to_exitcode(status)
-    r = Run(p.returncode, wall, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime,
+    maxrss = int(rss_file.read_text().split()[-1]) * 1024 if GNU_TIME is not None else -1
+    r = Run(p.returncode, wall, maxrss, ru.ru_utime + ru.ru_stime,
             out.read_text(errors="replace"), err.read_text(errors="replace"))
     if r.rc != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} exited {r.rc}: {r.err[-2000:]}")

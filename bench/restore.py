@@ -60,8 +60,6 @@ MACHINE = "bench-main"
 SYNCD_PREFIX = "bench"
 TARGET_RATE = 50.0        # MB/s, full restore
 TARGET_ONE = 2.0          # downloaded / session compressed size
-GNU_TIME = next((t for t in ("/usr/bin/time", shutil.which("time")) if t and os.access(t, os.X_OK)),
-                None)
 
 
 def fmt_rss(n: int) -> str:
@@ -384,18 +382,7 @@ class Bench:
                 "RESTIC_CACHE_DIR": str(self.work / cache)}
 
     def run(self, cmd: list[str], env: dict[str, str], name: str) -> Run:
-        """run_measured, with the peak RSS taken by GNU time: the ru_maxrss that wait4
-        reports for a child of this process starts at this process's own peak RSS (the
-        kernel carries the spawning mm's high-water mark over the exec)."""
-        if GNU_TIME is None:
-            r = run_measured(self.procs, cmd, env, self.logs, name)
-            r.maxrss = -1
-            return r
-        rss = self.logs / f"{name}.maxrss"
-        r = run_measured(self.procs, [GNU_TIME, "-q", "-o", str(rss), "-f", "%M", *cmd], env,
-                         self.logs, name)
-        r.maxrss = int(rss.read_text().split()[-1]) * 1024
-        return r
+        return run_measured(self.procs, cmd, env, self.logs, name)
 
     # -- steps --------------------------------------------------------------
     def setup(self) -> None:
