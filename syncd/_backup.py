@@ -12,6 +12,7 @@ from typing import Any
 
 from . import _layout as layout
 from ._catalog import Session, session_of
+from ._crypto import Crypto, CryptoError, is_box
 from ._segment import Extent, FormatError, SegmentIndex
 from ._segreader import read_index
 from .store import NotFound, Store, StoreError
@@ -65,13 +66,23 @@ def list_machines(store: Store) -> list[str]:
                    if o.key.count("/") >= 2})
 
 
-def machine_info(store: Store, machine: str) -> dict[str, Any]:
+def machine_info(store: Store, machine: str, crypto: Crypto | None = None) -> dict[str, Any]:
+    """What ``machine.json`` says (opened first in an encrypted store)."""
+    key = layout.machine_key(machine)
+    where = f"{store.url}{key}"
     try:
-        doc = json.loads(store.get(layout.machine_key(machine)))
+        raw = store.get(key)
     except NotFound:
         return {"machine": machine}
+    if crypto is not None:
+        raw = crypto.open_box(key, "machine.json", raw, where)
+    elif is_box(raw):
+        raise CryptoError(f"{where}: encrypted, but no key is loaded (the store has no keys/, "
+                          "or it was removed)")
+    try:
+        doc = json.loads(raw)
     except ValueError as e:
-        raise StoreError(f"{store.url}{layout.machine_key(machine)}: not JSON: {e}") from e
+        raise StoreError(f"{where}: not JSON: {e}") from e
     return doc if isinstance(doc, dict) else {"machine": machine}
 
 
@@ -83,14 +94,18 @@ def segment_keys(store: Store, machine: str) -> list[tuple[str, int]]:
     return out
 
 
-def load_backup(store: Store, machine: str, at: float | None = None) -> Backup:
-    """Fold ``machine``'s segments (those built at or before ``at``) into a Backup."""
+def load_backup(store: Store, machine: str, at: float | None = None,
+                crypto: Crypto | None = None) -> Backup:
+    """Fold ``machine``'s segments (those built at or before ``at``) into a Backup.
+
+    ``crypto``: the unlocked key of an encrypted store (None: a plain store).
+    """
     keys = segment_keys(store, machine)
     if not keys:
         known = list_machines(store)
         raise BackupError(f"{store.url}: no backup for machine {machine!r} "
                           f"(machines in this store: {', '.join(known) or 'none'})")
-    b = Backup(machine, machine_info(store, machine))
+    b = Backup(machine, machine_info(store, machine, crypto))
     expected = 0
     for key, size in keys:
         seq = layout.segment_seq(key) or 0
@@ -99,7 +114,7 @@ def load_backup(store: Store, machine: str, at: float | None = None) -> Backup:
                             "are missing")
         expected = seq + 1
         try:
-            ix = read_index(store, key, size)
+            ix = read_index(store, key, size, crypto)
         except (FormatError, StoreError) as e:
             b.errors.append(str(e))
             continue

@@ -26,8 +26,9 @@ NEVER_DIRS = frozenset({
     "backups", "ide", "sessions", "shell-snapshots", "session-env", "statsig",
     "cache", "debug", "telemetry",
 })
-NEVER_NAMES = (re.compile(r"\.credentials\.json.*"), re.compile(r"\.claude\.json.*"),
-               re.compile(r".*\.lock"))
+# Case-insensitive: on macOS ".Credentials.json" is the same file.
+NEVER_NAMES = (re.compile(r"\.credentials\.json.*", re.I), re.compile(r"\.claude\.json.*", re.I),
+               re.compile(r".*\.lock", re.I))
 
 
 def default_root() -> Path:
@@ -37,9 +38,13 @@ def default_root() -> Path:
 
 
 def is_never(rel: str) -> bool:
-    """True for anything on the never-upload list (``rel`` is a relative POSIX path)."""
+    """True for anything on the never-upload list (``rel`` is a relative POSIX path).
+
+    The one place that decides it: the watcher, the scan and the shipper ask
+    ``Selection.wants`` (which asks this first), and restore skips these paths too.
+    """
     parts = rel.split("/")
-    if parts[0] in NEVER_DIRS:
+    if parts[0].lower() in NEVER_DIRS:
         return True
     return any(p.fullmatch(parts[-1]) for p in NEVER_NAMES)
 
@@ -95,7 +100,7 @@ class Selection:
 
     def may_descend(self, rel_dir: str) -> bool:
         """Whether a directory can hold wanted files; lets scans skip whole subtrees."""
-        if rel_dir.split("/")[0] in NEVER_DIRS:
+        if rel_dir.split("/")[0].lower() in NEVER_DIRS:
             return False
         d = rel_dir + "/"
         return any(d.startswith(p) or p.startswith(d) for p in self._prefixes)

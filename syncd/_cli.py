@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import click
 
 from . import __version__
+from ._cli_keys import COMMANDS as KEY_COMMANDS
 from ._cli_restore import COMMANDS
 from ._cliutil import EXPECTED, fail, settings_of
 from ._config import load_settings
@@ -16,6 +18,7 @@ from ._daemon import Daemon, sync_once
 from ._logging import set_level
 from ._logging import setup as setup_logging
 from ._progress import meter
+from ._redact import redact
 from ._status import format_status, status
 
 EPILOG = """\b
@@ -50,31 +53,43 @@ def cli(ctx: click.Context, config: Path | None, verbose: bool) -> None:
     setup_logging(logging.INFO if verbose else logging.WARNING)
 
 
+TAKEOVER = click.option(
+    "--takeover", is_flag=True,
+    help="Take this machine id's lease even if another syncd seems to hold it (for a "
+         "machine that died; a live holder stops writing when it notices).")
+
+
 @cli.command(short_help="The daemon: watch ~/.claude, back up every appended byte.")
+@TAKEOVER
 @click.pass_context
-def run(ctx: click.Context) -> None:
+def run(ctx: click.Context, takeover: bool) -> None:
     """Watch the Claude tree and ship every appended byte (foreground daemon).
 
     Under systemd (Type=notify) it reports READY, STATUS and WATCHDOG; SIGHUP re-reads
-    the configuration, SIGTERM finishes the segment in flight and exits 0.
+    the configuration, SIGTERM finishes the segment in flight and exits 0. It holds the
+    machine's lease in the store: a second syncd with the same machine id refuses to
+    start, and a daemon whose lease was taken over exits 1.
     """
     settings = settings_of(ctx)
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     config = ctx.obj["config"]
     try:
-        Daemon(settings, reload=lambda: load_settings(config)).run()
+        Daemon(settings, reload=lambda: load_settings(config), takeover=takeover,
+               prompt=True).run()
     except EXPECTED as e:
         fail(e)
 
 
 @cli.command(short_help="Back up everything pending once; exit 0 when durable.")
+@TAKEOVER
 @click.pass_context
-def sync(ctx: click.Context) -> None:
-    """One pass: scan, ship everything pending, exit 0 once it is durable."""
+def sync(ctx: click.Context, takeover: bool) -> None:
+    """One pass: scan, ship everything pending, exit 0 once it is durable (holding the
+    machine's lease meanwhile)."""
     settings = settings_of(ctx)
     try:
         with meter("shipping") as m:
-            r = sync_once(settings, progress=m)
+            r = sync_once(settings, progress=m, takeover=takeover, prompt=True)
     except EXPECTED as e:
         fail(e)
     click.echo(f"synced: {r.files} files, {r.tombstones} deletions, {r.raw_bytes} bytes in "
@@ -95,12 +110,15 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         s = status(settings, probe_store=True)
     except EXPECTED as e:
         fail(e)
-    click.echo(json.dumps(s, indent=2) if as_json else format_status(s))
+    click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))
 
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, *KEY_COMMANDS):
     cli.add_command(_command)
 
 
 def main() -> None:
+    # Whatever syncd creates (state, locks, staging, conflict copies, a local store) is
+    # its owner's alone; each place also sets its mode explicitly.
+    os.umask(0o077)
     cli(prog_name="syncd")

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ._backup import BackupError
-from ._cliutil import EXPECTED, fail, settings_of, store_of
+from ._cliutil import EXPECTED, fail, settings_of, store_and_key
 from ._config import Settings
 from ._listing import (
     ListingError,
@@ -24,6 +24,7 @@ from ._listing import (
     sessions_table,
 )
 from ._progress import meter
+from ._redact import redact
 from ._remap import Rule
 from ._restore import RestoreOptions, RestoreReport, restore
 
@@ -53,7 +54,7 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     """The machines that have a backup in the store."""
     settings = settings_of(ctx)
     try:
-        rows = machines_table(store_of(settings))
+        rows = machines_table(*store_and_key(settings))
     except ERRORS as e:
         fail(e)
     if as_json:
@@ -76,7 +77,9 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
     settings = settings_of(ctx)
     try:
-        rows = sessions_table(load_all(store_of(settings), machine), settings.source, project)
+        store, crypto = store_and_key(settings)
+        rows = sessions_table(load_all(store, machine, crypto=crypto), settings.source,
+                              project)
     except ERRORS as e:
         fail(e)
     if as_json:
@@ -129,7 +132,7 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
         click.echo(f"{verb} from {report.machine}: {summary} "
                    f"({report.bytes_written} bytes written)")
     for line in report.errors:
-        click.echo(f"syncd: {line}", err=True)
+        click.echo(redact(f"syncd: {line}"), err=True)
 
 
 @click.command("restore")
@@ -162,9 +165,10 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     try:
         opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
                         maps=maps, worktrees=worktrees, dry_run=dry_run)
+        store, opts.crypto = store_and_key(settings)
         with meter("restoring") as m:
             opts.progress = m
-            report = restore(store_of(settings), machine or settings.machine_id, opts)
+            report = restore(store, machine or settings.machine_id, opts)
     except ERRORS as e:
         fail(e)
     _report(report, as_json, dry_run)
@@ -183,10 +187,11 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     """Restore one session from any machine's backup and print how to resume it."""
     settings = settings_of(ctx)
     try:
-        store = store_of(settings)
-        backup, session = find_session(load_all(store, machine), session_id)
+        store, crypto = store_and_key(settings)
+        backup, session = find_session(load_all(store, machine, crypto=crypto), session_id)
         opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                         at=None, maps=maps, worktrees=worktrees, dry_run=False)
+        opts.crypto = crypto
         report = restore(store, backup.machine, opts)
     except ERRORS as e:
         fail(e)

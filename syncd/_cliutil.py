@@ -1,4 +1,5 @@
-"""What every command shares: settings from the context, the store, one-line failures."""
+"""What every command shares: settings from the context, the store and its key,
+one-line failures (secrets masked)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import click
 from pydantic import ValidationError
 
 from ._config import Settings, load_settings
+from ._crypto import Crypto, CryptoError
 from ._daemon import SyncError
+from ._keys import open_crypto
+from ._lease import LeaseError
 from ._lock import Locked
+from ._redact import redact
 from ._restore import RestoreError
 from ._segment import FormatError
 from ._state import StateError
@@ -18,7 +23,8 @@ from .store import RetryStore, StoreError, open_store
 
 # Exit codes: 0 ok, 1 the work could not be completed (one-line reason on stderr),
 # 2 bad usage or configuration.
-EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked, OSError)
+EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked, OSError,
+            CryptoError, LeaseError)
 
 
 def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
@@ -36,6 +42,12 @@ def store_of(settings: Settings) -> RetryStore:
                       region=settings.s3_region, retry_deadline=settings.store_retry_deadline)
 
 
+def store_and_key(settings: Settings) -> tuple[RetryStore, Crypto | None]:
+    """The store, unlocked when it is encrypted (prompting on a terminal); fails closed."""
+    store = store_of(settings)
+    return store, open_crypto(store, settings.passphrase_file, prompt=True)
+
+
 def fail(e: Exception) -> NoReturn:
-    click.echo(f"syncd: {e}", err=True)
+    click.echo(redact(f"syncd: {e}"), err=True)
     sys.exit(1)

@@ -77,6 +77,12 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Prometheus text endpoint on 127.0.0.1:<port>/metrics while the daemon runs; 0 = off.
     metrics_port: int = Field(0, ge=0, le=65535)
+    # Encrypted stores: a file holding the passphrase ($SYNCD_PASSPHRASE wins over it).
+    # The passphrase itself is never a setting: it would end up in dumps and reloads.
+    passphrase_file: Path | None = None
+    # One writer per machine id: the lease expires this long after its last renewal
+    # (renewed every third of it).
+    lease_ttl: float = Field(30.0, ge=1.0)
 
     @field_validator("machine_id")
     @classmethod
@@ -98,10 +104,10 @@ class Settings(BaseSettings):
         # A bare absolute path is a local store.
         return Path(v).as_uri() if v.startswith("/") else v
 
-    @field_validator("source", "state_dir")
+    @field_validator("source", "state_dir", "passphrase_file")
     @classmethod
-    def _expand(cls, v: Path) -> Path:
-        return v.expanduser()
+    def _expand(cls, v: Path | None) -> Path | None:
+        return None if v is None else v.expanduser()
 
     @classmethod
     def settings_customise_sources(

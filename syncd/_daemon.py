@@ -15,7 +15,10 @@ from types import FrameType
 
 from ._claude import Selection
 from ._config import Settings
+from ._crypto import Crypto, CryptoError
 from ._health import record_error
+from ._keys import open_crypto
+from ._lease import Lease, LeaseError, LeaseHeld, LeaseLost
 from ._lock import ProcessLock
 from ._logging import set_level
 from ._metrics import MetricsServer
@@ -45,16 +48,32 @@ class _Dirty:
 
 
 class Engine:
-    """Everything one flush needs: store, state, shipper. Shared by ``run`` and ``sync``."""
+    """Everything one flush needs: store, state, key, lease, shipper. Shared by ``run``
+    and ``sync``.
+
+    Start-up, in order: the state's process lock; then ``connect``: one LIST of
+    ``keys/`` (an encrypted store is unlocked, or refused without a working passphrase)
+    and the machine's lease (refused when another writer holds it). Nothing is written
+    before ``connect`` succeeded; ``flush`` connects first if needed, so a daemon whose
+    store is down at boot starts anyway and connects when the store is back.
+    """
 
     def __init__(self, settings: Settings, stop: threading.Event | None = None,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None, *, takeover: bool = False,
+                 on_lease_lost: Callable[[str], None] | None = None,
+                 prompt: bool = False, connect: bool = True) -> None:
         self.settings = settings
         self.stop = stop or threading.Event()
+        self.takeover = takeover
+        self.prompt = prompt
+        self.on_lease_lost = on_lease_lost or (lambda msg: None)
         if not settings.source.is_dir():
             raise SyncError(f"source {settings.source} is not a directory")
         self.lock = ProcessLock(settings.state_file.with_suffix(".lock"))
         self.lock.acquire()
+        self.lease: Lease | None = None
+        self.crypto: Crypto | None = None
+        self.connected = False
         try:
             self.store: RetryStore = open_store(
                 settings.store, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
@@ -71,15 +90,70 @@ class Engine:
                                should_stop=self.stop.is_set)
         if progress is not None:
             self.shipper.progress = progress
+        if connect:
+            try:
+                self.connect()
+            except Exception:
+                self.close()
+                raise
+
+    def connect(self) -> None:
+        """Unlock the store (if encrypted) and take the lease; a no-op once done.
+
+        ``StoreError``: the store is unreachable, try again later. ``CryptoError`` and
+        ``LeaseHeld``: this process must not write to this store; do not retry.
+        """
+        if self.connected:
+            return
+        crypto = self._unlock(self.state, self.prompt)
+        lease = self._take_lease(self.state, self.takeover)
+        lease.start(self.on_lease_lost)
+        self.crypto, self.lease = crypto, lease
+        self.shipper.crypto, self.shipper.lease = crypto, lease
+        self.connected = True
+
+    def _unlock(self, state: State, prompt: bool) -> Crypto | None:
+        """The store's key (None: plain), checked against what this state wrote before."""
+        crypto = open_crypto(self.store, self.settings.passphrase_file, prompt=prompt)
+        known = state.meta("key_fingerprint")
+        found = None if crypto is None else crypto.fingerprint
+        if known and found != known:
+            raise CryptoError(
+                f"{self.store.url}: this machine's backup there is encrypted with key "
+                f"{known}, but the store now " + ("has no keys/ (removed?)" if found is None
+                                                  else f"holds key {found}")
+                + ": refusing to write")
+        if found and not known:
+            if state.next_seq:
+                raise CryptoError(f"{self.store.url}: encrypted, but this machine already "
+                                  "wrote unencrypted segments there: refusing to mix them "
+                                  f"(remove {state.path} to start an encrypted backup)")
+            state.set_meta(key_fingerprint=found)
+        return crypto
+
+    def _take_lease(self, state: State, takeover: bool) -> Lease:
+        owner = state.meta("lease_owner")
+        if not owner:
+            owner = os.urandom(16).hex()
+            state.set_meta(lease_owner=owner)
+        ttl = self.settings.lease_ttl
+        # Its own retries: a renewal gives up before the next one is due.
+        store = RetryStore(self.store.inner, deadline=ttl / 3, stop=self.stop)
+        lease = Lease(store, self.settings.machine_id, owner=owner, ttl=ttl, takeover=takeover)
+        lease.acquire()
+        return lease
 
     def close(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
         self.state.close()
         self.lock.release()
 
     def flush(self, paths: set[bytes]) -> FlushResult:
         try:
+            self.connect()
             result = ship_with_restart(self.shipper, paths)
-        except (StoreError, OSError, RuntimeError) as e:
+        except (StoreError, OSError, RuntimeError, LeaseError, CryptoError) as e:
             record_error(self.state, str(e))
             raise
         if result.problems:
@@ -96,9 +170,15 @@ RELOADABLE = ("flush_quiet", "flush_max_delay", "flush_busy_interval", "reconcil
 class Daemon:
     """The loop. ``reload`` re-reads the configuration on SIGHUP (None: reload is refused)."""
 
-    def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
+    def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None, *,
+                 takeover: bool = False, prompt: bool = False) -> None:
         self.settings = settings
         self.reload = reload
+        self.takeover = takeover
+        self.prompt = prompt
+        # Set when this daemon must stop writing for good (lease taken over, key refused).
+        self.fatal: Exception | None = None
+        self._unconnected = False  # the store was down at start: no lease (nor key) yet
         self.notify = Notifier()
         self._reload_due = False
         self._ready = False
@@ -144,6 +224,17 @@ class Daemon:
         self.stop.set()
         self.wake.set()
 
+    def _on_lease_lost(self, message: str) -> None:
+        """From the lease thread: another writer took over. Stop; ``run`` raises."""
+        self._stop_fatally(LeaseLost(message))
+
+    def _stop_fatally(self, error: Exception) -> None:
+        if self.fatal is None:
+            self.fatal = error
+        self.notify.stopping()
+        self.stop.set()
+        self.wake.set()
+
     def request_reload(self, signum: int = 0, frame: FrameType | None = None) -> None:
         self._reload_due = True
         self.wake.set()
@@ -163,7 +254,9 @@ class Daemon:
             # A fresh machine: Claude Code has not run yet. Watch the empty tree it will use.
             self.settings.source.mkdir(parents=True, mode=0o700)
             log.warning("created empty %s to watch", self.settings.source)
-        engine = Engine(self.settings, self.stop, progress=self._on_progress)
+        engine = Engine(self.settings, self.stop, progress=self._on_progress,
+                        takeover=self.takeover, on_lease_lost=self._on_lease_lost,
+                        prompt=self.prompt, connect=False)
         last_time, last_seq = (engine.state.meta("last_flush_time"),
                                engine.state.meta("last_flush_seq"))
         if last_time and last_seq:
@@ -180,6 +273,14 @@ class Daemon:
         log.info("syncd running: machine %s, source %s, store %s", self.settings.machine_id,
                  self.settings.source, engine.store.url)
         try:
+            try:
+                engine.connect()  # a wrong key or a live lease ends the start here
+            except StoreError as e:
+                # A store that is down at boot does not fail the start: the first flush
+                # (right after the reconcile scan) connects, or fails and retries.
+                log.warning("store unreachable at start, connecting with the first flush: %s",
+                            e)
+            self._unconnected = not engine.connected
             # Watch first, then scan: a change between the two is seen at least once.
             watcher.start()
             next_scan = 0.0
@@ -211,6 +312,8 @@ class Daemon:
                 metrics.stop()
             engine.close()
             self.notify.close()
+        if self.fatal is not None:
+            raise self.fatal
         log.info("syncd stopped")
 
     def _apply_reload(self, next_scan: float) -> float:
@@ -269,6 +372,8 @@ class Daemon:
             d = self._dirty
             if d.first is not None and d.last is not None:
                 deadline = min(deadline, max(self._due(d), self._retry_at))
+        if self._unconnected:
+            deadline = min(deadline, self._retry_at)
         if self.notify.watchdog_interval is not None:
             # Under a systemd watchdog, wake often enough to ping it; otherwise stay idle.
             deadline = min(deadline, now + self.notify.watchdog_interval / 2)
@@ -297,21 +402,35 @@ class Daemon:
         now = time.monotonic()
         with self._lock:
             d = self._dirty
-            if not d.paths and not d.dirs:
+            idle = not d.paths and not d.dirs
+            if idle:
                 d.first = d.last = None
-                return
+                if not self._unconnected:
+                    return
+                # Not connected yet (store down at start): an empty flush connects, so
+                # the lease is held even while nothing changes.
             if now < self._retry_at:
                 return
-            if not force and d.first is not None and d.last is not None and now < self._due(d):
+            if not idle and not force and d.first is not None and d.last is not None and \
+                    now < self._due(d):
                 return
             paths, dirs = d.paths, d.dirs
             self._dirty = _Dirty()
         for rel in dirs:
             paths |= scan(engine.root, engine.selection, engine.state, under=rel).dirty
         try:
-            result = engine.flush(paths)
+            try:
+                result = engine.flush(paths)
+            finally:
+                self._unconnected = not engine.connected
         except InterruptedError:
             self._requeue(paths)
+            return
+        except (LeaseLost, LeaseHeld, CryptoError) as e:
+            # Not passing: another writer has this machine id, or the key is refused.
+            self._requeue(paths)
+            log.error("%s", e)
+            self._stop_fatally(e)
             return
         except Exception as e:
             self._requeue(paths)
@@ -345,12 +464,15 @@ def _release_memory() -> None:
         ctypes.CDLL(None).malloc_trim(0)
 
 
-def sync_once(settings: Settings, progress: Meter | None = None) -> FlushResult:
+def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bool = False,
+              prompt: bool = False) -> FlushResult:
     """Scan, ship everything pending, return when it is durable; raise SyncError otherwise.
 
     ``progress`` is told the bytes to read, then every frame read (a first seed's bar).
+    The machine's lease is held for the duration (``takeover``: from a dead holder).
     """
-    engine = Engine(settings, progress=progress.advance if progress is not None else None)
+    engine = Engine(settings, progress=progress.advance if progress is not None else None,
+                    takeover=takeover, prompt=prompt)
     try:
         found = scan(engine.root, engine.selection, engine.state)
         if progress is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 
+from ._redact import redact
 from ._state import State
 
 WINDOW = 3600.0
@@ -31,7 +32,8 @@ def record_error(state: State, message: str, now: float | None = None) -> None:
     now = time.time() if now is None else now
     recent = [t for t in _times(state) if t > now - WINDOW][-(KEEP - 1):]
     recent.append(now)
-    state.set_meta(last_error=f"{now!r} {message}", error_times=json.dumps(recent))
+    # Shown by `syncd status`: a secret that slipped into an error's text is masked here.
+    state.set_meta(last_error=f"{now!r} {redact(message)}", error_times=json.dumps(recent))
 
 
 def errors_since(state: State, since: float) -> int:

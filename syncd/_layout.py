@@ -11,6 +11,17 @@ def machine_key(machine: str) -> str:
     return f"machines/{machine}/machine.json"
 
 
+def lease_key(machine: str) -> str:
+    return f"machines/{machine}/lease.json"
+
+
+KEYS_PREFIX = "keys/"
+
+
+def key_file_key(key_id: str) -> str:
+    return f"{KEYS_PREFIX}{key_id}"
+
+
 def segment_key(machine: str, seq: int) -> str:
     return f"machines/{machine}/seg/{seq:016x}"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ._backup import Backup, BackupError, list_machines, load_backup, machine_info, segment_keys
 from ._catalog import Session
+from ._crypto import Crypto
 from ._segreader import read_index
 from .store import Store
 
@@ -35,12 +36,12 @@ def parse_time(text: str, now: float | None = None) -> float:
                            "(2026-11-30T14:00) or a duration ago (90m, 2h, 3d)") from None
 
 
-def machines_table(store: Store) -> list[dict[str, Any]]:
+def machines_table(store: Store, crypto: Crypto | None = None) -> list[dict[str, Any]]:
     rows = []
     for machine in list_machines(store):
-        info = machine_info(store, machine)
+        info = machine_info(store, machine, crypto)
         keys = segment_keys(store, machine)
-        last = read_index(store, keys[-1][0], keys[-1][1]).time if keys else None
+        last = read_index(store, keys[-1][0], keys[-1][1], crypto).time if keys else None
         rows.append({"machine": machine, "hostname": info.get("hostname"),
                      "home": info.get("home"), "os": info.get("os"),
                      "segments": len(keys), "stored_bytes": sum(s for _, s in keys),
@@ -62,13 +63,13 @@ def _row(s: Session, local: set[str]) -> dict[str, Any]:
             "local": s.session_id in local}
 
 
-def load_all(store: Store, machine: str | None = None,
-             at: float | None = None) -> list[Backup]:
+def load_all(store: Store, machine: str | None = None, at: float | None = None,
+             crypto: Crypto | None = None) -> list[Backup]:
     names = [machine] if machine else list_machines(store)
     out = []
     for name in names:
         try:
-            out.append(load_backup(store, name, at))
+            out.append(load_backup(store, name, at, crypto))
         except BackupError:
             if machine:
                 raise

@@ -7,6 +7,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from ._private import private_dir
+
 
 class Locked(Exception):
     """Another process holds the lock; the message names its pid."""
@@ -18,8 +20,9 @@ class ProcessLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

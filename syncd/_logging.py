@@ -13,6 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+from ._redact import add_env_secrets, redact
+
 # logging level → syslog priority
 PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
             logging.CRITICAL: 2}
@@ -46,7 +48,8 @@ class OneLine(logging.Formatter):
         self.journal = journal
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record).replace("\r", "\\r").replace("\n", "\\n")
+        # Secrets are masked whatever put them in the message (an exception's text).
+        text = redact(super().format(record)).replace("\r", "\\r").replace("\n", "\\n")
         if self.journal:
             prio = PRIORITY.get(record.levelno)
             if prio is None:  # custom levels: the nearest standard one below
@@ -59,6 +62,7 @@ def setup(level: int | str = logging.WARNING, stream: TextIO | None = None,
           env: Mapping[str, str] | None = None) -> bool:
     """Send the root logger's records to ``stream`` (stderr); returns True for journal mode."""
     stream = stream or sys.stderr
+    add_env_secrets()
     journal = to_journal(stream, env)
     handler = logging.StreamHandler(stream)
     handler.setFormatter(OneLine("%(name)s: %(message)s" if journal else PLAIN_FORMAT, journal))

@@ -24,12 +24,14 @@ from pathlib import Path
 
 from ._backup import Backup, BackupError, FileView, load_backup
 from ._catalog import Session, session_of
-from ._claude import project_folder
+from ._claude import is_never, project_folder
+from ._crypto import Crypto
 from ._gitinfo import find_clones, normalize_remote, project_info
 from ._merge import decide
+from ._private import create_private, private_dir, write_private
 from ._progress import Meter, NullMeter
 from ._remap import Remapper, Rule
-from ._segment import Extent, FormatError
+from ._segment import HEADER, Extent, FormatError, check_header
 from ._segreader import extent_bytes
 from .store import Store, StoreError
 
@@ -62,6 +64,7 @@ class RestoreOptions:
     project_roots: tuple[str, ...] = ()
     conflicts_dir: Path | None = None
     progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
+    crypto: Crypto | None = None   # the unlocked key of an encrypted store
 
 
 @dataclass
@@ -112,20 +115,27 @@ def safe_relpath(path: bytes) -> bytes:
     return path
 
 
-def restore_tree(store: Store, machine: str, target: Path,
-                 progress: Meter | None = None) -> RestoreReport:
+def restore_tree(store: Store, machine: str, target: Path, progress: Meter | None = None,
+                 crypto: Crypto | None = None) -> RestoreReport:
     """The whole backup of ``machine``, as it is now, into ``target``."""
-    return restore(store, machine, RestoreOptions(target=target, progress=progress))
+    return restore(store, machine, RestoreOptions(target=target, progress=progress,
+                                                  crypto=crypto))
 
 
 def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     try:
-        backup = load_backup(store, machine, opts.at)
+        backup = load_backup(store, machine, opts.at, opts.crypto)
     except BackupError as e:
         raise RestoreError(str(e)) from None
     remap = build_remapper(backup, opts)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
     files, history_sids = _select(backup, opts, report)
+    for path in [p for p in files if is_never(os.fsdecode(p))]:
+        # Never uploaded by syncd, so never written back either (a credentials file
+        # planted in the store must not land in the Claude tree).
+        del files[path]
+        report.actions.append(Action("skip", os.fsdecode(path), os.fsdecode(path),
+                                     "on the never-upload list: not restored"))
     for s in backup.sessions.values():
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
@@ -141,7 +151,7 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     try:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
-        staged = _stage(store, files, staging, report, meter)
+        staged = _stage(store, files, staging, report, meter, opts.crypto)
         for path in sorted(staged):
             f = files[path]
             try:
@@ -215,12 +225,31 @@ def _local_worktree(main: str, branch: str | None) -> str | None:
     return None
 
 
+def _launch_dir(folder: str, cwd: str) -> str | None:
+    """The directory Claude was started in: ``cwd`` or the ancestor named by ``folder``.
+
+    A transcript's first ``cwd`` can be a subdirectory (the session had ``cd``-ed there
+    before the lines we hold); the folder name is the sanitized start directory.
+    """
+    path = cwd
+    while path:
+        if project_folder(path) == folder:
+            return path
+        cut = max(path.rstrip("/\\").rfind("/"), path.rstrip("/\\").rfind("\\"))
+        if cut <= 0:
+            return None
+        path = path[:cut]
+    return None
+
+
 def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
-    """Old project folder → new one: from each session's first cwd, else by prefix."""
+    """Old project folder → new one, only where the rules move the start directory."""
     folders: dict[str, str] = {}
     for s in sorted(backup.sessions.values(), key=lambda s: s.path):
-        if s.project:
-            folders.setdefault(s.folder, project_folder(remap.path(s.project)))
+        start = _launch_dir(s.folder, s.project) if s.project else None
+        if start is not None and s.folder not in folders:
+            moved = remap.path(start)
+            folders[s.folder] = project_folder(moved) if moved != start else s.folder
     prefixes = [(project_folder(r.old), project_folder(r.new)) for r in remap.rules]
     for path in backup.files:
         parts = path.split(b"/")
@@ -275,7 +304,8 @@ def _select(backup: Backup, opts: RestoreOptions,
 # -- fetching --------------------------------------------------------------------
 
 def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
-           report: RestoreReport, meter: Meter) -> dict[bytes, Path]:
+           report: RestoreReport, meter: Meter,
+           crypto: Crypto | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns the ones that arrived whole."""
     by_key: dict[str, list[tuple[FileView, Extent]]] = {}
     broken: set[bytes] = set()
@@ -299,7 +329,7 @@ def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
                 continue
             try:
                 owner = {id(e): f for f, e in wanted}
-                for f, data in _fetch(store, key, [e for _, e in wanted], owner):
+                for f, data in _fetch(store, key, [e for _, e in wanted], owner, crypto):
                     with open(names[f.path], "ab") as out:
                         out.write(data)
                     meter.advance(len(data))
@@ -320,21 +350,27 @@ def _check_contiguous(f: FileView) -> None:
         pos = e.end
 
 
-def _fetch(store: Store, key: str, exts: list[Extent],
-           owner: dict[int, FileView]) -> Iterable[tuple[FileView, bytes]]:
+def _fetch(store: Store, key: str, exts: list[Extent], owner: dict[int, FileView],
+           crypto: Crypto | None = None) -> Iterable[tuple[FileView, bytes]]:
     where = f"{store.url}{key}"
+    cipher = None if crypto is None else crypto.cipher(key)
     exts = sorted(exts, key=lambda e: e.off)
     lo = exts[0].off
     hi = max(e.off + e.clen for e in exts)
     need = sum(e.clen for e in exts)
     # Sorted by offset is sorted by byte order within each file: frames are written so.
     if need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64:
+        if lo == HEADER.size:
+            lo = 0  # the first frame: the header comes along and is checked too
         blob = store.get(key, lo, hi - lo)
+        if lo == 0:
+            check_header(blob, where, sealed=cipher is not None)
         for e in exts:
-            yield owner[id(e)], extent_bytes(blob, lo, e, where)
+            yield owner[id(e)], extent_bytes(blob, lo, e, where, cipher)
     else:
         for e in exts:
-            yield owner[id(e)], extent_bytes(store.get(key, e.off, e.clen), e.off, e, where)
+            yield owner[id(e)], extent_bytes(store.get(key, e.off, e.clen), e.off, e, where,
+                                             cipher)
 
 
 # -- placing ---------------------------------------------------------------------
@@ -421,7 +457,7 @@ def _place(staged: Path, f: FileView, remap: Remapper, history_sids: set[str] | 
     _make_parents(opts.target, rel)
     tmp = _temp_beside(dest)
     try:
-        with open(tmp, "wb") as out:
+        with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(d.content)
         _install(Path(os.fsdecode(tmp)), dest, opts.target, rel,
                  f.mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
@@ -485,10 +521,8 @@ def _save_conflict(data: bytes, rel: bytes, machine: str, opts: RestoreOptions) 
     base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
     stamp = time.strftime("%Y%m%dT%H%M%S")
     path = os.path.join(os.fsencode(base), os.fsencode(machine), stamp.encode(), rel)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    with open(path, "wb") as out:
-        out.write(data)
-    os.chmod(path, 0o600)
+    private_dir(os.path.dirname(path))
+    write_private(path, data)
     return os.fsdecode(path)
 
 

@@ -3,11 +3,15 @@
     header  16 B   magic "SYNCDSEG", u16 version, u16 flags, u32 reserved
     frames         one zstd frame per extent (at most FRAME_MAX raw bytes each)
     index          zstd-compressed JSON: who wrote it, when, and every entry
-    trailer 56 B   u64 index offset, u32 index length, 4 B pad,
+    trailer 56 B   u64 index offset, u32 index length, 4 B zero,
                    sha256 of the compressed index, magic "SYNCDEND"
 
 A reader fetches the trailer and index with one suffix GET, then only the frames
 it needs with ranged GETs. Every extent carries the sha256 of its raw bytes.
+
+A sealed segment (encrypted store) is version 2 with flag 1: each frame is
+``nonce || AES-GCM(zstd frame) || tag`` bound to its object key and offset, the index
+is sealed the same way (padded), and the trailer ends in "SYNCDEN2".
 """
 
 from __future__ import annotations
@@ -21,9 +25,14 @@ from typing import Any
 
 import zstandard
 
+from ._crypto import PAD_BLOCK, CryptoError, ObjectCipher, pad, unpad
+
 MAGIC = b"SYNCDSEG"
 END_MAGIC = b"SYNCDEND"
+END_MAGIC_SEALED = b"SYNCDEN2"
 VERSION = 1
+SEALED_VERSION = 2
+FLAG_SEALED = 1
 HEADER = struct.Struct("<8sHHI")
 TRAILER = struct.Struct("<QI4x32s8s")
 FRAME_MAX = 4 << 20
@@ -88,11 +97,17 @@ class SegmentIndex:
 
 
 class SegmentWriter:
-    """Builds one segment in memory; extents are compressed as they are added."""
+    """Builds one segment in memory; extents are compressed (and sealed) as they are added.
 
-    def __init__(self, machine: str, seq: int, time: float, level: int = 3) -> None:
+    With a ``cipher`` (the segment's object key bound in) the segment is sealed.
+    """
+
+    def __init__(self, machine: str, seq: int, time: float, level: int = 3,
+                 cipher: ObjectCipher | None = None) -> None:
         self.index = SegmentIndex(machine, seq, time)
-        self._parts: list[bytes] = [HEADER.pack(MAGIC, VERSION, 0, 0)]
+        self.cipher = cipher
+        version, flags = (SEALED_VERSION, FLAG_SEALED) if cipher else (VERSION, 0)
+        self._parts: list[bytes] = [HEADER.pack(MAGIC, version, flags, 0)]
         self._size = HEADER.size
         self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
         self.raw_bytes = 0
@@ -102,7 +117,10 @@ class SegmentWriter:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
         # An exact-size copy: compress() returns a buffer sized for the input, and a
         # segment holds many frames until it is uploaded.
-        frame = memoryview(self._zstd.compress(data)).tobytes()
+        if self.cipher is None:
+            frame = memoryview(self._zstd.compress(data)).tobytes()
+        else:  # a new, exact-size buffer anyway
+            frame = self.cipher.seal(f"frame@{self._size}", self._zstd.compress(data))
         self.index.extents.append(Extent(
             path, gen, start, start + len(data), self._size, len(frame),
             hashlib.sha256(data).hexdigest(), mode, mtime_ns, reason))
@@ -144,25 +162,46 @@ class SegmentWriter:
         if ix.projects:
             doc["projects"] = ix.projects
         blob = self._zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
-        trailer = TRAILER.pack(self._size, len(blob), hashlib.sha256(blob).digest(), END_MAGIC)
+        magic = END_MAGIC
+        if self.cipher is not None:
+            # Padded: the index's size says little about how many paths it names.
+            blob = self.cipher.seal(f"index@{self._size}", pad(blob, PAD_BLOCK))
+            magic = END_MAGIC_SEALED
+        trailer = TRAILER.pack(self._size, len(blob), hashlib.sha256(blob).digest(), magic)
         return b"".join([*self._parts, blob, trailer])
 
 
-def parse_index(tail: bytes, total_size: int, where: str) -> SegmentIndex | tuple[int, int]:
+def parse_index(tail: bytes, total_size: int, where: str,
+                cipher: ObjectCipher | None = None) -> SegmentIndex | tuple[int, int]:
     """Parse the index from the last bytes of a segment.
 
     Returns the index, or ``(offset, length)`` of the index when ``tail`` does not
     hold all of it (the caller then fetches that range and calls ``decode_index``).
+    ``cipher`` is given for an encrypted store: then only a sealed segment is accepted.
     """
     if len(tail) < TRAILER.size or total_size < HEADER.size + TRAILER.size:
         raise FormatError(f"{where}: too short to be a segment ({total_size} bytes)")
     off, length, digest, magic = TRAILER.unpack(tail[-TRAILER.size:])
-    if magic != END_MAGIC or off + length + TRAILER.size != total_size:
+    _check_magic(magic, cipher is not None, where)
+    if off + length + TRAILER.size != total_size or off < HEADER.size or \
+            any(tail[-TRAILER.size + 12 : -TRAILER.size + 16]):
         raise FormatError(f"{where}: bad segment trailer (truncated or not a segment)")
     have = len(tail) - TRAILER.size
     if length > have:
         return off, length
-    return decode_index(tail[have - length : have], digest, where)
+    return decode_index(tail[have - length : have], digest, where, cipher=cipher, offset=off)
+
+
+def _check_magic(magic: bytes, sealed: bool, where: str) -> None:
+    if magic == (END_MAGIC_SEALED if sealed else END_MAGIC):
+        return
+    if magic == END_MAGIC_SEALED:
+        raise FormatError(f"{where}: segment is encrypted, but no key is loaded (the store "
+                          "has no keys/, or it was removed)")
+    if magic == END_MAGIC:
+        raise FormatError(f"{where}: segment is not encrypted, but the store is: refusing it "
+                          "(tampered or foreign object)")
+    raise FormatError(f"{where}: bad segment trailer (truncated or not a segment)")
 
 
 def index_digest(tail: bytes) -> bytes:
@@ -170,9 +209,15 @@ def index_digest(tail: bytes) -> bytes:
     return digest
 
 
-def decode_index(blob: bytes, digest: bytes, where: str) -> SegmentIndex:
+def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher | None = None,
+                 offset: int = 0) -> SegmentIndex:
     if hashlib.sha256(blob).digest() != digest:
         raise FormatError(f"{where}: segment index checksum mismatch (corrupted object)")
+    if cipher is not None:
+        try:
+            blob = unpad(cipher.open(f"index@{offset}", blob, where), where)
+        except CryptoError as e:
+            raise FormatError(str(e)) from None
     try:
         doc = json.loads(zstandard.ZstdDecompressor().decompress(blob))
         if doc.get("v") != VERSION:
@@ -197,18 +242,32 @@ def decode_index(blob: bytes, digest: bytes, where: str) -> SegmentIndex:
     return ix
 
 
-def check_header(head: bytes, where: str) -> None:
+def check_header(head: bytes, where: str, sealed: bool = False) -> None:
     if len(head) < HEADER.size:
         raise FormatError(f"{where}: too short to be a segment")
-    magic, version, _, _ = HEADER.unpack(head[: HEADER.size])
+    magic, version, flags, reserved = HEADER.unpack(head[: HEADER.size])
     if magic != MAGIC:
         raise FormatError(f"{where}: not a syncd segment (bad magic)")
-    if version != VERSION:
+    if version not in (VERSION, SEALED_VERSION):
         raise FormatError(f"{where}: unsupported segment version {version}")
+    if (version, flags, reserved) != ((SEALED_VERSION, FLAG_SEALED, 0) if sealed
+                                      else (VERSION, 0, 0)):
+        if version == SEALED_VERSION and not sealed:
+            raise FormatError(f"{where}: segment is encrypted, but no key is loaded")
+        if version == VERSION and sealed:
+            raise FormatError(f"{where}: segment is not encrypted, but the store is: "
+                              "refusing it (tampered or foreign object)")
+        raise FormatError(f"{where}: bad segment header (version {version}, flags {flags})")
 
 
-def decode_extent(frame: bytes, ext: Extent, where: str) -> bytes:
-    """Decompress one frame and check it against the extent's length and sha256."""
+def decode_extent(frame: bytes, ext: Extent, where: str,
+                  cipher: ObjectCipher | None = None) -> bytes:
+    """Open (when sealed) and decompress one frame; check its length and sha256."""
+    if cipher is not None:
+        try:
+            frame = cipher.open(f"frame@{ext.off}", frame, where)
+        except CryptoError as e:
+            raise FormatError(str(e)) from None
     try:
         data = zstandard.ZstdDecompressor().decompress(
             frame, max_output_size=ext.end - ext.start)

@@ -1,7 +1,12 @@
-"""Reading segments back from a store: the index by one suffix GET, frames by range."""
+"""Reading segments back from a store: the index by one suffix GET, frames by range.
+
+``crypto`` is the unlocked key of an encrypted store (None for a plain one); with it
+only sealed segments are accepted, without it only plain ones.
+"""
 
 from __future__ import annotations
 
+from ._crypto import Crypto, ObjectCipher
 from ._segment import (
     HEADER,
     TAIL_READ,
@@ -18,7 +23,12 @@ from ._segment import (
 from .store import Store
 
 
-def read_index(store: Store, key: str, size: int | None = None) -> SegmentIndex:
+def _cipher(crypto: Crypto | None, key: str) -> ObjectCipher | None:
+    return None if crypto is None else crypto.cipher(key)
+
+
+def read_index(store: Store, key: str, size: int | None = None,
+               crypto: Crypto | None = None) -> SegmentIndex:
     """The index of segment ``key``; names the object in any error."""
     where = f"{store.url}{key}"
     if size is None:
@@ -27,28 +37,37 @@ def read_index(store: Store, key: str, size: int | None = None) -> SegmentIndex:
             raise FormatError(f"{where}: segment is missing")
         size = info.size
     tail = store.get(key, -min(size, TAIL_READ)) if size else b""
+    if len(tail) != min(size, TAIL_READ):
+        raise FormatError(f"{where}: object changed size while being read (truncated?)")
+    cipher = _cipher(crypto, key)
     if size <= TAIL_READ:
-        check_header(tail, where)
-    got = parse_index(tail, size, where)
+        check_header(tail, where, sealed=cipher is not None)
+    got = parse_index(tail, size, where, cipher)
     if isinstance(got, SegmentIndex):
         return got
     off, length = got
-    return decode_index(store.get(key, off, length), index_digest(tail), where)
+    return decode_index(store.get(key, off, length), index_digest(tail), where, cipher=cipher,
+                        offset=off)
 
 
-def parse_segment(blob: bytes, where: str) -> SegmentIndex:
-    """The index of a segment held whole in memory."""
-    check_header(blob, where)
-    got = parse_index(blob[-TAIL_READ:] if len(blob) > TAIL_READ else blob, len(blob), where)
+def parse_segment(blob: bytes, where: str, crypto: Crypto | None = None,
+                  key: str = "") -> SegmentIndex:
+    """The index of a segment held whole in memory (``key``: its object key, when sealed)."""
+    cipher = _cipher(crypto, key)
+    check_header(blob, where, sealed=cipher is not None)
+    got = parse_index(blob[-TAIL_READ:] if len(blob) > TAIL_READ else blob, len(blob), where,
+                      cipher)
     if isinstance(got, SegmentIndex):
         return got
     off, length = got
-    return decode_index(blob[off : off + length], index_digest(blob[-TRAILER.size:]), where)
+    return decode_index(blob[off : off + length], index_digest(blob[-TRAILER.size:]), where,
+                        cipher=cipher, offset=off)
 
 
-def extent_bytes(blob: bytes, base: int, ext: Extent, where: str) -> bytes:
+def extent_bytes(blob: bytes, base: int, ext: Extent, where: str,
+                 cipher: ObjectCipher | None = None) -> bytes:
     """The raw bytes of ``ext`` from ``blob``, which holds the object from offset ``base``."""
     lo = ext.off - base
     if ext.off < HEADER.size or lo < 0 or lo + ext.clen > len(blob):
         raise FormatError(f"{where}: extent of {ext.path!r} lies outside the object")
-    return decode_extent(blob[lo : lo + ext.clen], ext, where)
+    return decode_extent(blob[lo : lo + ext.clen], ext, where, cipher)

@@ -22,7 +22,9 @@ from pathlib import Path
 from . import _layout as layout
 from ._catalog import MetaScanner, session_of
 from ._claude import Selection
+from ._crypto import Crypto
 from ._gitinfo import project_info
+from ._lease import Lease
 from ._segment import FRAME_MAX, SegmentWriter, Tombstone
 from ._segreader import read_index
 from ._state import FileState, State
@@ -70,7 +72,8 @@ class Shipper:
     def __init__(self, *, root: Path, store: Store, state: State, machine: str,
                  selection: Selection, level: int = 3, segment_max: int = 64 << 20,
                  clock: Callable[[], float] = time.time,
-                 should_stop: Callable[[], bool] = lambda: False) -> None:
+                 should_stop: Callable[[], bool] = lambda: False,
+                 crypto: Crypto | None = None, lease: Lease | None = None) -> None:
         self.root = os.fsencode(root)
         self.store = store
         self.state = state
@@ -80,6 +83,10 @@ class Shipper:
         self.segment_max = segment_max
         self.clock = clock
         self.should_stop = should_stop
+        # An encrypted store: every segment and machine.json is sealed.
+        self.crypto = crypto
+        # One writer per machine: checked (locally) before every PUT.
+        self.lease = lease
         # Told the size of every frame read: progress bars, the daemon's watchdog.
         self.progress: Callable[[int], None] = lambda n: None
         self._recovered = False
@@ -104,13 +111,21 @@ class Shipper:
         doc = {"machine": self.machine, "hostname": socket.gethostname(),
                "os": f"{platform.system()} {platform.release()}", "home": str(Path.home()),
                "claude_root": os.fsdecode(self.root), "created": self.clock(), "format": 1}
+        key = layout.machine_key(self.machine)
+        blob = json.dumps(doc, indent=1).encode()
+        if self.crypto is not None:
+            # Home and Claude tree are paths: sealed like everything else.
+            doc.update(format=2, key=self.crypto.fingerprint)
+            blob = self.crypto.seal_box(key, "machine.json", json.dumps(doc, indent=1).encode())
+        if self.lease is not None:
+            self.lease.check()
         with contextlib.suppress(AlreadyExists):  # written by an earlier run
-            self.store.put(layout.machine_key(self.machine), json.dumps(doc, indent=1).encode())
+            self.store.put(key, blob)
         self.state.set_meta(machine_json="1")
 
     def _adopt(self, seq: int) -> None:
         key = layout.segment_key(self.machine, seq)
-        ix = read_index(self.store, key)
+        ix = read_index(self.store, key, crypto=self.crypto)
         if ix.machine != self.machine or ix.seq != seq:
             raise RuntimeError(f"{self.store.url}{key}: written by machine {ix.machine!r} "
                                f"seq {ix.seq}, not by us; refusing to continue")
@@ -165,16 +180,24 @@ class Shipper:
         return result
 
     def _new_batch(self) -> _Batch:
-        return _Batch(SegmentWriter(self.machine, self.state.next_seq, self.clock(), self.level))
+        seq = self.state.next_seq
+        cipher = None if self.crypto is None else self.crypto.cipher(
+            layout.segment_key(self.machine, seq))
+        return _Batch(SegmentWriter(self.machine, seq, self.clock(), self.level, cipher))
 
     def _put(self, batch: _Batch, result: FlushResult) -> None:
         seq = batch.writer.index.seq
         blob = batch.writer.finish()
         key = layout.segment_key(self.machine, seq)
+        if self.lease is not None:
+            self.lease.check()  # no store call: lost or not renewed lately → no PUT
         try:
             self.store.put(key, blob)
         except AlreadyExists:
-            # Someone (our own earlier run) wrote this seq: adopt it and start over.
+            # Someone (our own earlier run) wrote this seq: adopt it and start over. Only
+            # while the lease is still ours: a writer that took over is not our past.
+            if self.lease is not None:
+                self.lease.verify()
             self._adopt(seq)
             raise _Restart() from None
         self.state.commit(seq, batch.updates.values())

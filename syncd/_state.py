@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ._private import FILE_MODE, create_private, private_dir
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
@@ -64,9 +66,12 @@ class State:
                     self._db = sqlite3.connect(":memory:", check_same_thread=False)
                     self._db.executescript(SCHEMA)
             else:
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                private_dir(path.parent)
+                # Created 0600 before SQLite opens it (its -wal and -shm files copy the
+                # mode); an older, looser file is tightened.
+                os.close(create_private(path))
+                os.chmod(path, FILE_MODE)
                 self._db = sqlite3.connect(path, check_same_thread=False)
-                os.chmod(path, 0o600)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(SCHEMA)
@@ -75,6 +80,8 @@ class State:
                 "FROM files")}
         except sqlite3.Error as e:
             raise StateError(f"state database {path}: {e}") from e
+        except OSError as e:
+            raise StateError(f"state database {path}: {e.strerror or e}") from e
 
     def close(self) -> None:
         self._db.close()

@@ -77,6 +77,8 @@ def status(settings: Settings, *, probe_store: bool = False,
         "last_error_time": None,
         "lag_seconds": None,
         "errors_last_hour": 0,
+        # From this machine's state: whether it writes sealed segments (None: no state yet).
+        "encrypted": None,
         "store_reachable": None,
         "store_error": None,
         "last_reconcile_time": None,
@@ -96,6 +98,7 @@ def status(settings: Settings, *, probe_store: bool = False,
         out["last_flush_time"] = float(t) if t else None
         out["last_flush_seq"] = int(seq) if seq else None
         out["next_seq"] = state.next_seq
+        out["encrypted"] = bool(state.meta("key_fingerprint"))
         live = [f for f in state.files() if f.deleted_at is None]
         out["files_tracked"] = len(live)
         out["files_deleted"] = len(state) - len(live)
@@ -145,7 +148,7 @@ def format_status(s: dict[str, Any]) -> str:
     lines = [
         f"machine:      {s['machine_id']}",
         f"source:       {s['source']}",
-        f"store:        {s['store']}{store_note}",
+        f"store:        {s['store']}{' (encrypted)' if s.get('encrypted') else ''}{store_note}",
         f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
         f"health:       {', '.join(health(s)) or 'ok'}",
         f"lag:          {'unknown' if lag is None else _ago(lag)}"

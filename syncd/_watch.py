@@ -61,8 +61,9 @@ class Watcher(FileSystemEventHandler):
         self._observer.start()
 
     def stop(self) -> None:
-        self._observer.stop()
-        self._observer.join(timeout=5)
+        if self._observer.is_alive():  # a start that failed early never began watching
+            self._observer.stop()
+            self._observer.join(timeout=5)
         for name in ("watchdog.observers.inotify", "watchdog.observers.inotify_c"):
             logging.getLogger(name).removeHandler(self._overflow)
 

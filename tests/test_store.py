@@ -13,8 +13,11 @@ from syncd.store import (
     LocalStore,
     MemoryStore,
     NotFound,
+    PreconditionFailed,
+    RetryStore,
     S3Store,
     Store,
+    TransientError,
     open_store,
 )
 from tests.seaweed import Seaweed
@@ -48,6 +51,48 @@ def test_put_without_condition_replaces(store: Store) -> None:
     store.put("k", b"first")
     store.put("k", b"second", if_none_match=False)
     assert store.get("k") == b"second"
+
+
+def test_put_returns_the_etag_head_reports(store: Store) -> None:
+    etag = store.put("e", b"one")
+    info = store.head("e")
+    assert etag and info is not None and info.etag == etag
+    assert [o.etag for o in store.list("e")] == [etag]
+
+
+def test_if_match_replaces_the_version_read(store: Store) -> None:
+    first = store.put("lease", b"v1")
+    second = store.put("lease", b"v2", if_match=first)
+    assert second != first and store.get("lease") == b"v2"
+    third = store.put("lease", b"v3", if_match=second)
+    assert store.get("lease") == b"v3"
+    head = store.head("lease")
+    assert head is not None and head.etag == third
+
+
+def test_if_match_refuses_a_stale_etag(store: Store) -> None:
+    first = store.put("lease", b"v1")
+    store.put("lease", b"v2", if_match=first)
+    with pytest.raises(PreconditionFailed):
+        store.put("lease", b"stale writer", if_match=first)
+    assert store.get("lease") == b"v2"
+
+
+def test_if_match_refuses_a_missing_key(store: Store) -> None:
+    etag = store.put("gone", b"v1")
+    store.delete_many(["gone"])
+    with pytest.raises(PreconditionFailed):
+        store.put("gone", b"v2", if_match=etag)
+    with pytest.raises(PreconditionFailed):
+        store.put("never", b"v2", if_match=etag)
+    assert store.head("gone") is None and store.head("never") is None
+
+
+def test_conditional_create_failure_is_a_precondition_failure(store: Store) -> None:
+    store.put("c", b"1")
+    with pytest.raises(PreconditionFailed) as info:
+        store.put("c", b"2")
+    assert isinstance(info.value, AlreadyExists)
 
 
 def test_ranged_get(store: Store) -> None:
@@ -110,6 +155,42 @@ def test_local_store_keeps_no_temp_files(tmp_path: Path) -> None:
     with pytest.raises(AlreadyExists):
         s.put("a/b", b"2")
     assert sorted(p.name for p in (tmp_path / "st" / "a").iterdir()) == ["b"]
+
+
+def test_local_store_hides_its_lock_files(tmp_path: Path) -> None:
+    s = LocalStore(tmp_path / "st")
+    etag = s.put("m/lease.json", b"1")
+    s.put("m/lease.json", b"2", if_match=etag)
+    assert [o.key for o in s.list("")] == ["m/lease.json"]
+    assert (tmp_path / "st" / "m" / ".lock-lease.json").exists()
+    s.delete_many(["m/lease.json"])
+    assert list(s.list("")) == []
+
+
+def test_retry_store_recognises_its_own_landed_conditional_replace() -> None:
+    """A replace whose first try landed but whose answer was lost is not a lost race."""
+
+    class LostAnswer(MemoryStore):
+        lose = 1
+
+        def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+                if_match: str | None = None) -> str:
+            etag = super().put(key, data, if_none_match=if_none_match, if_match=if_match)
+            if self.lose:
+                self.lose -= 1
+                raise TransientError("answer lost")
+            return etag
+
+    inner = LostAnswer()
+    inner.lose = 0
+    first = inner.put("l", b"v1")
+    inner.lose = 1
+    store = RetryStore(inner, base=0.001)
+    etag = store.put("l", b"v2", if_match=first)
+    head = inner.head("l")
+    assert head is not None and etag == head.etag and inner.get("l") == b"v2"
+    with pytest.raises(PreconditionFailed):
+        store.put("l", b"v3", if_match=first)  # a stale etag on the first try stays an error
 
 
 def test_open_store_urls(tmp_path: Path) -> None:

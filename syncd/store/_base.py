@@ -15,7 +15,15 @@ class NotFound(StoreError):
     """The object does not exist."""
 
 
-class AlreadyExists(StoreError):
+class PreconditionFailed(StoreError):
+    """A conditional write found the object not as required (HTTP 412); nothing was written.
+
+    Raised as is by ``put(..., if_match=etag)`` when the object has another etag or is
+    missing.
+    """
+
+
+class AlreadyExists(PreconditionFailed):
     """A conditional create found the key taken (HTTP 412); nothing was written."""
 
 
@@ -31,19 +39,25 @@ class InvalidKey(StoreError):
 class ObjectInfo:
     key: str
     size: int
+    # Opaque token that changes whenever the object is written ("" when unknown).
+    etag: str = ""
 
 
 class Store(Protocol):
-    """Immutable objects under sortable keys.
+    """Objects under sortable keys.
 
-    ``put`` with ``if_none_match`` never overwrites; ``get`` reads ``length`` bytes
-    from ``start`` (a negative ``start`` reads that many bytes from the end);
-    ``list`` yields keys under ``prefix`` in byte order, after ``start_after``.
+    ``put`` with ``if_none_match`` never overwrites; with ``if_match`` (an etag from
+    ``head`` or an earlier ``put``) it replaces only that version of the object and
+    raises ``PreconditionFailed`` otherwise, a missing object included. ``put`` returns
+    the etag of what it wrote. ``get`` reads ``length`` bytes from ``start`` (a negative
+    ``start`` reads that many bytes from the end); ``list`` yields keys under ``prefix``
+    in byte order, after ``start_after``.
     """
 
     url: str
 
-    def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None: ...
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str: ...
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
 

@@ -1,15 +1,30 @@
-"""A store in a local directory: the embedded default, no S3 needed."""
+"""A store in a local directory: the embedded default, no S3 needed.
+
+Creates are ``link(2)`` (fails on an existing name); a conditional replace compares
+the object's etag and renames under an ``flock`` on a sibling ``.lock-<name>`` file,
+which unconditional replaces and deletes of that key also take.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ._base import AlreadyExists, NotFound, ObjectInfo, StoreError, check_key
+from .._private import private_dir
+from ._base import AlreadyExists, NotFound, ObjectInfo, PreconditionFailed, StoreError, check_key
+
+_HIDDEN = (".tmp-", ".lock-")
+
+
+def _etag(st: os.stat_result) -> str:
+    # Every write is a new inode (temp file, then link or rename); with the mtime and
+    # size this changes on every write, without reading the object.
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
 class LocalStore:
@@ -17,17 +32,38 @@ class LocalStore:
         self.root = root
         self.url = root.as_uri() + "/"
         try:
-            root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(root)
         except OSError as e:
             raise StoreError(f"{self.url}: cannot create store directory: {e.strerror}") from e
 
     def _path(self, key: str) -> Path:
-        return self.root / check_key(key)
+        path = self.root / check_key(key)
+        if path.name.startswith(_HIDDEN):
+            raise StoreError(f"{self.url}{key}: names starting with .tmp- or .lock- are reserved")
+        return path
 
-    def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+    @contextlib.contextmanager
+    def _locked(self, path: Path, create: bool = True) -> Iterator[None]:
+        """Hold the key's lock (when ``create`` is false, only if it was ever made)."""
+        lock = path.with_name(".lock-" + path.name)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o600)
+        except FileNotFoundError:
+            if create:
+                raise
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(path.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         except OSError as e:
             raise StoreError(f"{self.url}{key}: {e.strerror}") from e
@@ -36,12 +72,26 @@ class LocalStore:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            if if_none_match:
+                etag = _etag(os.fstat(f.fileno()))
+            if if_match is not None:
+                with self._locked(path):
+                    try:
+                        current = _etag(path.stat())
+                    except FileNotFoundError:
+                        raise PreconditionFailed(f"{self.url}{key}: does not exist "
+                                                 "(conditional replace)") from None
+                    if current != if_match:
+                        raise PreconditionFailed(f"{self.url}{key}: changed since it was read "
+                                                 "(etag mismatch)")
+                    os.replace(tmp, path)
+            elif if_none_match:
                 # link() fails with EEXIST instead of replacing: an atomic create-if-absent.
                 os.link(tmp, path)
             else:
-                os.replace(tmp, path)
+                with self._locked(path, create=False):
+                    os.replace(tmp, path)
             _fsync_dir(path.parent)
+            return etag
         except FileExistsError:
             raise AlreadyExists(f"{self.url}{key}: already exists") from None
         except OSError as e:
@@ -66,11 +116,12 @@ class LocalStore:
 
     def head(self, key: str) -> ObjectInfo | None:
         try:
-            return ObjectInfo(key, self._path(key).stat().st_size)
+            st = self._path(key).stat()
         except FileNotFoundError:
             return None
         except OSError as e:
             raise StoreError(f"{self.url}{key}: {e.strerror or e}") from e
+        return ObjectInfo(key, st.st_size, _etag(st))
 
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         # Walk only the directory that holds the prefix, then sort like S3 (byte order).
@@ -81,17 +132,23 @@ class LocalStore:
             dirnames[:] = [d for d in dirnames if not d.startswith(".tmp-")]
             rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in filenames:
-                if name.startswith(".tmp-"):
+                if name.startswith(_HIDDEN):
                     continue
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix) and key > start_after:
-                    found.append(ObjectInfo(key, os.stat(os.path.join(dirpath, name)).st_size))
+                    try:
+                        st = os.stat(os.path.join(dirpath, name))
+                    except FileNotFoundError:
+                        continue  # deleted while we listed
+                    found.append(ObjectInfo(key, st.st_size, _etag(st)))
         yield from sorted(found, key=lambda o: o.key.encode())
 
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:
+            path = self._path(key)
             try:
-                self._path(key).unlink()
+                with self._locked(path, create=False):
+                    path.unlink()
             except FileNotFoundError:
                 pass
             except OSError as e:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from ._base import AlreadyExists, ObjectInfo, Store, TransientError
+from ._base import AlreadyExists, ObjectInfo, PreconditionFailed, Store, TransientError
 
 T = TypeVar("T")
 log = logging.getLogger("syncd.store")
@@ -46,22 +46,27 @@ class RetryStore:
                 if self.stop.wait(delay):
                     raise
 
-    def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
         attempts = 0
 
-        def once() -> None:
+        def once() -> str:
             nonlocal attempts
             attempts += 1
             try:
-                self.inner.put(key, data, if_none_match=if_none_match)
-            except AlreadyExists:
+                return self.inner.put(key, data, if_none_match=if_none_match,
+                                      if_match=if_match)
+            except PreconditionFailed as e:
                 # A retried PUT whose first try landed but whose answer was lost:
                 # the object is ours if it holds exactly these bytes.
-                if attempts > 1 and self.inner.get(key) == data:
-                    return
+                conditional = isinstance(e, AlreadyExists) or if_match is not None
+                if conditional and attempts > 1:
+                    info = self.inner.head(key)
+                    if info is not None and self.inner.get(key) == data:
+                        return info.etag
                 raise
 
-        self._call(f"put {key}", once)
+        return self._call(f"put {key}", once)
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         return self._call(f"get {key}", lambda: self.inner.get(key, start, length))

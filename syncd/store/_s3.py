@@ -7,7 +7,15 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._base import AlreadyExists, NotFound, ObjectInfo, StoreError, TransientError, check_key
+from ._base import (
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    StoreError,
+    TransientError,
+    check_key,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -42,7 +50,7 @@ class S3Store:
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
 
-    def _error(self, key: str, e: Exception) -> StoreError:
+    def _error(self, key: str, e: Exception, if_match: str | None = None) -> StoreError:
         from botocore.exceptions import ClientError
 
         where = f"{self.url}{key}"
@@ -50,10 +58,20 @@ class S3Store:
             err: Any = e.response.get("Error", {})
             code = str(err.get("Code", ""))
             status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+            if if_match is not None and (status in (404, 412) or code in (
+                    "PreconditionFailed", "NoSuchKey")):
+                # AWS answers 404 to If-Match on a missing key, SeaweedFS 412: both mean
+                # "not the version you read".
+                return PreconditionFailed(f"{where}: changed or gone since it was read "
+                                          f"(conditional replace: {code or status})")
             if status == 412 or code == "PreconditionFailed":
                 return AlreadyExists(f"{where}: already exists")
             if status == 404 or code in ("NoSuchKey", "404", "NotFound"):
                 return NotFound(f"{where}: not found")
+            if status == 409 or code == "ConditionalRequestConflict":
+                # Two conditional writes raced; the retry gets a definite answer.
+                return TransientError(f"{where}: {code or status} (concurrent conditional "
+                                      "write)")
             msg = f"{where}: {code or status} {err.get('Message', '')}".rstrip()
             if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
                 return TransientError(msg)
@@ -61,15 +79,21 @@ class S3Store:
         # Connection refused/reset, timeouts, truncated bodies: worth another try.
         return TransientError(f"{where}: {type(e).__name__}: {e}")
 
-    def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-        extra: dict[str, str] = {"IfNoneMatch": "*"} if if_none_match else {}
+        extra: dict[str, str] = {}
+        if if_match is not None:
+            extra["IfMatch"] = if_match
+        elif if_none_match:
+            extra["IfNoneMatch"] = "*"
         full = self._key(key)
         try:
-            self._s3.put_object(Bucket=self.bucket, Key=full, Body=data,
-                                ContentMD5=md5, **extra)  # type: ignore[arg-type]
+            resp = self._s3.put_object(Bucket=self.bucket, Key=full, Body=data,
+                                       ContentMD5=md5, **extra)  # type: ignore[arg-type]
         except Exception as e:
-            raise self._error(key, e) from e
+            raise self._error(key, e, if_match) from e
+        return str(resp.get("ETag", ""))
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         kw: dict[str, str] = {"Key": self._key(key)}
@@ -99,7 +123,7 @@ class S3Store:
             if isinstance(err, NotFound):
                 return None
             raise err from e
-        return ObjectInfo(key, int(resp["ContentLength"]))
+        return ObjectInfo(key, int(resp["ContentLength"]), str(resp.get("ETag", "")))
 
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         kw: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
@@ -108,7 +132,8 @@ class S3Store:
         try:
             for page in self._s3.get_paginator("list_objects_v2").paginate(**kw):  # type: ignore[arg-type]
                 for obj in page.get("Contents", []):
-                    yield ObjectInfo(obj["Key"][len(self.prefix):], int(obj["Size"]))
+                    yield ObjectInfo(obj["Key"][len(self.prefix):], int(obj["Size"]),
+                                     str(obj.get("ETag", "")))
         except Exception as e:
             raise self._error(prefix, e) from e
 

@@ -1,0 +1,44 @@
+"""Secrets never reach a log line, ``status`` or an error message.
+
+The values that matter (the passphrase, S3 secret keys and session tokens) are
+registered here when they are read; ``redact`` replaces each with ``***``, and URLs
+lose any ``user:password@``. The log formatter, ``syncd status`` and every one-line
+error go through it: a secret that slips into an exception message is still masked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+_ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                "SYNCD_PASSPHRASE", "SYNCD_NEW_PASSPHRASE")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+MIN_LENGTH = 4
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+
+
+def add_secret(value: str | None) -> None:
+    """Mask ``value`` (and its surrounding whitespace-free form) from now on."""
+    if value and len(value.strip()) >= MIN_LENGTH:
+        with _lock:
+            _secrets.add(value)
+            _secrets.add(value.strip())
+
+
+def add_env_secrets() -> None:
+    for name in _ENV_SECRETS:
+        add_secret(os.environ.get(name))
+
+
+def redact(text: str) -> str:
+    with _lock:
+        values = sorted(_secrets, key=len, reverse=True)
+    for v in values:
+        if v in text:
+            text = text.replace(v, "***")
+    return _USERINFO.sub(r"\g<scheme>***@", text)
+

@@ -1,0 +1,185 @@
+"""Local hygiene: private modes for everything syncd creates, secrets masked everywhere,
+and the never-upload list enforced in one place with nothing going around it."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from syncd._claude import NEVER_DIRS, Selection, is_never
+from syncd._daemon import sync_once
+from syncd._health import record_error
+from syncd._layout import segment_key
+from syncd._logging import PLAIN_FORMAT, OneLine
+from syncd._redact import add_env_secrets, add_secret, redact
+from syncd._restore import RestoreOptions, restore, restore_tree
+from syncd._scan import scan
+from syncd._segment import HEADER, TRAILER, SegmentWriter
+from syncd._state import State
+from syncd.store import LocalStore, MemoryStore
+from tests.faultkit import make_settings, store_of, write
+from tests.helpers import shipper
+
+SECRET = b"sk-ant-TOP-SECRET-credential-9d1e"
+NEVER_PATHS = [".credentials.json", ".claude.json", ".claude.json.backup", ".Credentials.json",
+               "projects/-home-a/x.lock", *(f"{d}/file.json" for d in sorted(NEVER_DIRS))]
+
+
+def mode(p: Path | str) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+@pytest.fixture
+def loose_umask() -> Iterator[None]:
+    old = os.umask(0o022)  # what a user's shell usually has: modes must not depend on it
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+# -- modes ------------------------------------------------------------------------------------
+
+def test_state_lock_and_local_store_are_private(tmp_path: Path, loose_umask: None) -> None:
+    s = make_settings(tmp_path, state_dir=tmp_path / "deep" / "state",
+                      store=(tmp_path / "deep2" / "store").as_uri())
+    write(s.source, "projects/-home-a/s.jsonl", b"line\n")
+    sync_once(s)
+    for d in (tmp_path / "deep", s.state_dir, tmp_path / "deep2", tmp_path / "deep2" / "store",
+              tmp_path / "deep2" / "store" / "machines" / "m1" / "seg"):
+        assert mode(d) == 0o700, d
+    files = [p for p in s.state_dir.iterdir()]
+    assert {p.suffix for p in files} >= {".sqlite", ".lock"}
+    for p in [*files, *(tmp_path / "deep2" / "store").rglob("*")]:
+        if p.is_file():
+            assert mode(p) == 0o600, p
+
+
+def test_a_loose_state_dir_is_tightened(tmp_path: Path, loose_umask: None) -> None:
+    s = make_settings(tmp_path)
+    s.state_dir.mkdir(mode=0o755)
+    os.chmod(s.state_dir, 0o755)
+    write(s.source, "history.jsonl", b"x\n")
+    sync_once(s)
+    assert mode(s.state_dir) == 0o700
+    st = State(s.state_file)
+    st.close()
+    assert mode(s.state_file) == 0o600
+
+
+def test_conflict_copies_are_private(tmp_path: Path, loose_umask: None) -> None:
+    s = make_settings(tmp_path)
+    write(s.source, "plans/p.md", b"backed up\n")
+    sync_once(s)
+    write(s.source, "plans/p.md", b"changed here\n")  # diverged: local kept, copy saved
+    conflicts = tmp_path / "state" / "conflicts"
+    report = restore(store_of(s), "m1", RestoreOptions(target=s.source, conflicts_dir=conflicts))
+    [copy] = [a.conflict_copy for a in report.actions if a.conflict_copy]
+    assert copy is not None and Path(copy).read_bytes() == b"backed up\n"
+    assert mode(copy) == 0o600
+    d = Path(copy).parent
+    while d != tmp_path / "state":
+        assert mode(d) == 0o700, d
+        d = d.parent
+
+
+# -- secrets ----------------------------------------------------------------------------------
+
+def test_redact_masks_registered_secrets_and_url_credentials() -> None:
+    add_secret("hunter2-passphrase")
+    add_secret("ab")  # too short to mask safely: ignored
+    assert redact("bad hunter2-passphrase here") == "bad *** here"
+    assert redact("s3://AKIA:wJalr@bucket/x and http://u:p@h:1/") == \
+        "s3://***@bucket/x and http://***@h:1/"
+    assert redact("ab cd") == "ab cd"
+
+
+def test_logs_and_the_error_log_never_hold_a_secret(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value-123")
+    add_env_secrets()  # what the CLI's logging setup does first
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(OneLine(PLAIN_FORMAT, journal=False))
+    logger = logging.getLogger("syncd.test-redaction")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.error("request failed: key=%s", "aws-secret-value-123")
+        try:
+            raise ValueError("token aws-secret-value-123\nsecond line")
+        except ValueError:
+            logger.exception("boom")
+    finally:
+        logger.removeHandler(handler)
+    assert "aws-secret-value-123" not in buf.getvalue() and "***" in buf.getvalue()
+    assert len(buf.getvalue().splitlines()) == 2  # one line per event, tracebacks included
+    st = State(tmp_path / "s.sqlite")
+    try:
+        record_error(st, "store said: aws-secret-value-123")
+        assert "aws-secret-value-123" not in (st.meta("last_error") or "")
+    finally:
+        st.close()
+
+
+# -- the never-upload list ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("rel", NEVER_PATHS)
+def test_never_list_wins_over_any_glob(rel: str) -> None:
+    assert is_never(rel)
+    assert not Selection(include=["**", rel]).wants(rel)
+
+
+def _all_plaintext(store: LocalStore) -> bytes:
+    out = []
+    for info in store.list(""):
+        blob = store.get(info.key)
+        out.append(blob)
+        if "/seg/" in info.key:
+            off, length = TRAILER.unpack(blob[-TRAILER.size:])[:2]
+            reader = zstandard.ZstdDecompressor().stream_reader(
+                io.BytesIO(blob[HEADER.size : off + length]), read_across_frames=True)
+            out.append(reader.read())
+    return b"".join(out)
+
+
+def test_nothing_on_the_never_list_leaves_by_any_path(tmp_path: Path) -> None:
+    s = make_settings(tmp_path, include=["**"])
+    for rel in NEVER_PATHS:
+        write(s.source, rel, SECRET)
+    write(s.source, "projects/-home-a/s.jsonl", b"ok\n")
+    # The scan does not report them, a full sync does not ship them...
+    st = State(tmp_path / "probe.sqlite")
+    found = scan(os.fsencode(s.source), Selection(include=["**"]), st)
+    st.close()
+    assert found.dirty == {b"projects/-home-a/s.jsonl"}
+    sync_once(s)
+    # ...and neither does the shipper when handed their paths directly (a watcher bug, say).
+    sh = shipper(s.source, store_of(s), tmp_path / "direct.sqlite", machine="m2")
+    sh.selection = Selection(include=["**"])
+    result = sh.ship([os.fsencode(r) for r in NEVER_PATHS])
+    assert result.files == 0 and not result.segments
+    store = LocalStore(tmp_path / "store")
+    assert SECRET not in _all_plaintext(store)
+    assert b"ok\n" in _all_plaintext(store)
+
+
+def test_restore_never_writes_a_never_list_file(tmp_path: Path) -> None:
+    """A credentials file planted in the store is not restored into the Claude tree."""
+    store = MemoryStore()
+    w = SegmentWriter("m1", 0, 1.0)
+    w.add_data(b".credentials.json", 1, 0, SECRET, mode=0o600, mtime_ns=1)
+    w.add_data(b"statsig/x", 1, 0, SECRET, mode=0o600, mtime_ns=1)
+    w.add_data(b"history.jsonl", 1, 0, b"h\n", mode=0o600, mtime_ns=1)
+    store.put(segment_key("m1", 0), w.finish())
+    report = restore_tree(store, "m1", tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["history.jsonl"]
+    skipped = {a.path for a in report.actions if a.action == "skip"}
+    assert skipped == {".credentials.json", "statsig/x"}

@@ -1,0 +1,243 @@
+"""One writer per machine prefix: the lease object, its renewals and takeovers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from syncd._config import Settings, load_settings
+from syncd._daemon import Daemon, Engine, sync_once
+from syncd._lease import Holder, Lease, LeaseHeld, LeaseLost, LeaseStale
+from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, TransientError
+from tests.helpers import wait_for, write
+
+KEY = "machines/m1/lease.json"
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def lease(store: Store, owner: str = "owner-a", clock: Clock | None = None, ttl: float = 30.0,
+          takeover: bool = False) -> Lease:
+    return Lease(store, "m1", owner=owner, ttl=ttl, takeover=takeover, clock=clock or Clock())
+
+
+@pytest.fixture(params=["memory", "local"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return MemoryStore() if request.param == "memory" else LocalStore(tmp_path / "store")
+
+
+def test_second_holder_is_refused_and_told_who_holds_it(store: Store) -> None:
+    clock = Clock()
+    a = lease(store, "owner-a", clock)
+    a.acquire()
+    holder = Holder.parse(store.get(KEY))
+    assert holder is not None and holder.owner == "owner-a" and holder.ttl == 30.0
+    b = lease(store, "owner-b", clock)
+    with pytest.raises(LeaseHeld) as info:
+        b.acquire()
+    msg = str(info.value)
+    assert f"host {a.hostname} pid " in msg and "holding it since" in msg
+    assert "--takeover" in msg and KEY in msg
+    a.check()  # still ours
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_loses(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    a = lease(store, "owner-a", clock)
+    a.acquire()
+    clock.t += 31  # a stopped renewing (killed)
+    b = lease(store, "owner-b", clock)
+    b.acquire()
+    assert "expired" in caplog.text and "taking it over" in caplog.text
+    with pytest.raises(LeaseLost, match="taken over by host"):
+        a.renew()
+    with pytest.raises(LeaseLost):
+        a.check()  # no more writes from a
+    b.renew()
+    b.check()
+
+
+def test_takeover_flag_takes_a_live_lease(store: Store) -> None:
+    clock = Clock()
+    a = lease(store, "owner-a", clock)
+    a.acquire()
+    b = lease(store, "owner-b", clock, takeover=True)
+    b.acquire()
+    with pytest.raises(LeaseLost):
+        a.verify()
+
+
+def test_same_state_takes_over_its_own_leftover_at_once(store: Store) -> None:
+    """A lease left by a killed run of the same state database (whose process lock we
+    now hold) is ours to take: no waiting for the TTL."""
+    clock = Clock()
+    lease(store, "owner-a", clock).acquire()  # killed: never released
+    again = lease(store, "owner-a", clock)
+    again.acquire()
+    again.check()
+
+
+def test_release_deletes_only_our_own_lease(store: Store) -> None:
+    clock = Clock()
+    a = lease(store, "owner-a", clock)
+    a.acquire()
+    a.release()
+    assert store.head(KEY) is None
+    a2 = lease(store, "owner-a", clock)
+    a2.acquire()
+    b = lease(store, "owner-b", clock, takeover=True)
+    b.acquire()
+    a2.release()  # not ours any more: left alone
+    holder = Holder.parse(store.get(KEY))
+    assert holder is not None and holder.owner == "owner-b"
+
+
+def test_renewal_whose_answer_was_lost_is_still_ours() -> None:
+    class LosesAnswers(MemoryStore):
+        lose = 0
+
+        def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+                if_match: str | None = None) -> str:
+            etag = super().put(key, data, if_none_match=if_none_match, if_match=if_match)
+            if self.lose:
+                self.lose -= 1
+                raise TransientError("answer lost")
+            return etag
+
+    store = LosesAnswers()
+    a = lease(store)
+    a.acquire()
+    store.lose = 1
+    with pytest.raises(TransientError):
+        a.renew()  # landed, but we were told it failed: our etag is stale now
+    a.renew()      # 412 on the stale etag, but the lease holds our instance: still ours
+    a.check()
+
+
+def test_unrenewed_lease_stops_writes_until_renewed() -> None:
+    store = MemoryStore()
+    a = lease(store, ttl=1.0)
+    a.acquire()
+    a._confirmed -= 0.9  # as if the last renewal was confirmed 0.9 s ago
+    with pytest.raises(LeaseStale, match="not renewed"):
+        a.check()
+    a.renew()
+    a.check()
+
+
+def test_unreadable_lease_needs_takeover(store: Store) -> None:
+    store.put(KEY, b"not json")
+    with pytest.raises(LeaseHeld, match="unreadable"):
+        lease(store).acquire()
+    lease(store, takeover=True).acquire()
+
+
+def test_renewal_thread_reports_a_takeover() -> None:
+    store = MemoryStore()
+    a = Lease(store, "m1", owner="a", ttl=1.5)
+    a.acquire()
+    lost = threading.Event()
+    a.start(lambda msg: lost.set())
+    Lease(store, "m1", owner="b", ttl=1.5, takeover=True).acquire()
+    assert lost.wait(5)
+    a.release()
+    holder = Holder.parse(store.get(KEY))
+    assert holder is not None and holder.owner == "b"
+
+
+# -- through the engine -----------------------------------------------------------------
+
+def settings(tmp_path: Path, state: str, **kw: object) -> Settings:
+    (tmp_path / "src").mkdir(exist_ok=True)
+    base: dict[str, object] = dict(source=tmp_path / "src", store=(tmp_path / "store").as_uri(),
+                                   state_dir=tmp_path / state, machine_id="m1",
+                                   flush_quiet=0.1, flush_max_delay=0.5, lease_ttl=3.0)
+    base.update(kw)
+    return load_settings(config_file=tmp_path / "none.toml", **base)
+
+
+def test_two_state_dirs_same_machine_id_one_writer(tmp_path: Path) -> None:
+    first = settings(tmp_path, "state-a")
+    second = settings(tmp_path, "state-b")
+    write(first.source, "history.jsonl", b"line\n")
+    engine = Engine(first)
+    try:
+        with pytest.raises(LeaseHeld, match="already being backed up by host"):
+            sync_once(second)
+        assert json.loads(LocalStore(tmp_path / "store").get(KEY))["pid"] > 0
+    finally:
+        engine.close()
+    assert LocalStore(tmp_path / "store").head(KEY) is None  # released on a clean stop
+    assert sync_once(second).files == 1
+
+
+def test_daemon_whose_lease_is_taken_exits_with_the_reason(tmp_path: Path) -> None:
+    s = settings(tmp_path, "state-a")
+    d = Daemon(s)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            d.run()
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    store = LocalStore(tmp_path / "store")
+    wait_for(lambda: store.head(KEY) is not None, what="the daemon's lease")
+    Lease(store, "m1", owner="intruder", ttl=3.0, takeover=True).acquire()
+    t.join(15)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], LeaseLost)
+    assert "taken over by host" in str(errors[0])
+    holder = Holder.parse(store.get(KEY))
+    assert holder is not None and holder.owner == "intruder"  # not deleted on the way out
+
+
+def test_store_down_at_start_then_the_lease_is_taken_while_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that is down at boot does not fail the start; once it is back the daemon
+    takes its lease even though nothing changed (so a second writer is still refused)."""
+    import syncd._daemon
+    from syncd.store import RetryStore
+
+    down = threading.Event()
+    down.set()
+
+    class Flaky(LocalStore):
+        def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+            if down.is_set():
+                raise TransientError("connection refused")
+            return super().list(prefix, start_after)
+
+    def fake_open(url: str, **kw: object) -> RetryStore:
+        return RetryStore(Flaky(tmp_path / "store"), deadline=0.2)
+
+    monkeypatch.setattr(syncd._daemon, "open_store", fake_open)
+    s = settings(tmp_path, "state-a")
+    d = Daemon(s)
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    try:
+        store = LocalStore(tmp_path / "store")
+        time.sleep(1.0)
+        assert t.is_alive() and store.head(KEY) is None
+        down.clear()
+        wait_for(lambda: store.head(KEY) is not None, what="the lease once the store is back")
+    finally:
+        d.request_stop()
+        t.join(15)
+    assert not t.is_alive() and d.fatal is None
