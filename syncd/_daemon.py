@@ -298,6 +298,7 @@ class Daemon:
                         last_reconcile_time=repr(time.time()),
                         next_reconcile_time=repr(time.time() + self.settings.reconcile_interval))
                     self._flush(engine, force=True)
+                    _release_memory()  # the scan's garbage, and start-up's
                 self._flush(engine)
                 if not self._ready and not self.stop.is_set():
                     # The first reconcile scan and its flush are done: we are up.

@@ -46,8 +46,10 @@ def read_index(store: Store, key: str, size: int | None = None,
     if isinstance(got, SegmentIndex):
         return got
     off, length = got
-    return decode_index(store.get(key, off, length), index_digest(tail), where, cipher=cipher,
-                        offset=off)
+    # The tail already holds the index's last bytes: fetch only what comes before them.
+    have = len(tail) - TRAILER.size
+    blob = store.get(key, off, length - have) + tail[:have]
+    return decode_index(blob, index_digest(tail), where, cipher=cipher, offset=off)
 
 
 def parse_segment(blob: bytes, where: str, crypto: Crypto | None = None,
