@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -661,6 +662,11 @@ class Bench:
         return off, len(blob) - off
 
     # -- steps --------------------------------------------------------------
+    def close(self) -> None:
+        self.procs.stop_all()
+        if self.sw is not None:
+            self.sw.stop()
+
     def run(self) -> None:
         a = self.args
         corpus = None if a.synthetic else load_samples(SAMPLES)
@@ -1061,27 +1067,34 @@ def main() -> int:
     args.small_files = args.small_files or (1000 if q else 10_000)
     args.repeat = max(1, args.repeat or (1 if q else 3))
 
+    work = workdir(args, "syncd-bench-")
+    bench = Bench(args, work)
+    if run_in(work, args, bench.run, bench.close):
+        print(f"syncd core benchmark ({'quick' if q else 'full'} run, {os.cpu_count()} CPUs)")
+        print(bench.res.table())
+    return 0
+
+
+def workdir(args: argparse.Namespace, prefix: str) -> Path:
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="syncd-bench-", dir=args.workdir))
-    bench = Bench(args, work)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=args.workdir))
     log(f"work directory {work}")
-    ok = False
+    return work
+
+
+def run_in(work: Path, args: argparse.Namespace, run: Callable[[], None],
+           close: Callable[[], None]) -> bool:
+    """Run the bench, then stop what it started and remove ``work`` (unless --keep)."""
     try:
-        bench.run()
-        ok = True
+        run()
+        return True
     finally:
-        bench.procs.stop_all()
-        if bench.sw is not None:
-            bench.sw.stop()
+        close()
         if args.keep:
             log(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    if ok:
-        print(f"syncd core benchmark ({'quick' if q else 'full'} run, {os.cpu_count()} CPUs)")
-        print(bench.res.table())
-    return 0
 
 
 if __name__ == "__main__":

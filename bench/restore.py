@@ -23,7 +23,6 @@ import random
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,10 +43,12 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     git_describe,
     load_samples,
     log,
+    run_in,
     run_measured,
     sanitize,
     synthetic_corpus,
     tool,
+    workdir,
 )
 
 from syncd import _layout as layout
@@ -384,6 +385,13 @@ class Bench:
     def run(self, cmd: list[str], env: dict[str, str], name: str) -> Run:
         return run_measured(self.procs, cmd, env, self.logs, name)
 
+    def close(self) -> None:
+        self.procs.stop_all()
+        if self.proxy is not None:
+            self.proxy.close()
+        if self.sw is not None:
+            self.sw.stop()
+
     # -- steps --------------------------------------------------------------
     def setup(self) -> None:
         a = self.args
@@ -716,26 +724,9 @@ def main() -> int:
     args.size_mb = args.size_mb or (30 if q else 1024)
     args.repeat = max(1, args.repeat or (1 if q else 2))
 
-    if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="syncd-bench-restore-", dir=args.workdir))
+    work = workdir(args, "syncd-bench-restore-")
     bench = Bench(args, work)
-    log(f"work directory {work}")
-    ok = False
-    try:
-        bench.run_all()
-        ok = True
-    finally:
-        bench.procs.stop_all()
-        if bench.proxy is not None:
-            bench.proxy.close()
-        if bench.sw is not None:
-            bench.sw.stop()
-        if args.keep:
-            log(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    if ok:
+    if run_in(work, args, bench.run_all, bench.close):
         print(f"syncd restore benchmark ({'quick' if q else 'full'} run, "
               f"{os.cpu_count()} CPUs)")
         print(bench.res.table())
