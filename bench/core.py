@@ -445,6 +445,16 @@ def run_measured(procs: Procs, cmd: list[str], env: dict[str, str], logs: Path,
     return r
 
 
+def stop_process(p: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 30 s."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
 def proc_cpu(pid: int) -> float:
     """utime+stime of a live process, seconds (all threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -561,19 +571,24 @@ class Results:
                           "" if met is None else ("yes" if met else "NO")))
 
     def table(self) -> str:
-        head = ("figure", "syncd", "restic", "rclone", "target", "met")
-        body = [r for r in self.rows if not r[0].startswith("#")]
-        w = [max(len(r[i]) for r in [head, *body]) for i in range(6)]
-        line = "  ".join("-" * x for x in w)
-        out = [line, "  ".join(h.ljust(w[i]) for i, h in enumerate(head)), line]
-        for r in self.rows:
-            if r[0].startswith("#"):
-                out.append(r[0][1:].strip())
-                continue
-            out.append("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
-        out.append(line)
-        out.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(out)
+        return render_table(("figure", "syncd", "restic", "rclone", "target", "met"),
+                            self.rows, self.notes)
+
+
+def render_table(head: tuple[str, ...], rows: list[tuple[str, ...]], notes: list[str]) -> str:
+    """Columns padded to fit; a row whose first cell starts with '#' is a section title."""
+    body = [r for r in rows if not r[0].startswith("#")]
+    w = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    line = "  ".join("-" * x for x in w)
+    out = [line, "  ".join(h.ljust(w[i]) for i, h in enumerate(head)), line]
+    for r in rows:
+        if r[0].startswith("#"):
+            out.append(r[0][1:].strip())
+            continue
+        out.append("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+    out.append(line)
+    out.extend(f"note: {n}" for n in notes)
+    return "\n".join(out)
 
 
 def fmt_mb(n: float) -> str:
@@ -964,12 +979,7 @@ class Bench:
         stop.set()
         pt.join()
         mem = proc_mem(d.pid)
-        d.send_signal(signal.SIGTERM)
-        try:
-            d.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            d.kill()
-            d.wait()
+        stop_process(d)
         lat = [x[3] - x[2] for x in lines if x[3] is not None]
         missing = sum(1 for x in lines if x[3] is None)
         p50, p99, mx = pct(lat, 0.5), pct(lat, 0.99), max(lat) if lat else float("nan")
@@ -1019,12 +1029,7 @@ class Bench:
             time.sleep(a.idle_seconds)
             c1, w1 = proc_cpu(d.pid), time.monotonic()
             mem = proc_mem(d.pid)
-            d.send_signal(signal.SIGTERM)
-            try:
-                d.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                d.kill()
-                d.wait()
+            stop_process(d)
             cpu = (c1 - c0) / (w1 - w0) * 100
             log(f"  idle CPU {cpu:.2f} %, RSS {fmt_mb(mem['VmRSS'])}")
             if kind == "s3":

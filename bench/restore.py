@@ -43,6 +43,7 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     git_describe,
     load_samples,
     log,
+    render_table,
     run_in,
     run_measured,
     sanitize,
@@ -245,19 +246,8 @@ class Results:
                           "" if met is None else ("yes" if met else "NO")))
 
     def table(self) -> str:
-        head = ("figure", "syncd", "restic", "target", "met")
-        body = [r for r in self.rows if not r[0].startswith("#")]
-        w = [max(len(r[i]) for r in [head, *body]) for i in range(5)]
-        line = "  ".join("-" * x for x in w)
-        out = [line, "  ".join(h.ljust(w[i]) for i, h in enumerate(head)), line]
-        for r in self.rows:
-            if r[0].startswith("#"):
-                out.append(r[0][1:].strip())
-                continue
-            out.append("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
-        out.append(line)
-        out.extend(f"note: {n}" for n in self.notes)
-        return "\n".join(out)
+        return render_table(("figure", "syncd", "restic", "target", "met"), self.rows,
+                            self.notes)
 
 
 # ---------------------------------------------------------------------------

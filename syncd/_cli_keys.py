@@ -10,7 +10,8 @@ import click
 
 from ._checkstore import check_store
 from ._cliutil import EXPECTED, fail, settings_of, store_of
-from ._crypto import CryptoError, KeyFile
+from ._config import Settings
+from ._crypto import Crypto, CryptoError, KeyFile
 from ._keys import (
     NEW_PASSPHRASE_ENV,
     add_key,
@@ -21,7 +22,7 @@ from ._keys import (
     open_crypto,
     remove_key,
 )
-from .store import StoreError
+from .store import Store, StoreError
 
 
 def _passphrase(path: Path | None, *, confirm: bool, env: str | None = None,
@@ -68,6 +69,14 @@ def key() -> None:
     wrapping the same master key)."""
 
 
+def _unlock(store: Store, settings: Settings) -> Crypto:
+    """The store's key, opened with the current passphrase; an error if it is plain."""
+    crypto = open_crypto(store, settings.passphrase_file, prompt=True)
+    if crypto is None:
+        raise CryptoError(f"{store.url}: not encrypted (syncd init --encrypt first)")
+    return crypto
+
+
 @key.command("add")
 @click.option("--new-passphrase-file", type=click.Path(path_type=Path), default=None,
               help=f"Read the new passphrase from this file (or ${NEW_PASSPHRASE_ENV}; "
@@ -78,9 +87,7 @@ def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
     settings = settings_of(ctx)
     try:
         store = store_of(settings)
-        crypto = open_crypto(store, settings.passphrase_file, prompt=True)
-        if crypto is None:
-            raise CryptoError(f"{store.url}: not encrypted (syncd init --encrypt first)")
+        crypto = _unlock(store, settings)
         new = _passphrase(new_passphrase_file, confirm=True, env=NEW_PASSPHRASE_ENV,
                           what="new passphrase")
         key_id = add_key(store, crypto, new)
@@ -97,9 +104,7 @@ def key_remove(ctx: click.Context, key_id: str) -> None:
     settings = settings_of(ctx)
     try:
         store = store_of(settings)
-        crypto = open_crypto(store, settings.passphrase_file, prompt=True)
-        if crypto is None:
-            raise CryptoError(f"{store.url}: not encrypted")
+        crypto = _unlock(store, settings)
         remove_key(store, crypto, key_id.removeprefix("keys/"))
     except EXPECTED as e:
         fail(e)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from syncd._claude import Selection
+from syncd._config import Settings
+from syncd._daemon import Daemon
 from syncd._layout import segment_key
 from syncd._segreader import read_index
 from syncd._ship import Shipper
 from syncd._state import State
-from syncd.store import Store
+from syncd.store import MemoryStore, Store, TransientError
 
 
 def write(root: Path, rel: str | bytes, data: bytes, mode: str = "wb") -> Path:
@@ -60,3 +65,58 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condi
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass
+class DaemonThread:
+    """``Daemon.run`` in a thread; whatever it raised lands in ``errors``."""
+
+    daemon: Daemon
+    thread: threading.Thread
+    errors: list[BaseException] = field(default_factory=list)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.daemon.request_stop()
+        self.thread.join(timeout)
+
+
+def start_daemon(settings: Settings) -> DaemonThread:
+    d = Daemon(settings)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            d.run()
+        except BaseException as e:
+            errors.append(e)
+
+    dt = DaemonThread(d, threading.Thread(target=run, name="syncd-daemon", daemon=True),
+                      errors)
+    dt.thread.start()
+    return dt
+
+
+@contextmanager
+def running(settings: Settings) -> Iterator[Daemon]:
+    """A daemon for the ``with`` block; it must stop cleanly and raise nothing."""
+    dt = start_daemon(settings)
+    try:
+        yield dt.daemon
+    finally:
+        dt.stop()
+    assert not dt.thread.is_alive(), "the daemon did not stop"
+    assert not dt.errors, dt.errors
+
+
+class LosesAnswers(MemoryStore):
+    """Stores the object, then reports a transient failure ``lose`` times."""
+
+    lose = 0
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
+        etag = super().put(key, data, if_none_match=if_none_match, if_match=if_match)
+        if self.lose:
+            self.lose -= 1
+            raise TransientError("answer lost")
+        return etag

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from syncd._daemon import Daemon
 from syncd._restore import restore_tree
 from syncd._state import State
 from syncd.store import open_store
-from tests.helpers import tree_bytes, wait_for, write
+from tests.helpers import running, start_daemon, tree_bytes, wait_for, write
 from tests.seaweed import Seaweed
 
 
@@ -45,15 +44,12 @@ def shipped(s: Settings, rel: str) -> int:
 def daemon(tmp_path: Path) -> Iterator[tuple[Daemon, Settings]]:
     (tmp_path / "src").mkdir()
     s = settings(tmp_path)
-    d = Daemon(s)
-    t = threading.Thread(target=d.run, daemon=True)
-    t.start()
+    dt = start_daemon(s)
     try:
-        yield d, s
+        yield dt.daemon, s
     finally:
-        d.request_stop()
-        t.join(timeout=30)
-        assert not t.is_alive()
+        dt.stop()
+        assert not dt.thread.is_alive()
 
 
 def test_appends_are_shipped_by_events(daemon: tuple[Daemon, Settings], tmp_path: Path) -> None:
@@ -72,10 +68,7 @@ def test_appends_are_shipped_by_events(daemon: tuple[Daemon, Settings], tmp_path
 def test_quiet_period_batches_a_burst_into_one_segment(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     s = settings(tmp_path, flush_quiet=1.0, flush_max_delay=30.0)
-    d = Daemon(s)
-    t = threading.Thread(target=d.run, daemon=True)
-    t.start()
-    try:
+    with running(s):
         wait_for(lambda: s.state_file.exists(), what="daemon start")
         paths = [f"projects/p/{i}.jsonl" for i in range(30)]
         for p in paths:
@@ -85,9 +78,6 @@ def test_quiet_period_batches_a_burst_into_one_segment(tmp_path: Path) -> None:
         # machine.json aside, the burst arrived in one segment.
         assert st.next_seq == 1
         st.close()
-    finally:
-        d.request_stop()
-        t.join(timeout=30)
 
 
 def test_new_directory_contents_are_found(daemon: tuple[Daemon, Settings]) -> None:

@@ -19,7 +19,7 @@ import zstandard
 import syncd._daemon
 import syncd._ship
 from syncd._config import Settings
-from syncd._daemon import Daemon, Engine, SyncError, sync_once
+from syncd._daemon import Engine, SyncError, sync_once
 from syncd._layout import segment_key
 from syncd._restore import RestoreError, restore_tree
 from syncd._segment import FRAME_MAX, HEADER, TRAILER, SegmentWriter
@@ -43,6 +43,7 @@ from tests.faultkit import (
     wait_for,
     write,
 )
+from tests.helpers import running
 from tests.seaweed import Seaweed
 
 SECRET = b"TOP-SECRET-7f3a9c-do-not-upload"
@@ -434,18 +435,7 @@ def test_daemon_does_not_follow_symlinks_created_while_running(tmp_path: Path) -
     s = make_settings(tmp_path)
     outside = _outside(tmp_path)
     write(s.source, A, line(1))
-    d = Daemon(s)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            d.run()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    try:
+    with running(s):
         wait_for(lambda: status(s)["bytes_pending"] == 0, 20, "the first flush")
         os.symlink(outside / "proj", s.source / "projects" / "-linked")
         os.symlink(outside / "secret.txt", s.source / "projects" / "-home-u-app" / "l.jsonl")
@@ -454,10 +444,6 @@ def test_daemon_does_not_follow_symlinks_created_while_running(tmp_path: Path) -
         write(s.source, B, line(2))  # a marker written after the links
         wait_for(lambda: status(s)["bytes_pending"] == 0 and shipped(s, B) == len(line(2)),
                  20, "the marker")
-    finally:
-        d.request_stop()
-        t.join(30)
-    assert not t.is_alive() and not errors
     out = tmp_path / "out"
     assert not restore(s, out).errors
     assert tree(out) == {A: line(1), B: line(2)}

@@ -8,16 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import syncd.store
 from syncd._config import Settings
-from syncd._daemon import Daemon
 from syncd._layout import segment_key
 from syncd._state import State
 from syncd._status import status
@@ -41,6 +38,7 @@ from tests.faultkit import (
     wait_for,
     write,
 )
+from tests.helpers import running
 from tests.seaweed import Seaweed
 
 
@@ -51,28 +49,6 @@ def proxy(seaweed: Seaweed) -> Iterator[FaultProxy]:
         yield p
     finally:
         p.stop()
-
-
-@contextmanager
-def running(settings: Settings) -> Iterator[Daemon]:
-    d = Daemon(settings)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            d.run()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=run, name="syncd-daemon", daemon=True)
-    t.start()
-    try:
-        yield d
-    finally:
-        d.request_stop()
-        t.join(30)
-    assert not t.is_alive(), "the daemon did not stop"
-    assert not errors, errors
 
 
 CAUSE = {"503": "ServiceUnavailable", "500": "InternalError", "hang": "timeout",

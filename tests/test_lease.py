@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from syncd._config import Settings, load_settings
-from syncd._daemon import Daemon, Engine, sync_once
+from syncd._daemon import Engine, sync_once
 from syncd._lease import Holder, Lease, LeaseHeld, LeaseLost, LeaseStale
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, TransientError
-from tests.helpers import wait_for, write
+from tests.helpers import LosesAnswers, start_daemon, wait_for, write
 
 KEY = "machines/m1/lease.json"
 
@@ -105,17 +105,6 @@ def test_release_deletes_only_our_own_lease(store: Store) -> None:
 
 
 def test_renewal_whose_answer_was_lost_is_still_ours() -> None:
-    class LosesAnswers(MemoryStore):
-        lose = 0
-
-        def put(self, key: str, data: bytes, *, if_none_match: bool = True,
-                if_match: str | None = None) -> str:
-            etag = super().put(key, data, if_none_match=if_none_match, if_match=if_match)
-            if self.lose:
-                self.lose -= 1
-                raise TransientError("answer lost")
-            return etag
-
     store = LosesAnswers()
     a = lease(store)
     a.acquire()
@@ -185,17 +174,8 @@ def test_two_state_dirs_same_machine_id_one_writer(tmp_path: Path) -> None:
 
 def test_daemon_whose_lease_is_taken_exits_with_the_reason(tmp_path: Path) -> None:
     s = settings(tmp_path, "state-a")
-    d = Daemon(s)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            d.run()
-        except BaseException as e:
-            errors.append(e)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
+    dt = start_daemon(s)
+    t, errors = dt.thread, dt.errors
     store = LocalStore(tmp_path / "store")
     wait_for(lambda: store.head(KEY) is not None, what="the daemon's lease")
     Lease(store, "m1", owner="intruder", ttl=3.0, takeover=True).acquire()
@@ -228,16 +208,13 @@ def test_store_down_at_start_then_the_lease_is_taken_while_idle(
 
     monkeypatch.setattr(syncd._daemon, "open_store", fake_open)
     s = settings(tmp_path, "state-a")
-    d = Daemon(s)
-    t = threading.Thread(target=d.run, daemon=True)
-    t.start()
+    dt = start_daemon(s)
     try:
         store = LocalStore(tmp_path / "store")
         time.sleep(1.0)
-        assert t.is_alive() and store.head(KEY) is None
+        assert dt.thread.is_alive() and store.head(KEY) is None
         down.clear()
         wait_for(lambda: store.head(KEY) is not None, what="the lease once the store is back")
     finally:
-        d.request_stop()
-        t.join(15)
-    assert not t.is_alive() and d.fatal is None
+        dt.stop(15)
+    assert not dt.thread.is_alive() and dt.daemon.fatal is None

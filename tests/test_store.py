@@ -17,9 +17,9 @@ from syncd.store import (
     RetryStore,
     S3Store,
     Store,
-    TransientError,
     open_store,
 )
+from tests.helpers import LosesAnswers
 from tests.seaweed import Seaweed
 
 
@@ -170,19 +170,7 @@ def test_local_store_hides_its_lock_files(tmp_path: Path) -> None:
 def test_retry_store_recognises_its_own_landed_conditional_replace() -> None:
     """A replace whose first try landed but whose answer was lost is not a lost race."""
 
-    class LostAnswer(MemoryStore):
-        lose = 1
-
-        def put(self, key: str, data: bytes, *, if_none_match: bool = True,
-                if_match: str | None = None) -> str:
-            etag = super().put(key, data, if_none_match=if_none_match, if_match=if_match)
-            if self.lose:
-                self.lose -= 1
-                raise TransientError("answer lost")
-            return etag
-
-    inner = LostAnswer()
-    inner.lose = 0
+    inner = LosesAnswers()
     first = inner.put("l", b"v1")
     inner.lose = 1
     store = RetryStore(inner, base=0.001)
