@@ -1,12 +1,15 @@
-"""One machine's backup as of a point in time, folded from its segment indexes.
+"""One machine's backup as of a point in time: a snapshot manifest plus later segments.
 
-Nothing here downloads file contents: only the indexes (one suffix GET each),
-which carry the extents, tombstones and the session catalog.
+The entry point is the newest snapshot at or before the time asked for; the segments
+written after it are folded on top. Nothing here downloads file contents: only the
+manifest's index and groups and the segments' indexes, which carry the extents,
+tombstones and the session catalog. Without a snapshot every segment is folded.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +18,16 @@ from ._catalog import Session, session_of
 from ._crypto import Crypto, CryptoError, is_box
 from ._segment import Extent, FormatError, SegmentIndex
 from ._segreader import read_index
+from ._snapshot import (
+    Group,
+    Manifest,
+    current,
+    group_of,
+    list_snapshots,
+    read_groups,
+    read_manifest,
+    session_groups,
+)
 from .store import NotFound, Store, StoreError
 
 
@@ -32,14 +45,18 @@ class FileView:
     deleted_at: float | None = None
     mode: int = 0o600
     mtime_ns: int = 0
+    # The size at an older point in time than the extents run to (a prefix of them).
+    limit: int | None = None
 
     @property
     def size(self) -> int:
+        if self.limit is not None:
+            return self.limit
         return self.extents[-1][1].end if self.extents else 0
 
     @property
     def stored(self) -> int:
-        return sum(e.clen for _, e in self.extents)
+        return sum(e.clen for _, e in self.extents if e.start < self.size or e.start == 0)
 
 
 @dataclass
@@ -86,28 +103,68 @@ def machine_info(store: Store, machine: str, crypto: Crypto | None = None) -> di
     return doc if isinstance(doc, dict) else {"machine": machine}
 
 
-def segment_keys(store: Store, machine: str) -> list[tuple[str, int]]:
+def segment_keys(store: Store, machine: str, after: int = -1) -> list[tuple[str, int]]:
+    """``(key, size)`` of the machine's segments with a seq above ``after``."""
+    start = layout.segment_key(machine, after) if after >= 0 else ""
     out = []
-    for info in store.list(layout.machine_prefix(machine) + "seg/"):
+    for info in store.list(layout.machine_prefix(machine) + "seg/", start_after=start):
         if layout.segment_seq(info.key) is not None:
             out.append((info.key, info.size))
     return out
 
 
+def newest_manifest(store: Store, machine: str, crypto: Crypto | None = None,
+                    errors: list[str] | None = None) -> Manifest | None:
+    """The newest readable snapshot manifest; unreadable newer ones go to ``errors``."""
+    for _, _, key in reversed(current(list_snapshots(store, machine))):
+        try:
+            return read_manifest(store, key, crypto)
+        except (FormatError, StoreError) as e:
+            if errors is None:
+                raise
+            errors.append(str(e))
+    return None
+
+
 def load_backup(store: Store, machine: str, at: float | None = None,
-                crypto: Crypto | None = None) -> Backup:
-    """Fold ``machine``'s segments (those built at or before ``at``) into a Backup.
+                crypto: Crypto | None = None,
+                sessions: Collection[str] | None = None) -> Backup:
+    """``machine``'s backup as of ``at`` (None: now).
 
     ``crypto``: the unlocked key of an encrypted store (None: a plain store).
+    ``sessions``: only these sessions' files are needed (and history.jsonl), so only
+    their groups of the snapshot are read.
     """
-    keys = segment_keys(store, machine)
-    if not keys:
+    b = Backup(machine, machine_info(store, machine, crypto))
+    snaps = current(list_snapshots(store, machine))
+    newest = newest_manifest(store, machine, crypto, b.errors) if snaps else None
+    base = newest
+    if newest is not None and at is not None and newest.time > at:
+        base = _manifest_at(store, snaps, newest.seq, at, crypto, b.errors)
+    names: set[str] | None = None
+    if base is not None and newest is not None:
+        if sessions is not None:
+            names = set()
+            for sid in sessions:
+                for folder in base.folders_of(sid) or newest.folders_of(sid):
+                    names |= session_groups(sid, folder)
+                names |= session_groups(sid, "")
+        try:
+            groups = read_groups(store, base, names, crypto)
+            where = groups if base is newest else read_groups(store, newest, names, crypto)
+        except (FormatError, StoreError) as e:
+            raise BackupError(f"cannot read the snapshot: {e}") from e
+        _from_snapshot(b, base, groups, where)
+    # Segments already folded into the newest snapshot are only leftovers of an
+    # interrupted clean-up; an older snapshot takes none (what they held is gone).
+    after = newest.seq if newest is not None else -1
+    keys = segment_keys(store, machine, after)
+    if newest is None and not keys:
         known = list_machines(store)
         raise BackupError(f"{store.url}: no backup for machine {machine!r} "
                           f"(machines in this store: {', '.join(known) or 'none'})")
-    b = Backup(machine, machine_info(store, machine, crypto))
-    expected = 0
-    for key, size in keys:
+    expected = after + 1
+    for key, size in keys if base is newest else []:
         seq = layout.segment_seq(key) or 0
         if seq != expected:
             b.errors.append(f"{store.url}{key}: segments {expected:016x}..{seq - 1:016x} "
@@ -122,16 +179,53 @@ def load_backup(store: Store, machine: str, at: float | None = None,
             break
         b.first_time = ix.time if b.first_time is None else b.first_time
         b.last_time, b.last_seq = ix.time, seq
-        _fold(b, key, ix)
+        _fold(b, key, ix, names)
     if b.first_time is None and at is not None:
         raise BackupError(f"machine {machine!r} has no backup at or before the requested time")
     _finish(b)
     return b
 
 
-def _fold(b: Backup, key: str, ix: SegmentIndex) -> None:
+def _manifest_at(store: Store, snaps: list[tuple[int, int, str]], below: int, at: float,
+                 crypto: Crypto | None, errors: list[str]) -> Manifest | None:
+    for seq, _, key in reversed(snaps):
+        if seq >= below:
+            continue
+        try:
+            m = read_manifest(store, key, crypto)
+        except (FormatError, StoreError) as e:
+            errors.append(str(e))
+            continue
+        if m.time <= at:
+            return m
+    return None
+
+
+def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
+                   where: dict[str, Group]) -> None:
+    """The files of snapshot ``base``; their bytes are found through the newest one."""
+    located = {(e.path, e.gen): e for g in where.values() for e in g.entries}
+    for g in groups.values():
+        for e in g.entries:
+            if e.retained:
+                continue
+            src = located.get((e.path, e.gen))
+            exts = src.extents if src is not None and src.end >= e.size else e.extents
+            f = b.files[e.path] = FileView(e.path, e.gen, list(exts), e.deleted_at, e.mode,
+                                           e.mtime_ns)
+            if f.extents and f.extents[-1][1].end != e.size:
+                f.limit = e.size
+        for s in g.sessions:
+            b.sessions[s.path] = s
+    b.projects.update(base.projects)
+    b.first_time, b.last_time, b.last_seq = base.first_time, base.time, base.seq
+
+
+def _fold(b: Backup, key: str, ix: SegmentIndex, names: set[str] | None = None) -> None:
     files = b.files
     for e in ix.extents:
+        if names is not None and group_of(e.path) not in names:
+            continue
         f = files.get(e.path)
         if f is None or e.gen > f.gen or (f.deleted_at is not None and e.gen != f.gen):
             f = files[e.path] = FileView(e.path, e.gen)

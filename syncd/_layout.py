@@ -35,3 +35,36 @@ def segment_seq(key: str) -> int | None:
         return int(name, 16)
     except ValueError:
         return None
+
+
+def pack_key(machine: str, lo: int, hi: int, tag: str) -> str:
+    """A pack of data from segments ``lo..hi``; ``tag`` (8 hex) keeps two packs apart."""
+    return f"machines/{machine}/pack/{lo:016x}-{hi:016x}-{tag}"
+
+
+def pack_range(key: str) -> tuple[int, int] | None:
+    """``(lo, hi)`` of a pack key, or None for anything else under ``pack/``."""
+    parts = key.rpartition("/")[2].split("-")
+    if len(parts) != 3 or len(parts[0]) != 16 or len(parts[1]) != 16 or len(parts[2]) != 8:
+        return None
+    try:
+        return int(parts[0], 16), int(parts[1], 16)
+    except ValueError:
+        return None
+
+
+def snapshot_key(machine: str, seq: int, rev: int) -> str:
+    """The manifest as of segment ``seq``; ``rev`` counts re-issues at the same seq."""
+    return f"machines/{machine}/snap/{seq:016x}-{rev:04x}"
+
+
+def snapshot_id(key: str) -> tuple[int, int] | None:
+    """``(seq, rev)`` of a snapshot key, or None for anything else under ``snap/``."""
+    name = key.rpartition("/")[2]
+    seq, dash, rev = name.partition("-")
+    if len(seq) != 16 or not dash or len(rev) != 4:
+        return None
+    try:
+        return int(seq, 16), int(rev, 16)
+    except ValueError:
+        return None

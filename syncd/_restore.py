@@ -18,7 +18,6 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +30,8 @@ from ._merge import decide
 from ._private import create_private, private_dir, write_private
 from ._progress import Meter, NullMeter
 from ._remap import Remapper, Rule
-from ._segment import HEADER, Extent, FormatError, check_header
-from ._segreader import extent_bytes
+from ._segment import Extent, FormatError
+from ._segreader import read_extents
 from .store import Store, StoreError
 
 log = logging.getLogger("syncd.restore")
@@ -40,8 +39,6 @@ log = logging.getLogger("syncd.restore")
 # Claude Code deletes transcripts older than cleanupPeriodDays (30) at start-up;
 # a restored mtime older than this is replaced by the time of the restore.
 MTIME_FLOOR_DAYS = 25
-# Fetch a whole segment when at least this share of it is needed, else ranges.
-WHOLE_OBJECT_SHARE = 0.5
 WORKTREE_MARK = "/.claude/worktrees/"
 
 
@@ -318,20 +315,24 @@ def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
             broken.add(f.path)
             continue
         for key, ext in f.extents:
-            by_key.setdefault(key, []).append((f, ext))
+            if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
+                by_key.setdefault(key, []).append((f, ext))
     names = {p: staging / hashlib.sha256(p).hexdigest() for p in files if p not in broken}
     try:
         for name in names.values():
             name.touch(mode=0o600)
         for key in sorted(by_key):
-            wanted = [(f, e) for f, e in by_key[key] if f.path not in broken]
+            wanted = [(f, x) for f, x in by_key[key] if f.path not in broken]
             if not wanted:
                 continue
             try:
-                owner = {id(e): f for f, e in wanted}
-                for f, data in _fetch(store, key, [e for _, e in wanted], owner, crypto):
-                    with open(names[f.path], "ab") as out:
-                        out.write(data)
+                owner = {id(x): f for f, x in wanted}
+                for x, data in read_extents(store, key, [x for _, x in wanted], crypto):
+                    f = owner[id(x)]
+                    # At its offset: a file's extents can come from objects in any order.
+                    with open(names[f.path], "r+b") as out:
+                        out.seek(x.start)
+                        out.write(data[: max(0, f.size - x.start)])
                     meter.advance(len(data))
             except (FormatError, StoreError) as e:
                 report.errors.append(str(e))
@@ -348,29 +349,9 @@ def _check_contiguous(f: FileView) -> None:
             raise RestoreError(f"{key}: {os.fsdecode(f.path)} generation {f.gen} has a gap "
                                f"at byte {pos} (next extent starts at {e.start})")
         pos = e.end
-
-
-def _fetch(store: Store, key: str, exts: list[Extent], owner: dict[int, FileView],
-           crypto: Crypto | None = None) -> Iterable[tuple[FileView, bytes]]:
-    where = f"{store.url}{key}"
-    cipher = None if crypto is None else crypto.cipher(key)
-    exts = sorted(exts, key=lambda e: e.off)
-    lo = exts[0].off
-    hi = max(e.off + e.clen for e in exts)
-    need = sum(e.clen for e in exts)
-    # Sorted by offset is sorted by byte order within each file: frames are written so.
-    if need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64:
-        if lo == HEADER.size:
-            lo = 0  # the first frame: the header comes along and is checked too
-        blob = store.get(key, lo, hi - lo)
-        if lo == 0:
-            check_header(blob, where, sealed=cipher is not None)
-        for e in exts:
-            yield owner[id(e)], extent_bytes(blob, lo, e, where, cipher)
-    else:
-        for e in exts:
-            yield owner[id(e)], extent_bytes(store.get(key, e.off, e.clen), e.off, e, where,
-                                             cipher)
+    if pos < f.size:
+        raise RestoreError(f"{os.fsdecode(f.path)} generation {f.gen}: the backup holds "
+                           f"{pos} of its {f.size} bytes")
 
 
 # -- placing ---------------------------------------------------------------------

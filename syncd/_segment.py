@@ -94,6 +94,11 @@ class SegmentIndex:
     sessions: dict[bytes, tuple[int, dict[str, str]]] = field(default_factory=dict)
     # What git said about project directories first seen in this segment.
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Keys of packs and snapshot manifests (docs/FORMAT.md), which share this container.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_KNOWN = frozenset({"v", "machine", "seq", "time", "entries", "sessions", "projects"})
 
 
 class SegmentWriter:
@@ -110,23 +115,37 @@ class SegmentWriter:
         self._parts: list[bytes] = [HEADER.pack(MAGIC, version, flags, 0)]
         self._size = HEADER.size
         self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        # The index is small and read on every restore: always the fast level.
+        self._index_zstd = zstandard.ZstdCompressor(level=3, write_content_size=True)
         self.raw_bytes = 0
 
     def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
                  mtime_ns: int, reason: str | None = None) -> None:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
-        # An exact-size copy: compress() returns a buffer sized for the input, and a
-        # segment holds many frames until it is uploaded.
+        self.add_frame(path, gen, start, len(data), self._zstd.compress(data),
+                       hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
+                       reason=reason)
+
+    def add_frame(self, path: bytes, gen: int, start: int, length: int, frame: bytes,
+                  sha256: str, *, mode: int, mtime_ns: int, reason: str | None = None) -> None:
+        """Add an already compressed frame of ``length`` raw bytes (its sha256 given)."""
         if self.cipher is None:
-            frame = memoryview(self._zstd.compress(data)).tobytes()
+            # An exact-size copy: compress() returns a buffer sized for the input, and a
+            # segment holds many frames until it is uploaded.
+            frame = memoryview(frame).tobytes()
         else:  # a new, exact-size buffer anyway
-            frame = self.cipher.seal(f"frame@{self._size}", self._zstd.compress(data))
+            frame = self.cipher.seal(f"frame@{self._size}", frame)
         self.index.extents.append(Extent(
-            path, gen, start, start + len(data), self._size, len(frame),
-            hashlib.sha256(data).hexdigest(), mode, mtime_ns, reason))
+            path, gen, start, start + length, self._size, len(frame), sha256, mode, mtime_ns,
+            reason))
         self._parts.append(frame)
         self._size += len(frame)
-        self.raw_bytes += len(data)
+        self.raw_bytes += length
+
+    @property
+    def size(self) -> int:
+        """Bytes of header and frames so far."""
+        return self._size
 
     def add_tombstone(self, path: bytes, gen: int, time: float) -> None:
         self.index.tombstones.append(Tombstone(path, gen, time))
@@ -161,7 +180,8 @@ class SegmentWriter:
                                for p, (g, f) in ix.sessions.items()]
         if ix.projects:
             doc["projects"] = ix.projects
-        blob = self._zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
+        doc.update(ix.extra)
+        blob = self._index_zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
         magic = END_MAGIC
         if self.cipher is not None:
             # Padded: the index's size says little about how many paths it names.
@@ -235,6 +255,7 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
             ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
                                                            for k, v in s["fields"].items()})
         ix.projects = {str(k): v for k, v in doc.get("projects", {}).items()}
+        ix.extra = {k: v for k, v in doc.items() if k not in _KNOWN}
     except FormatError:
         raise
     except (zstandard.ZstdError, ValueError, KeyError, TypeError) as e:

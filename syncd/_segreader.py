@@ -6,6 +6,8 @@ only sealed segments are accepted, without it only plain ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ._crypto import Crypto, ObjectCipher
 from ._segment import (
     HEADER,
@@ -73,3 +75,31 @@ def extent_bytes(blob: bytes, base: int, ext: Extent, where: str,
     if ext.off < HEADER.size or lo < 0 or lo + ext.clen > len(blob):
         raise FormatError(f"{where}: extent of {ext.path!r} lies outside the object")
     return decode_extent(blob[lo : lo + ext.clen], ext, where, cipher)
+
+
+# Fetch the whole span of an object when at least this share of it is needed, else ranges.
+WHOLE_OBJECT_SHARE = 0.5
+
+
+def read_extents(store: Store, key: str, exts: list[Extent],
+                 crypto: Crypto | None = None) -> Iterator[tuple[Extent, bytes]]:
+    """The raw bytes of each extent of object ``key``, checked, in offset order."""
+    where = f"{store.url}{key}"
+    cipher = _cipher(crypto, key)
+    exts = sorted(exts, key=lambda e: e.off)
+    if not exts:
+        return
+    lo = exts[0].off
+    hi = max(e.off + e.clen for e in exts)
+    need = sum(e.clen for e in exts)
+    if need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64:
+        if lo == HEADER.size:
+            lo = 0  # the first frame: the header comes along and is checked too
+        blob = store.get(key, lo, hi - lo)
+        if lo == 0:
+            check_header(blob, where, sealed=cipher is not None)
+        for e in exts:
+            yield e, extent_bytes(blob, lo, e, where, cipher)
+    else:
+        for e in exts:
+            yield e, extent_bytes(store.get(key, e.off, e.clen), e.off, e, where, cipher)

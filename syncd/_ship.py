@@ -27,6 +27,7 @@ from ._gitinfo import project_info
 from ._lease import Lease
 from ._segment import FRAME_MAX, SegmentWriter, Tombstone
 from ._segreader import read_index
+from ._snapshot import current, list_snapshots, read_groups, read_manifest
 from ._state import FileState, State
 from .store import AlreadyExists, Store
 
@@ -99,6 +100,10 @@ class Shipper:
         Returns how many were adopted. Cheap when there is nothing to adopt: one HEAD.
         """
         adopted = 0
+        snaps = current(list_snapshots(self.store, self.machine))
+        if snaps and snaps[-1][0] >= self.state.next_seq:
+            self._adopt_snapshot(snaps[-1][2])
+            adopted += 1
         while self.store.head(layout.segment_key(self.machine, self.state.next_seq)):
             self._adopt(self.state.next_seq)
             adopted += 1
@@ -142,6 +147,24 @@ class Shipper:
         self.state.commit(seq, updates)
         log.warning("adopted segment %s already in the store (%d files): a previous run "
                     "stopped between upload and commit", key, len(updates))
+
+    def _adopt_snapshot(self, key: str) -> None:
+        # Our state is older than the store's newest snapshot (it was lost, or restored
+        # from an old copy) and the segments it would adopt were compacted away.
+        m = read_manifest(self.store, key, self.crypto)
+        if m.machine != self.machine:
+            raise RuntimeError(f"{self.store.url}{key}: written by machine {m.machine!r}, "
+                               "not by us; refusing to continue")
+        updates: list[FileState] = []
+        for g in read_groups(self.store, m, None, self.crypto).values():
+            for e in g.entries:
+                if e.retained:
+                    continue
+                st = self._adopted_state(e.path, e.gen, e.size, e.mode, e.mtime_ns)
+                updates.append(st if e.deleted_at is None else st.but(deleted_at=e.deleted_at))
+        self.state.commit(m.seq, updates)
+        log.warning("adopted snapshot %s (%d files): the local state was behind the store",
+                    key, len(updates))
 
     def _adopted_state(self, path: bytes, gen: int, end: int, mode: int,
                        mtime_ns: int) -> FileState:

@@ -1,0 +1,437 @@
+"""Compaction: fold a machine's segments into packs and write a snapshot manifest.
+
+Order (restic's): packs first, then the manifest that references them, and only then
+delete what the new manifest no longer needs: the compacted segments, packs whose
+extents were moved, superseded manifest revisions. A crash at any point leaves a store
+that restores: before the manifest, the new packs are unreferenced leftovers (removed
+by the next run); after it, the old objects are leftovers that readers ignore.
+
+The newest manifest locates every byte any kept snapshot needs: the current files, and
+(``retained``) older generations that older snapshots still hold. Readers of an older
+snapshot find its bytes through the newest one, so packs can be merged and rewritten
+without touching older manifests. ``keep`` (prune) recomputes what is retained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from . import _layout as layout
+from ._backup import segment_keys
+from ._catalog import Session, session_of
+from ._crypto import Crypto
+from ._segment import FRAME_MAX, Extent, FormatError, SegmentIndex, SegmentWriter, decode_extent
+from ._segreader import read_index
+from ._snapshot import Entry, Manifest, build, current, list_snapshots, read_groups, read_manifest
+from .store import AlreadyExists, Store, StoreError
+
+log = logging.getLogger("syncd.compact")
+
+PACK_KIND = "pack"
+# history.jsonl interleaves every session's lines: small frames let one session's
+# restore fetch only the frames that hold its lines.
+HISTORY = b"history.jsonl"
+HISTORY_FRAME = 256 << 10
+_SPOOL_CHUNK = 8 << 20
+
+
+class CompactError(Exception):
+    """Compaction could not run; the message names the object or the reason."""
+
+
+@dataclass
+class CompactOptions:
+    level: int = 9
+    pack_target: int = 32 << 20   # a pack is closed once its frames reach this size
+    small_pack: int = 8 << 20     # packs below this are merged into the next one written
+    repack_share: float = 0.5     # a pack less referenced than this is rewritten
+    tombstone_keep: float = 180 * 86400.0
+    now: float | None = None
+    # Prune: the snapshot keys that stay; what they need is recomputed from them.
+    keep: Collection[str] | None = None
+    dry_run: bool = False
+    spool_dir: Path | None = None
+
+
+@dataclass
+class CompactReport:
+    machine: str
+    snapshot: str | None = None
+    segments: int = 0
+    segment_bytes: int = 0
+    raw_bytes: int = 0
+    packs_written: list[tuple[str, int]] = field(default_factory=list)
+    packs_merged: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"machine": self.machine, "snapshot": self.snapshot, "segments": self.segments,
+                "segment_bytes": self.segment_bytes, "raw_bytes": self.raw_bytes,
+                "packs_written": [{"key": k, "size": s} for k, s in self.packs_written],
+                "packs_merged": self.packs_merged, "expired": self.expired,
+                "deleted": len(self.deleted), "errors": self.errors, "note": self.note}
+
+
+@dataclass
+class _Tree:
+    """What the next manifest will hold, built from the newest one plus segments."""
+
+    live: dict[bytes, Entry] = field(default_factory=dict)
+    retained: dict[tuple[bytes, int], Entry] = field(default_factory=dict)
+    sessions: dict[bytes, Session] = field(default_factory=dict)
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    in_newest: set[tuple[bytes, int]] = field(default_factory=set)
+    first_time: float | None = None
+    time: float = 0.0
+    seq: int = -1
+
+    def retire(self, e: Entry) -> None:
+        # A generation the newest snapshot holds stays findable for it; one born and
+        # gone between two compactions is in no snapshot.
+        if (e.path, e.gen) in self.in_newest:
+            e.retained = True
+            self.retained[(e.path, e.gen)] = e
+
+    def fold(self, key: str, ix: SegmentIndex) -> None:
+        for x in ix.extents:
+            cur = self.live.get(x.path)
+            if cur is None or x.gen > cur.gen or (cur.deleted_at is not None
+                                                   and x.gen != cur.gen):
+                if cur is not None:
+                    self.retire(cur)
+                cur = self.live[x.path] = Entry(x.path, x.gen, 0)
+            if x.gen < cur.gen:
+                continue
+            cur.extents.append((key, x))
+            cur.size, cur.mode, cur.mtime_ns = x.end, x.mode, x.mtime_ns
+        for t in ix.tombstones:
+            cur = self.live.get(t.path)
+            if cur is not None and cur.gen == t.gen:
+                cur.deleted_at = t.time
+        for path, (gen, found) in ix.sessions.items():
+            sid = session_of(path)
+            if sid is None:
+                continue
+            s = self.sessions.setdefault(path, Session(sid, ix.machine, path))
+            s.fold(gen, found)
+            s.last_seq = ix.seq
+        self.projects.update(ix.projects)
+        self.first_time = ix.time if self.first_time is None else self.first_time
+        self.time, self.seq = ix.time, ix.seq
+
+    def catalog(self, machine: str) -> list[Session]:
+        out = []
+        for path, e in self.live.items():
+            sid = session_of(path)
+            if sid is None:
+                continue
+            s = self.sessions.get(path)
+            if s is None or s.gen != e.gen:
+                s = Session(sid, machine, path, e.gen)
+            out.append(s)
+        return out
+
+
+def compact(store: Store, machine: str, crypto: Crypto | None = None,
+            opts: CompactOptions | None = None) -> CompactReport:
+    opts = opts or CompactOptions()
+    now = time.time() if opts.now is None else opts.now
+    rep = CompactReport(machine)
+    snaps = current(list_snapshots(store, machine))
+    newest: Manifest | None = None
+    tree = _Tree()
+    if snaps:
+        try:
+            newest = read_manifest(store, snaps[-1][2], crypto)
+            groups = read_groups(store, newest, None, crypto)
+        except (FormatError, StoreError) as err:
+            raise CompactError(f"the newest snapshot is unreadable, not building on it "
+                               f"(run syncd verify): {err}") from err
+        for g in groups.values():
+            for e in g.entries:
+                if e.retained:
+                    tree.retained[(e.path, e.gen)] = e
+                else:
+                    tree.live[e.path] = e
+                    tree.in_newest.add((e.path, e.gen))
+            for s in g.sessions:
+                tree.sessions[s.path] = s
+        tree.projects.update(newest.projects)
+        tree.first_time, tree.time, tree.seq = newest.first_time, newest.time, newest.seq
+    segs = _segments(store, machine, tree.seq, crypto, rep)
+    for key, size, ix in segs:
+        tree.fold(key, ix)
+        rep.segments += 1
+        rep.segment_bytes += size
+    changed = bool(segs)
+    for path, e in list(tree.live.items()):
+        if e.deleted_at is not None and e.deleted_at < now - opts.tombstone_keep:
+            del tree.live[path]
+            tree.retire(e)
+            rep.expired.append(os.fsdecode(path))
+            changed = True
+    if opts.keep is not None:
+        changed |= _recompute_retained(store, tree, newest, opts.keep, crypto, rep)
+    entries = [*tree.live.values(), *tree.retained.values()]
+    packs = {i.key: i.size for i in store.list(layout.machine_prefix(machine) + "pack/")
+             if layout.pack_range(i.key) is not None}
+    used: dict[str, int] = {}
+    for e in entries:
+        for key, x in e.extents:
+            used[key] = used.get(key, 0) + x.clen
+    small = [k for k in used if k in packs and packs[k] < opts.small_pack]
+    sparse = {k for k in used if k in packs and used[k] < opts.repack_share * packs[k]}
+    move = set(sparse)
+    if changed or len(small) > 1 or sparse:
+        move |= set(small)
+    if not changed and not move:
+        rep.note = "nothing to compact"
+        return rep
+    if tree.first_time is None:
+        rep.note = "nothing to compact (no segment is readable)"
+        return rep
+    rep.packs_merged = sorted(move)
+    rep.raw_bytes = sum(e.end for e in entries)
+    if opts.dry_run:
+        rep.note = "dry run: nothing written"
+        return rep
+    lo = min([s[2].seq for s in segs] + [_pack_lo(k) for k in move] + [tree.seq])
+    _write_packs(store, machine, entries, move, lo, tree, crypto, opts, rep)
+    rev = 0 if newest is None or tree.seq > newest.seq else newest.rev + 1
+    key = _write_manifest(store, machine, tree, entries, rev, crypto, opts)
+    rep.snapshot = key
+    log.info("compacted %d segments of %s into %s (%d packs written)", rep.segments, machine,
+             key, len(rep.packs_written))
+    _sweep(store, machine, tree.seq, key, {k for e in entries for k, _ in e.extents}, rep)
+    return rep
+
+
+def _segments(store: Store, machine: str, after: int, crypto: Crypto | None,
+              rep: CompactReport) -> list[tuple[str, int, SegmentIndex]]:
+    """The readable segments after ``after``, in order, up to the first gap or damage."""
+    out = []
+    expected = after + 1
+    for key, size in segment_keys(store, machine, after):
+        seq = layout.segment_seq(key)
+        if seq != expected:
+            rep.errors.append(f"{store.url}{key}: segment {expected:016x} is missing; "
+                              "compacting only up to it")
+            break
+        try:
+            ix = read_index(store, key, size, crypto)
+        except (FormatError, StoreError) as e:
+            rep.errors.append(f"{e}; compacting only up to it")
+            break
+        out.append((key, size, ix))
+        expected += 1
+    return out
+
+
+def _recompute_retained(store: Store, tree: _Tree, newest: Manifest | None,
+                        keep: Collection[str], crypto: Crypto | None,
+                        rep: CompactReport) -> bool:
+    """Retain exactly the older generations the kept snapshots hold."""
+    needed: set[tuple[bytes, int]] = set()
+    for key in keep:
+        if newest is not None and key == newest.key:
+            m = newest
+        else:
+            try:
+                m = read_manifest(store, key, crypto)
+            except (FormatError, StoreError) as e:
+                raise CompactError(f"kept snapshot unreadable, not pruning what it may "
+                                   f"need: {e}") from e
+        for g in read_groups(store, m, None, crypto).values():
+            needed |= {(e.path, e.gen) for e in g.entries if not e.retained}
+    live = {(e.path, e.gen) for e in tree.live.values()}
+    gone = [k for k in tree.retained if k not in needed or k in live]
+    for k in gone:
+        del tree.retained[k]
+    missing = needed - live - set(tree.retained)
+    for path, gen in sorted(missing):
+        rep.errors.append(f"{os.fsdecode(path)} generation {gen}: held by a kept snapshot, "
+                          "but no object holds its bytes")
+    return bool(gone)
+
+
+class _Spool:
+    """Source objects copied to local files once each, read back by range.
+
+    A file's extents are spread over many segments; this reads every object once, in
+    bounded memory, whatever order the files are written in.
+    """
+
+    def __init__(self, store: Store, crypto: Crypto | None, where: Path | None) -> None:
+        self.store, self.crypto = store, crypto
+        self._dir = tempfile.TemporaryDirectory(prefix="syncd-compact-", dir=where)
+        self._fds: dict[str, int] = {}
+
+    def read(self, key: str, x: Extent) -> bytes:
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = self._fds[key] = self._fetch(key)
+        frame = os.pread(fd, x.clen, x.off)
+        if len(frame) != x.clen:
+            raise FormatError(f"{self.store.url}{key}: extent of {x.path!r} lies outside "
+                              "the object")
+        return decode_extent(frame, x, f"{self.store.url}{key}",
+                             None if self.crypto is None else self.crypto.cipher(key))
+
+    def _fetch(self, key: str) -> int:
+        path = os.path.join(self._dir.name, hashlib.sha256(key.encode()).hexdigest())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        info = self.store.head(key)
+        if info is None:
+            os.close(fd)
+            raise FormatError(f"{self.store.url}{key}: object is missing")
+        for start in range(0, info.size, _SPOOL_CHUNK):
+            os.write(fd, self.store.get(key, start, min(_SPOOL_CHUNK, info.size - start)))
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._dir.cleanup()
+
+
+class _PackWriter:
+    """Packs of at most ``pack_target`` bytes, each PUT as soon as it is full."""
+
+    def __init__(self, store: Store, machine: str, lo: int, hi: int, time_: float,
+                 crypto: Crypto | None, opts: CompactOptions, rep: CompactReport) -> None:
+        self.store, self.machine, self.lo, self.hi, self.time = store, machine, lo, hi, time_
+        self.crypto, self.opts, self.rep = crypto, opts, rep
+        self.zstd = zstandard.ZstdCompressor(level=opts.level, write_content_size=True)
+        self.key = ""
+        self.w: SegmentWriter | None = None
+
+    def add(self, e: Entry, start: int, raw: bytes) -> tuple[str, Extent]:
+        if self.w is None:
+            self.key = layout.pack_key(self.machine, self.lo, self.hi, secrets.token_hex(4))
+            self.w = SegmentWriter(self.machine, self.hi, self.time, level=self.opts.level,
+                                   cipher=None if self.crypto is None
+                                   else self.crypto.cipher(self.key))
+        self.w.add_frame(e.path, e.gen, start, len(raw), self.zstd.compress(raw),
+                         hashlib.sha256(raw).hexdigest(), mode=e.mode, mtime_ns=e.mtime_ns)
+        out = (self.key, self.w.index.extents[-1])
+        if self.w.size >= self.opts.pack_target:
+            self.flush()
+        return out
+
+    def flush(self) -> None:
+        if self.w is None or self.w.empty:
+            return
+        self.w.index.extra = {"kind": PACK_KIND, "lo": self.lo, "hi": self.hi}
+        blob = self.w.finish()
+        self.store.put(self.key, blob)
+        self.rep.packs_written.append((self.key, len(blob)))
+        self.w = None
+
+
+def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str], lo: int,
+                 tree: _Tree, crypto: Crypto | None, opts: CompactOptions,
+                 rep: CompactReport) -> None:
+    """Rewrite every extent in a segment or in ``move`` into new packs, file by file."""
+    spool = _Spool(store, crypto, opts.spool_dir)
+    out = _PackWriter(store, machine, lo, tree.seq, tree.time, crypto, opts, rep)
+    try:
+        for e in sorted(entries, key=lambda e: (e.path, e.gen)):
+            limit = HISTORY_FRAME if e.path == HISTORY else FRAME_MAX
+            new: list[tuple[str, Extent]] = []
+            for run in _runs(e.extents, move):
+                if not _moves(run[0][0], move):
+                    new.extend(run)
+                    continue
+                start = run[0][1].start
+                buf = bytearray()
+                for key, x in run:
+                    buf += spool.read(key, x)
+                    while len(buf) >= limit:
+                        new.append(out.add(e, start, bytes(buf[:limit])))
+                        start += limit
+                        del buf[:limit]
+                if buf:
+                    new.append(out.add(e, start, bytes(buf)))
+            e.extents = new
+        out.flush()
+    except (FormatError, StoreError) as ex:
+        raise CompactError(f"compaction of {machine} stopped, nothing deleted: {ex}") from ex
+    except OSError as ex:
+        raise CompactError(f"compaction of {machine} stopped, nothing deleted: spool "
+                           f"{ex.filename or ''}: {ex.strerror}") from ex
+    finally:
+        spool.close()
+
+
+def _pack_lo(key: str) -> int:
+    r = layout.pack_range(key)
+    return 0 if r is None else r[0]
+
+
+def _moves(key: str, move: set[str]) -> bool:
+    return key in move or "/seg/" in key
+
+
+def _runs(extents: list[tuple[str, Extent]],
+          move: set[str]) -> Iterator[list[tuple[str, Extent]]]:
+    """Consecutive extents that all move (or all stay)."""
+    run: list[tuple[str, Extent]] = []
+    for item in extents:
+        if run and _moves(run[0][0], move) != _moves(item[0], move):
+            yield run
+            run = []
+        run.append(item)
+    if run:
+        yield run
+
+
+def _write_manifest(store: Store, machine: str, tree: _Tree, entries: list[Entry], rev: int,
+                    crypto: Crypto | None, opts: CompactOptions) -> str:
+    assert tree.first_time is not None
+    for _ in range(16):
+        key = layout.snapshot_key(machine, tree.seq, rev)
+        blob = build(machine, tree.seq, rev, tree.time, tree.first_time, entries,
+                     tree.catalog(machine), tree.projects, level=opts.level,
+                     cipher=None if crypto is None else crypto.cipher(key))
+        try:
+            store.put(key, blob)
+            return key
+        except AlreadyExists:
+            rev += 1  # left by a run that died before its clean-up: the next revision
+    raise CompactError(f"{store.url}{layout.snapshot_key(machine, tree.seq, rev)}: "
+                       "too many revisions of one snapshot")
+
+
+def _sweep(store: Store, machine: str, seq: int, manifest: str, referenced: set[str],
+           rep: CompactReport) -> None:
+    """Delete what the new manifest made redundant (it is confirmed in the store)."""
+    prefix = layout.machine_prefix(machine)
+    doomed = [key for key, _ in segment_keys(store, machine)
+              if (layout.segment_seq(key) or 0) <= seq]
+    for info in store.list(prefix + "pack/"):
+        r = layout.pack_range(info.key)
+        # A pack above ``seq`` may belong to a compaction still running elsewhere.
+        if r is not None and r[1] <= seq and info.key not in referenced:
+            doomed.append(info.key)
+    for s, _, key in list_snapshots(store, machine):
+        if s == seq and key != manifest and key < manifest:
+            doomed.append(key)
+    with contextlib.suppress(StoreError):
+        # What is left is found and deleted by the next run; the backup is whole already.
+        store.delete_many(doomed)
+        rep.deleted = doomed

@@ -1,0 +1,216 @@
+"""Snapshot manifests: every file of a machine's backup as of one seq, and where its bytes lie.
+
+A manifest is a segment container (docs/FORMAT.md) whose frames hold JSON *groups*: one
+per project folder, one per ``file-history/<sid>`` and ``tasks/<sid>``, one per other
+top-level directory, and ``.`` for top-level files. Restoring one session reads the
+index and the few groups that session lives in, not the whole manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _layout as layout
+from ._catalog import Session, session_of
+from ._crypto import Crypto, ObjectCipher
+from ._segment import FRAME_MAX, Extent, FormatError, SegmentWriter, decode_path, encode_path
+from ._segreader import read_extents, read_index
+from .store import Store
+
+KIND = "snapshot"
+ROOT_GROUP = "."
+_PER_SESSION = (b"projects", b"file-history", b"tasks")
+_GROUP_PREFIX = b"g/"
+# Session ids are listed in the index by this many leading hex digits: enough to find a
+# session's group, small enough that the index stays a few kB with thousands of sessions.
+SID_PREFIX = 8
+
+
+def group_of(path: bytes) -> str:
+    parts = path.split(b"/", 2)
+    if len(parts) == 3 and parts[0] in _PER_SESSION:
+        return os.fsdecode(parts[0] + b"/" + parts[1])
+    return os.fsdecode(parts[0]) if len(parts) > 1 else ROOT_GROUP
+
+
+def session_groups(session_id: str, folder: str) -> set[str]:
+    """Every group a session's files can be in (its folder found through the index)."""
+    return {folder, "todos", f"file-history/{session_id}", f"tasks/{session_id}", ROOT_GROUP}
+
+
+@dataclass
+class Entry:
+    """One generation of one file: its size in this snapshot and where its bytes are."""
+
+    path: bytes
+    gen: int
+    size: int
+    mode: int = 0o600
+    mtime_ns: int = 0
+    deleted_at: float | None = None
+    # A generation no longer in the tree that an older kept snapshot still needs.
+    retained: bool = False
+    extents: list[tuple[str, Extent]] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        return self.extents[-1][1].end if self.extents else 0
+
+
+@dataclass
+class Group:
+    entries: list[Entry] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    key: str
+    machine: str
+    seq: int
+    rev: int
+    time: float
+    first_time: float
+    objects: list[str] = field(default_factory=list)
+    # Group name → the manifest's own extents holding its JSON.
+    groups: dict[str, list[Extent]] = field(default_factory=dict)
+    sids: dict[str, str] = field(default_factory=dict)
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def folders_of(self, session_id: str) -> list[str]:
+        """Groups whose sessions include one starting like ``session_id``."""
+        want = session_id[:SID_PREFIX]
+        return [g for g, ids in self.sids.items()
+                if any(ids[i : i + SID_PREFIX] == want for i in range(0, len(ids), SID_PREFIX))]
+
+
+def build(machine: str, seq: int, rev: int, time: float, first_time: float,
+          entries: Iterable[Entry], sessions: Iterable[Session],
+          projects: dict[str, dict[str, Any]], *, level: int = 3,
+          cipher: ObjectCipher | None = None) -> bytes:
+    groups: dict[str, Group] = {}
+    objects: dict[str, int] = {}
+    for e in entries:
+        groups.setdefault(group_of(e.path), Group()).entries.append(e)
+        for key, _ in e.extents:
+            objects.setdefault(key, len(objects))
+    for s in sessions:
+        groups.setdefault(group_of(s.path), Group()).sessions.append(s)
+    w = SegmentWriter(machine, seq, time, level=level, cipher=cipher)
+    sids: dict[str, str] = {}
+    for name in sorted(groups):
+        g = groups[name]
+        doc = {"files": [_entry_doc(e, objects) for e in g.entries],
+               "sessions": [{**encode_path(s.path), "gen": s.gen, "last_seq": s.last_seq,
+                             "fields": s.fields} for s in g.sessions]}
+        ids = "".join(s.session_id[:SID_PREFIX].ljust(SID_PREFIX, "-") for s in g.sessions)
+        if ids:
+            sids[name] = ids
+        raw = json.dumps(doc, separators=(",", ":")).encode()
+        path = _GROUP_PREFIX + os.fsencode(name)
+        for start in range(0, max(len(raw), 1), FRAME_MAX):
+            w.add_data(path, 0, start, raw[start : start + FRAME_MAX], mode=0, mtime_ns=0)
+    w.index.projects = projects
+    w.index.extra = {"kind": KIND, "rev": rev, "first_time": first_time,
+                     "objects": list(objects), "sids": sids}
+    return w.finish()
+
+
+def _entry_doc(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
+    d: dict[str, Any] = {**encode_path(e.path), "gen": e.gen, "size": e.size, "mode": e.mode,
+                         "mtime_ns": e.mtime_ns,
+                         "x": [[objects[k], x.off, x.clen, x.start, x.end, x.sha256]
+                               for k, x in e.extents]}
+    if e.deleted_at is not None:
+        d["deleted_at"] = e.deleted_at
+    if e.retained:
+        d["retained"] = True
+    return d
+
+
+def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manifest:
+    """The manifest's index (one suffix GET): which groups, objects and sessions it holds."""
+    where = f"{store.url}{key}"
+    ix = read_index(store, key, None, crypto)
+    x = ix.extra
+    if x.get("kind") != KIND:
+        raise FormatError(f"{where}: not a snapshot manifest")
+    try:
+        m = Manifest(key, ix.machine, ix.seq, int(x["rev"]), ix.time, float(x["first_time"]),
+                     [str(k) for k in x["objects"]], sids={str(k): str(v) for k, v in
+                                                           x.get("sids", {}).items()},
+                     projects=ix.projects)
+    except (KeyError, TypeError, ValueError) as e:
+        raise FormatError(f"{where}: unreadable manifest index: {e}") from e
+    if layout.snapshot_id(key) != (m.seq, m.rev):
+        raise FormatError(f"{where}: manifest says seq {m.seq} rev {m.rev}, "
+                          "which is not its key (renamed object)")
+    for ext in ix.extents:
+        if not ext.path.startswith(_GROUP_PREFIX):
+            raise FormatError(f"{where}: unexpected entry {ext.path!r} in a manifest")
+        m.groups.setdefault(os.fsdecode(ext.path[len(_GROUP_PREFIX):]), []).append(ext)
+    return m
+
+
+def read_groups(store: Store, m: Manifest, names: Iterable[str] | None = None,
+                crypto: Crypto | None = None) -> dict[str, Group]:
+    """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped."""
+    where = f"{store.url}{m.key}"
+    wanted = sorted(m.groups) if names is None else sorted(set(names) & set(m.groups))
+    exts = [e for n in wanted for e in m.groups[n]]
+    parts: dict[bytes, list[tuple[int, bytes]]] = {}
+    for e, data in read_extents(store, m.key, exts, crypto):
+        parts.setdefault(e.path, []).append((e.start, data))
+    out = {}
+    for name in wanted:
+        chunks = sorted(parts.get(_GROUP_PREFIX + os.fsencode(name), []))
+        try:
+            doc = json.loads(b"".join(c for _, c in chunks))
+            out[name] = _group(doc, m, where)
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise FormatError(f"{where}: unreadable group {name!r}: {e}") from e
+    return out
+
+
+def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
+    g = Group()
+    for d in doc["files"]:
+        path = decode_path(d)
+        e = Entry(path, int(d["gen"]), int(d["size"]), int(d["mode"]), int(d["mtime_ns"]),
+                  None if d.get("deleted_at") is None else float(d["deleted_at"]),
+                  bool(d.get("retained", False)))
+        for obj, off, clen, start, end, sha in d["x"]:
+            e.extents.append((m.objects[int(obj)], Extent(
+                path, e.gen, int(start), int(end), int(off), int(clen), str(sha), e.mode,
+                e.mtime_ns)))
+        g.entries.append(e)
+    for d in doc["sessions"]:
+        path = decode_path(d)
+        sid = session_of(path)
+        if sid is None:
+            raise FormatError(f"{where}: catalog entry {path!r} is not a transcript")
+        g.sessions.append(Session(sid, m.machine, path, int(d["gen"]), last_seq=int(d["last_seq"]),
+                                  fields={str(k): str(v) for k, v in d["fields"].items()}))
+    return g
+
+
+def list_snapshots(store: Store, machine: str) -> list[tuple[int, int, str]]:
+    """``(seq, rev, key)`` of every manifest, oldest first."""
+    out = []
+    for info in store.list(layout.machine_prefix(machine) + "snap/"):
+        sid = layout.snapshot_id(info.key)
+        if sid is not None:
+            out.append((*sid, info.key))
+    return sorted(out)
+
+
+def current(snaps: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The newest rev of each seq (older revs are superseded and wait for deletion)."""
+    best: dict[int, tuple[int, int, str]] = {}
+    for s in snaps:
+        best[s[0]] = max(best.get(s[0], s), s)
+    return [best[k] for k in sorted(best)]
