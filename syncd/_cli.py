@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from ._cli_archive import COMMANDS as ARCHIVE_COMMANDS
 from ._cli_keys import COMMANDS as KEY_COMMANDS
 from ._cli_restore import COMMANDS
 from ._cliutil import EXPECTED, fail, settings_of
@@ -113,7 +114,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))
 
 
-for _command in (*COMMANDS, *KEY_COMMANDS):
+for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS):
     cli.add_command(_command)
 
 

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import click
 from pydantic import ValidationError
 
+from ._archive import ScheduleError
 from ._config import Settings, load_settings
 from ._crypto import Crypto, CryptoError
 from ._daemon import SyncError
@@ -24,7 +25,7 @@ from .store import RetryStore, StoreError, open_store
 # Exit codes: 0 ok, 1 the work could not be completed (one-line reason on stderr),
 # 2 bad usage or configuration.
 EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked, OSError,
-            CryptoError, LeaseError)
+            CryptoError, LeaseError, ScheduleError)
 
 
 def settings_of(ctx: click.Context, **overrides: Any) -> Settings:

@@ -21,7 +21,7 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,11 @@ from . import _layout as layout
 from ._backup import segment_keys
 from ._catalog import Session, session_of
 from ._crypto import Crypto
+from ._lock import Locked, ProcessLock
+from ._private import private_dir
+from ._progress import Meter, NullMeter
 from ._segment import FRAME_MAX, Extent, FormatError, SegmentIndex, SegmentWriter, decode_extent
-from ._segreader import read_index
+from ._segreader import dictionary_for, read_index
 from ._snapshot import Entry, Manifest, build, current, list_snapshots, read_groups, read_manifest
 from .store import AlreadyExists, Store, StoreError
 
@@ -63,6 +66,12 @@ class CompactOptions:
     keep: Collection[str] | None = None
     dry_run: bool = False
     spool_dir: Path | None = None
+    # One compaction or prune per machine at a time on this host (an flock): a second
+    # one is refused, never run beside the first.
+    lock: Path | None = None
+    progress: Meter | None = None  # told the raw bytes to rewrite, then each frame written
+    # Checked between files: the daemon is stopping (nothing is deleted then).
+    should_stop: Callable[[], bool] = lambda: False
 
 
 @dataclass
@@ -150,6 +159,30 @@ class _Tree:
 def compact(store: Store, machine: str, crypto: Crypto | None = None,
             opts: CompactOptions | None = None) -> CompactReport:
     opts = opts or CompactOptions()
+    with exclusive(opts.lock, "compaction"):
+        return _compact(store, machine, crypto, opts)
+
+
+@contextlib.contextmanager
+def exclusive(path: Path | None, what: str) -> Iterator[None]:
+    """Hold the compaction lock at ``path`` (None: no lock), or raise CompactError."""
+    if path is None:
+        yield
+        return
+    lock = ProcessLock(path)
+    try:
+        lock.acquire()
+    except Locked:
+        raise CompactError(f"refusing the {what}: another compaction or prune of this "
+                           f"machine is running (pid {lock.holder() or '?'})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _compact(store: Store, machine: str, crypto: Crypto | None,
+             opts: CompactOptions) -> CompactReport:
     now = time.time() if opts.now is None else opts.now
     rep = CompactReport(machine)
     snaps = current(list_snapshots(store, machine))
@@ -206,7 +239,8 @@ def compact(store: Store, machine: str, crypto: Crypto | None = None,
         rep.note = "nothing to compact (no segment is readable)"
         return rep
     rep.packs_merged = sorted(move)
-    rep.raw_bytes = sum(e.end for e in entries)
+    rep.raw_bytes = sum(x.end - x.start for e in entries for k, x in e.extents
+                        if _moves(k, move))
     if opts.dry_run:
         rep.note = "dry run: nothing written"
         return rep
@@ -278,6 +312,8 @@ class _Spool:
 
     def __init__(self, store: Store, crypto: Crypto | None, where: Path | None) -> None:
         self.store, self.crypto = store, crypto
+        if where is not None:
+            private_dir(where)
         self._dir = tempfile.TemporaryDirectory(prefix="syncd-compact-", dir=where)
         self._fds: dict[str, int] = {}
 
@@ -290,7 +326,8 @@ class _Spool:
             raise FormatError(f"{self.store.url}{key}: extent of {x.path!r} lies outside "
                               "the object")
         return decode_extent(frame, x, f"{self.store.url}{key}",
-                             None if self.crypto is None else self.crypto.cipher(key))
+                             None if self.crypto is None else self.crypto.cipher(key),
+                             dictionary_for(self.store, key, x, self.crypto))
 
     def _fetch(self, key: str) -> int:
         path = os.path.join(self._dir.name, hashlib.sha256(key.encode()).hexdigest())
@@ -347,10 +384,19 @@ def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str
                  tree: _Tree, crypto: Crypto | None, opts: CompactOptions,
                  rep: CompactReport) -> None:
     """Rewrite every extent in a segment or in ``move`` into new packs, file by file."""
-    spool = _Spool(store, crypto, opts.spool_dir)
+    meter = opts.progress or NullMeter()
+    meter.start(rep.raw_bytes)
+    try:
+        spool = _Spool(store, crypto, opts.spool_dir)
+    except OSError as ex:
+        raise CompactError(f"compaction of {machine}: cannot create a spool directory in "
+                           f"{opts.spool_dir or 'the temp dir'}: {ex.strerror}") from ex
     out = _PackWriter(store, machine, lo, tree.seq, tree.time, crypto, opts, rep)
     try:
         for e in sorted(entries, key=lambda e: (e.path, e.gen)):
+            if opts.should_stop():
+                raise CompactError(f"compaction of {machine} stopped (the daemon is stopping); "
+                                   "nothing deleted")
             limit = HISTORY_FRAME if e.path == HISTORY else FRAME_MAX
             new: list[tuple[str, Extent]] = []
             for run in _runs(e.extents, move):
@@ -361,6 +407,7 @@ def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str
                 buf = bytearray()
                 for key, x in run:
                     buf += spool.read(key, x)
+                    meter.advance(x.end - x.start)
                     while len(buf) >= limit:
                         new.append(out.add(e, start, bytes(buf[:limit])))
                         start += limit
@@ -428,7 +475,13 @@ def _sweep(store: Store, machine: str, seq: int, manifest: str, referenced: set[
         # A pack above ``seq`` may belong to a compaction still running elsewhere.
         if r is not None and r[1] <= seq and info.key not in referenced:
             doomed.append(info.key)
-    for s, _, key in list_snapshots(store, machine):
+    snaps = list_snapshots(store, machine)
+    if snaps and snaps[-1][2] != manifest:
+        # Someone else wrote a newer manifest meanwhile: its objects are not ours to judge.
+        rep.errors.append(f"{store.url}{snaps[-1][2]} appeared during the compaction; "
+                          "nothing deleted")
+        return
+    for s, _, key in snaps:
         if s == seq and key != manifest and key < manifest:
             doomed.append(key)
     with contextlib.suppress(StoreError):

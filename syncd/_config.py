@@ -83,6 +83,29 @@ class Settings(BaseSettings):
     # One writer per machine id: the lease expires this long after its last renewal
     # (renewed every third of it).
     lease_ttl: float = Field(30.0, ge=1.0)
+    # Archives, scheduled inside the daemon. A schedule is an interval ("1h", "30m"), a
+    # five-field cron line ("0 3 * * *", local time) or "off".
+    compact_schedule: str = "1h"
+    prune_schedule: str = "1d"
+    verify_schedule: str = "7d"
+    # Packs are written at this zstd level, in the scheduler's low-priority thread.
+    compact_level: int = Field(9, ge=1, le=22)
+    pack_target_bytes: int = Field(32 << 20, ge=1 << 20)
+    # Retention of snapshots (restic's forget rules; all zero/empty keeps everything).
+    # The newest snapshot is never deleted.
+    keep_within: str = ""
+    keep_last: int = Field(0, ge=0)
+    keep_hourly: int = Field(24, ge=0)
+    keep_daily: int = Field(30, ge=0)
+    keep_weekly: int = Field(8, ge=0)
+    keep_monthly: int = Field(12, ge=0)
+    # A file deleted from the tree stays in new snapshots this long after its tombstone.
+    tombstone_keep: str = "180d"
+    # One prune deletes at most this share of the machine's objects (the rest next run).
+    prune_max_share: float = Field(0.5, gt=0, le=1)
+    # The scheduled verify reads this percentage of the stored data, within this time.
+    verify_read_data: float = Field(1.0, ge=0, le=100)
+    verify_max_duration: str = "10m"
 
     @field_validator("machine_id")
     @classmethod

@@ -25,6 +25,7 @@ from ._metrics import MetricsServer
 from ._notify import Notifier
 from ._progress import Meter
 from ._scan import scan
+from ._schedule import Archiver
 from ._ship import FlushResult, Shipper, ship_with_restart
 from ._state import State
 from ._watch import Watcher
@@ -267,6 +268,8 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.request_stop)
             signal.signal(signal.SIGHUP, self.request_reload)
+        archiver = Archiver(self.settings, lambda: (engine.store, engine.crypto)
+                            if engine.connected else None, self.stop)
         metrics = MetricsServer.start_for(self.settings)
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
@@ -281,6 +284,7 @@ class Daemon:
                 log.warning("store unreachable at start, connecting with the first flush: %s",
                             e)
             self._unconnected = not engine.connected
+            archiver.start()
             # Watch first, then scan: a change between the two is seen at least once.
             watcher.start()
             next_scan = 0.0
@@ -308,6 +312,7 @@ class Daemon:
                 self.wake.wait(self._timeout(next_scan))
                 self.wake.clear()
         finally:
+            archiver.shutdown()
             watcher.stop()
             if metrics is not None:
                 metrics.stop()

@@ -68,3 +68,8 @@ def snapshot_id(key: str) -> tuple[int, int] | None:
         return int(seq, 16), int(rev, 16)
     except ValueError:
         return None
+
+
+def dict_key(machine: str, dict_id: str) -> str:
+    """A zstd dictionary, named by the sha256 of its bytes."""
+    return f"machines/{machine}/dict/{dict_id}"

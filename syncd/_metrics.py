@@ -43,6 +43,8 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
      "Time of the last compaction"),
     ("last_prune_time", "syncd_last_prune_timestamp_seconds", "gauge",
      "Time of the last retention prune"),
+    ("last_verify_time", "syncd_last_verify_timestamp_seconds", "gauge",
+     "Time of the last verification"),
 )
 
 

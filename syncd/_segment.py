@@ -36,6 +36,8 @@ FLAG_SEALED = 1
 HEADER = struct.Struct("<8sHHI")
 TRAILER = struct.Struct("<QI4x32s8s")
 FRAME_MAX = 4 << 20
+# Frames with fewer raw bytes than this use the trained dictionary, when there is one.
+DICT_FRAME_MAX = 64 << 10
 # Suffix read that usually brings the whole index along with the trailer.
 TAIL_READ = 8 << 10
 
@@ -72,6 +74,8 @@ class Extent:
     mode: int
     mtime_ns: int
     reason: str | None = None
+    # The id of the trained dictionary this frame was compressed with (None: none).
+    dict_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +102,8 @@ class SegmentIndex:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_KNOWN = frozenset({"v", "machine", "seq", "time", "entries", "sessions", "projects"})
+_KNOWN = frozenset({"v", "machine", "seq", "time", "entries", "sessions", "projects",
+                    "dict"})
 
 
 class SegmentWriter:
@@ -108,7 +113,8 @@ class SegmentWriter:
     """
 
     def __init__(self, machine: str, seq: int, time: float, level: int = 3,
-                 cipher: ObjectCipher | None = None) -> None:
+                 cipher: ObjectCipher | None = None,
+                 dictionary: tuple[str, zstandard.ZstdCompressionDict] | None = None) -> None:
         self.index = SegmentIndex(machine, seq, time)
         self.cipher = cipher
         version, flags = (SEALED_VERSION, FLAG_SEALED) if cipher else (VERSION, 0)
@@ -117,17 +123,28 @@ class SegmentWriter:
         self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
         # The index is small and read on every restore: always the fast level.
         self._index_zstd = zstandard.ZstdCompressor(level=3, write_content_size=True)
+        self._dict_id = dictionary[0] if dictionary else None
+        self._dict_zstd = zstandard.ZstdCompressor(
+            level=level, write_content_size=True, dict_data=dictionary[1]) if dictionary else None
+        self._dict_used = False
         self.raw_bytes = 0
 
     def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
                  mtime_ns: int, reason: str | None = None) -> None:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
+        if self._dict_zstd is not None and len(data) < DICT_FRAME_MAX:
+            self._dict_used = True
+            self.add_frame(path, gen, start, len(data), self._dict_zstd.compress(data),
+                           hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
+                           reason=reason, dict_id=self._dict_id)
+            return
         self.add_frame(path, gen, start, len(data), self._zstd.compress(data),
                        hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
                        reason=reason)
 
     def add_frame(self, path: bytes, gen: int, start: int, length: int, frame: bytes,
-                  sha256: str, *, mode: int, mtime_ns: int, reason: str | None = None) -> None:
+                  sha256: str, *, mode: int, mtime_ns: int, reason: str | None = None,
+                  dict_id: str | None = None) -> None:
         """Add an already compressed frame of ``length`` raw bytes (its sha256 given)."""
         if self.cipher is None:
             # An exact-size copy: compress() returns a buffer sized for the input, and a
@@ -137,7 +154,7 @@ class SegmentWriter:
             frame = self.cipher.seal(f"frame@{self._size}", frame)
         self.index.extents.append(Extent(
             path, gen, start, start + length, self._size, len(frame), sha256, mode, mtime_ns,
-            reason))
+            reason, dict_id))
         self._parts.append(frame)
         self._size += len(frame)
         self.raw_bytes += length
@@ -170,6 +187,8 @@ class SegmentWriter:
                                  "sha256": e.sha256, "mode": e.mode, "mtime_ns": e.mtime_ns}
             if e.reason:
                 d["reason"] = e.reason
+            if e.dict_id:
+                d["d"] = 1
             entries.append(d)
         for t in ix.tombstones:
             entries.append({"op": "delete", **encode_path(t.path), "gen": t.gen, "time": t.time})
@@ -180,6 +199,8 @@ class SegmentWriter:
                                for p, (g, f) in ix.sessions.items()]
         if ix.projects:
             doc["projects"] = ix.projects
+        if self._dict_used:
+            doc["dict"] = self._dict_id
         doc.update(ix.extra)
         blob = self._index_zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
         magic = END_MAGIC
@@ -243,12 +264,16 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
         if doc.get("v") != VERSION:
             raise FormatError(f"{where}: unsupported segment version {doc.get('v')!r}")
         ix = SegmentIndex(str(doc["machine"]), int(doc["seq"]), float(doc["time"]))
+        dict_id = doc.get("dict")
         for d in doc["entries"]:
             if d["op"] == "data":
+                if d.get("d") and not isinstance(dict_id, str):
+                    raise FormatError(f"{where}: a frame uses a dictionary the index "
+                                      "does not name")
                 ix.extents.append(Extent(
                     decode_path(d), int(d["gen"]), int(d["start"]), int(d["end"]),
                     int(d["off"]), int(d["clen"]), str(d["sha256"]), int(d["mode"]),
-                    int(d["mtime_ns"]), d.get("reason")))
+                    int(d["mtime_ns"]), d.get("reason"), dict_id if d.get("d") else None))
             elif d["op"] == "delete":
                 ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), float(d["time"])))
         for s in doc.get("sessions", []):
@@ -282,16 +307,23 @@ def check_header(head: bytes, where: str, sealed: bool = False) -> None:
 
 
 def decode_extent(frame: bytes, ext: Extent, where: str,
-                  cipher: ObjectCipher | None = None) -> bytes:
-    """Open (when sealed) and decompress one frame; check its length and sha256."""
+                  cipher: ObjectCipher | None = None,
+                  zdict: zstandard.ZstdCompressionDict | None = None) -> bytes:
+    """Open (when sealed) and decompress one frame; check its length and sha256.
+
+    ``zdict``: the dictionary named by ``ext.dict_id``, when it has one.
+    """
     if cipher is not None:
         try:
             frame = cipher.open(f"frame@{ext.off}", frame, where)
         except CryptoError as e:
             raise FormatError(str(e)) from None
+    if ext.dict_id and zdict is None:
+        raise FormatError(f"{where}: frame of {ext.path!r} needs dictionary {ext.dict_id}")
     try:
-        data = zstandard.ZstdDecompressor().decompress(
-            frame, max_output_size=ext.end - ext.start)
+        dctx = zstandard.ZstdDecompressor(dict_data=zdict) if ext.dict_id else \
+            zstandard.ZstdDecompressor()
+        data = dctx.decompress(frame, max_output_size=ext.end - ext.start)
     except zstandard.ZstdError as e:
         raise FormatError(f"{where}: corrupted frame for {ext.path!r} "
                           f"[{ext.start},{ext.end}): {e}") from e

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import zstandard
+
 from ._crypto import Crypto, ObjectCipher
+from ._dictionary import fetch, machine_of
 from ._segment import (
     HEADER,
     TAIL_READ,
@@ -22,7 +25,7 @@ from ._segment import (
     index_digest,
     parse_index,
 )
-from .store import Store
+from .store import Store, StoreError
 
 
 def _cipher(crypto: Crypto | None, key: str) -> ObjectCipher | None:
@@ -69,12 +72,24 @@ def parse_segment(blob: bytes, where: str, crypto: Crypto | None = None,
 
 
 def extent_bytes(blob: bytes, base: int, ext: Extent, where: str,
-                 cipher: ObjectCipher | None = None) -> bytes:
+                 cipher: ObjectCipher | None = None,
+                 zdict: zstandard.ZstdCompressionDict | None = None) -> bytes:
     """The raw bytes of ``ext`` from ``blob``, which holds the object from offset ``base``."""
     lo = ext.off - base
     if ext.off < HEADER.size or lo < 0 or lo + ext.clen > len(blob):
         raise FormatError(f"{where}: extent of {ext.path!r} lies outside the object")
-    return decode_extent(blob[lo : lo + ext.clen], ext, where, cipher)
+    return decode_extent(blob[lo : lo + ext.clen], ext, where, cipher, zdict)
+
+
+def dictionary_for(store: Store, key: str, ext: Extent,
+                   crypto: Crypto | None) -> zstandard.ZstdCompressionDict | None:
+    """The trained dictionary ``ext``'s frame needs (None when it needs none)."""
+    if not ext.dict_id:
+        return None
+    try:
+        return fetch(store, machine_of(key), ext.dict_id, crypto).zdict
+    except StoreError as e:
+        raise FormatError(f"{store.url}{key}: its dictionary is unreadable: {e}") from e
 
 
 # Fetch the whole span of an object when at least this share of it is needed, else ranges.
@@ -99,7 +114,8 @@ def read_extents(store: Store, key: str, exts: list[Extent],
         if lo == 0:
             check_header(blob, where, sealed=cipher is not None)
         for e in exts:
-            yield e, extent_bytes(blob, lo, e, where, cipher)
+            yield e, extent_bytes(blob, lo, e, where, cipher, dictionary_for(store, key, e, crypto))
     else:
         for e in exts:
-            yield e, extent_bytes(store.get(key, e.off, e.clen), e.off, e, where, cipher)
+            yield e, extent_bytes(store.get(key, e.off, e.clen), e.off, e, where, cipher,
+                                  dictionary_for(store, key, e, crypto))

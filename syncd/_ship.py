@@ -5,6 +5,7 @@ Local state advances only after the store confirmed a segment (invariant 1).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import hashlib
@@ -18,6 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import zstandard
 
 from . import _layout as layout
 from ._catalog import MetaScanner, session_of
@@ -91,6 +94,7 @@ class Shipper:
         # Told the size of every frame read: progress bars, the daemon's watchdog.
         self.progress: Callable[[int], None] = lambda n: None
         self._recovered = False
+        self._dict: tuple[str, zstandard.ZstdCompressionDict] | None = None
         self._projects_seen: set[str] = set()
 
     # -- recovery -----------------------------------------------------------
@@ -206,7 +210,18 @@ class Shipper:
         seq = self.state.next_seq
         cipher = None if self.crypto is None else self.crypto.cipher(
             layout.segment_key(self.machine, seq))
-        return _Batch(SegmentWriter(self.machine, seq, self.clock(), self.level, cipher))
+        return _Batch(SegmentWriter(self.machine, seq, self.clock(), self.level, cipher,
+                                    self._dictionary()))
+
+    def _dictionary(self) -> tuple[str, zstandard.ZstdCompressionDict] | None:
+        # Adopted by a compaction run (another thread or process) through the state.
+        dict_id = self.state.meta("dict_id")
+        if not dict_id:
+            return None
+        if self._dict is None or self._dict[0] != dict_id:
+            data = base64.b64decode(self.state.meta("dict_data") or "")
+            self._dict = (dict_id, zstandard.ZstdCompressionDict(data))
+        return self._dict
 
     def _put(self, batch: _Batch, result: FlushResult) -> None:
         seq = batch.writer.index.seq

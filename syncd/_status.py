@@ -82,10 +82,11 @@ def status(settings: Settings, *, probe_store: bool = False,
         "store_reachable": None,
         "store_error": None,
         "last_reconcile_time": None,
-        # Compaction and retention are not implemented yet: never run, not scheduled.
+        # Archive jobs the daemon schedules (syncd compact/prune/verify run by hand too).
         "last_compaction_time": None,
         "last_prune_time": None,
-        "next_jobs": {"reconcile": None, "compaction": None, "prune": None},
+        "last_verify_time": None,
+        "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
     }
     if probe_store:
         out["store_reachable"], out["store_error"] = check_store(settings, store)
@@ -108,13 +109,15 @@ def status(settings: Settings, *, probe_store: bool = False,
             when, _, msg = err.partition(" ")
             out["last_error_time"], out["last_error"] = float(when), msg
         out["errors_last_hour"] = errors_since(state, time.time() - WINDOW)
-        for key in ("last_compaction_time", "last_prune_time"):
+        for key in ("last_compaction_time", "last_prune_time", "last_verify_time"):
             value = state.meta(key)
             out[key] = float(value) if value else None
-        last, nxt = state.meta("last_reconcile_time"), state.meta("next_reconcile_time")
+        last = state.meta("last_reconcile_time")
         out["last_reconcile_time"] = float(last) if last else None
-        if nxt and pid is not None:  # scheduled by the running daemon only
-            out["next_jobs"]["reconcile"] = float(nxt)
+        for job in out["next_jobs"]:
+            nxt = state.meta(f"next_{job}_time")
+            if nxt and pid is not None:  # scheduled by the running daemon only
+                out["next_jobs"][job] = float(nxt)
         if settings.source.is_dir():
             root = os.fsencode(settings.source)
             found = scan(root, Selection(settings.include, settings.exclude), state)
@@ -165,8 +168,10 @@ def format_status(s: dict[str, Any]) -> str:
         f"errors:       {s.get('errors_last_hour', 0)} in the last hour",
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
+        f"verify:       {when(s.get('last_verify_time'))}",
         f"next jobs:    reconcile scan {later(jobs.get('reconcile'))}; "
-        f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}",
+        f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}; "
+        f"verify {later(jobs.get('verify'))}",
     ]
     return "\n".join(lines)
 
