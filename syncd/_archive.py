@@ -66,11 +66,24 @@ def ensure_dictionary(settings: Settings, store: Store, crypto: Crypto | None,
         if tried and now - float(tried) < DICT_RETRY:
             return "no dictionary: the last training did not pay"
         d, gain = train(settings.source, settings.zstd_level)
+        if gain is None:
+            return "no dictionary yet: too few transcript lines to learn from"
         state.set_meta(dict_tried=repr(now))
         if d is None:
             return f"no dictionary: {100 * gain:.0f} % smaller small frames is below 10 %"
         publish(store, settings.machine_id, d, crypto)
         state.set_meta(dict_id=d.id, dict_data=base64.b64encode(d.data).decode())
         return f"dictionary {d.id[:12]} adopted: small frames {100 * gain:.0f} % smaller"
+    finally:
+        state.close()
+
+
+def record_job(settings: Settings, job: str, now: float | None = None) -> None:
+    """Note in the state that ``job`` (compaction, prune, verify) ran; status shows it."""
+    if not settings.state_file.exists():
+        return
+    state = State(settings.state_file)
+    try:
+        state.set_meta(**{f"last_{job}_time": repr(time.time() if now is None else now)})
     finally:
         state.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ._archive import compact_options, ensure_dictionary, policy_of
+from ._archive import compact_options, ensure_dictionary, policy_of, record_job
 from ._cliutil import EXPECTED, fail, settings_of, store_and_key
 from ._compact import CompactError, CompactReport, compact
 from ._progress import meter
@@ -54,6 +54,8 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         with meter("compacting") as m:
             opts.progress = m
             r = compact(store, settings.machine_id, crypto, opts)
+        if not dry_run:
+            record_job(settings, "compaction")
     except ERRORS as e:
         fail(e)
     if as_json:
@@ -88,6 +90,8 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         r = prune(store, settings.machine_id, policy_of(settings), crypto,
                   max_share=settings.prune_max_share,
                   opts=compact_options(settings, dry_run=dry_run))
+        if not dry_run:
+            record_job(settings, "prune")
     except ERRORS as e:
         fail(e)
     if as_json:
@@ -127,6 +131,8 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
         store, crypto = store_and_key(settings)
         r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
                    max_duration=limit)
+        if r.ok and (machine or settings.machine_id) == settings.machine_id:
+            record_job(settings, "verify")
     except ERRORS as e:
         fail(e)
     if as_json:

@@ -58,18 +58,18 @@ def samples(root: Path) -> list[bytes]:
     return out
 
 
-def train(root: Path, level: int = 3) -> tuple[Dictionary | None, float]:
+def train(root: Path, level: int = 3) -> tuple[Dictionary | None, float | None]:
     """A dictionary from the tree's transcripts and its gain on held-out samples
-    (None when there is too little to learn from, or it would not pay)."""
+    (None when it would not pay; a gain of None: too little to learn from)."""
     got = samples(root)
     if len(got) < MIN_SAMPLES:
-        return None, 0.0
+        return None, None
     held = got[::5]
     learn: list[bytes | bytearray | memoryview] = [s for i, s in enumerate(got) if i % 5]
     try:
         zd = zstandard.train_dictionary(DICT_SIZE, learn, level=level)
     except zstandard.ZstdError:
-        return None, 0.0
+        return None, None
     plain = zstandard.ZstdCompressor(level=level)
     with_dict = zstandard.ZstdCompressor(level=level, dict_data=zd)
     before = sum(len(plain.compress(s)) for s in held)

@@ -27,6 +27,7 @@ from ._archive import (
     compact_options,
     ensure_dictionary,
     policy_of,
+    record_job,
     verify_budget,
 )
 from ._compact import CompactError, compact
@@ -86,7 +87,7 @@ class Archiver:
             if trig is not None:
                 self._sched.add_job(self.run, trig, args=[name], id=name, name=name)
         self._sched.start()
-        self._record(next_jobs=True)
+        self._record()
 
     def shutdown(self) -> None:
         # Not waiting: a job in flight sees ``stop`` and ends at its next safe point.
@@ -136,21 +137,18 @@ class Archiver:
                 self._record(error=f"{name}: {e}")
                 return None
             log.info("%s done in %.1f s", name, time.time() - started)
-            self._record(meta={f"last_{name}_time": repr(time.time())})
+            record_job(s, name)
+            self._record()
             return result
 
-    def _record(self, error: str | None = None, next_jobs: bool = False,
-                meta: dict[str, str] | None = None) -> None:
-        # A connection of its own: SQLite connections stay in the thread that made them.
-        meta = dict(meta or {})
+    def _record(self, error: str | None = None) -> None:
+        """The error (if any) and the next run times, through a connection of its own
+        (SQLite connections stay in the thread that made them)."""
         state = State(self.settings.state_file)
         try:
             if error is not None:
                 record_error(state, error)
-            if next_jobs or meta:
-                times = self.next_times()
-                meta.update({f"next_{k}_time": repr(v) if v else "" for k, v in times.items()})
-            if meta:
-                state.set_meta(**meta)
+            state.set_meta(**{f"next_{k}_time": repr(v) if v else ""
+                              for k, v in self.next_times().items()})
         finally:
             state.close()
