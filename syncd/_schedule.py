@@ -42,6 +42,8 @@ from ._verify import verify
 from .store import Store, StoreError
 
 log = logging.getLogger("syncd.schedule")
+# Its own INFO lines (job added, scheduler started) say nothing a user needs.
+logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 JOBS = ("compaction", "prune", "verify")
 # Lower than the flush loop: a compaction never delays a flush.

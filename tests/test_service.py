@@ -412,7 +412,8 @@ def test_status_when_nothing_runs(tmp_path: Path) -> None:
     assert s["lag_seconds"] is not None and s["lag_seconds"] >= 0
     assert s["last_flush_seq"] == 0 and s["errors_last_hour"] == 0
     assert s["last_compaction_time"] is None and s["last_prune_time"] is None
-    assert s["next_jobs"] == {"reconcile": None, "compaction": None, "prune": None}
+    assert s["next_jobs"] == {"reconcile": None, "compaction": None, "prune": None,
+                              "verify": None}
     text = syncd("status", env=env).stdout
     assert "health:       daemon not running" in text
     assert "(reachable)" in text and "compaction:   never" in text
