@@ -411,6 +411,13 @@ class Bench:
         log("backing up with syncd sync ...")
         r = self.run([self.syncd, "sync"], self.syncd_env(proxied=False, backup=True),
                      "syncd-sync")
+        if not a.no_compact:
+            # The state a store is in with the daemon's hourly compaction: a snapshot.
+            log("compacting with syncd compact ...")
+            c = self.run([self.syncd, "compact"], self.syncd_env(proxied=False, backup=True),
+                         "syncd-compact")
+            self.res.notes.append(f"syncd compact after the sync: {c.wall:.1f} s, peak RSS "
+                                  f"{fmt_rss(c.maxrss)}")
         self.seg_objects, self.stored = bucket_stats(self.sw, "syncd", SYNCD_PREFIX + "/")
         log(f"  {r.wall:.1f}s, {self.tree.bytes / MB / r.wall:.1f} MB/s, "
             f"{fmt_mb(self.stored)} in {self.seg_objects} objects")
@@ -418,7 +425,7 @@ class Bench:
             open_store(f"s3://syncd/{SYNCD_PREFIX}", endpoint_url=self.sw.endpoint), MACHINE)
         self.index_ranges = self.read_trailers()
         self.res.notes.append(f"syncd backup: {fmt_mb(self.stored)} in {self.seg_objects} "
-                              f"objects ({len(self.index_ranges)} segments), "
+                              f"objects ({len(self.index_ranges)} with an index), "
                               f"ratio {self.tree.bytes / self.stored:.2f}")
         if self.peers:
             log("backing up with restic ...")
@@ -433,15 +440,16 @@ class Bench:
                                   f"{n} objects")
 
     def read_trailers(self) -> dict[str, tuple[int, int]]:
-        """Segment key (in the bucket) → (index offset, index length), read directly."""
+        """Key (in the bucket) of every segment, pack and manifest → (index offset,
+        index length), read directly."""
         assert self.sw is not None
         client = self.sw.client()
         out = {}
         pages = client.get_paginator("list_objects_v2").paginate(
-            Bucket="syncd", Prefix=f"{SYNCD_PREFIX}/{layout.machine_prefix(MACHINE)}seg/")
+            Bucket="syncd", Prefix=f"{SYNCD_PREFIX}/{layout.machine_prefix(MACHINE)}")
         for page in pages:
             for o in page.get("Contents", []):
-                if layout.segment_seq(o["Key"]) is None:
+                if o["Key"].split("/")[-2] not in ("seg", "pack", "snap"):
                     continue
                 tail = client.get_object(Bucket="syncd", Key=o["Key"],
                                          Range=f"bytes=-{TRAILER.size}")["Body"].read()
@@ -453,7 +461,9 @@ class Bench:
         """What reading every index takes: one suffix GET of TAIL_READ bytes, plus the
         index by range when it does not fit in the tail."""
         total = 0
-        for off, length in self.index_ranges.values():
+        for key, (off, length) in self.index_ranges.items():
+            if "/pack/" in key:
+                continue  # a restore never reads a pack's index
             size = off + length + TRAILER.size
             total += min(size, TAIL_READ)
             if length > TAIL_READ - TRAILER.size:
@@ -462,14 +472,15 @@ class Bench:
 
     def classify(self, reqs: list[Req]) -> dict[str, list[int]]:
         """[requests, bytes] by kind: list, index, data (segment frames), other."""
-        out = {k: [0, 0] for k in ("list", "index", "data", "other")}
+        out = {k: [0, 0] for k in ("list", "index", "manifest", "data", "other")}
         for r in reqs:
             if is_list(r):
                 kind = "list"
             elif r.method == "GET" and r.key in self.index_ranges:
                 off = self.index_ranges[r.key][0]
                 rng = r.range.removeprefix("bytes=")
-                kind = "index" if rng.startswith("-") or rng.startswith(f"{off}-") else "data"
+                kind = "index" if rng.startswith("-") or rng.startswith(f"{off}-") else (
+                    "manifest" if "/snap/" in r.key else "data")
             else:
                 kind = "other"
             out[kind][0] += 1
@@ -499,8 +510,8 @@ class Bench:
         res.add(f"# 1. restore ONE session out of the {fmt_mb(self.tree.bytes)} backup, "
                 "through a counting proxy (a new machine: no state, restic with an empty cache)")
         idx = self.index_read_bytes()
-        res.add("1 all segment indexes (read by any restore)",
-                f"{fmt_kb(idx)} ({len(self.index_ranges)} segments)")
+        res.add("1 all indexes of segments and manifests",
+                f"{fmt_kb(idx)} ({len(self.index_ranges)} objects)")
         res.add("1 history.jsonl compressed (restored with any session)", fmt_kb(hist_stored))
         for p in self.pick_sessions():
             tag = f"1 [{p.label}]"
@@ -525,11 +536,13 @@ class Bench:
             if self.peers:
                 rs = self.restic_one(p, target.with_name(target.name + "-restic"))
             res.add(f"{tag} session: files, raw size",
-                    f"{len(p.files)} files, {fmt_kb(p.raw)} in {p.segments} segment(s)")
+                    f"{len(p.files)} files, {fmt_kb(p.raw)} in {p.segments} object(s)")
             res.add(f"{tag} session compressed size (sum of clen)", fmt_kb(p.stored))
             res.add(f"{tag} bytes downloaded", fmt_kb(down), rs["down"])
-            res.add(f"{tag}   of which segment indexes",
+            res.add(f"{tag}   of which indexes (manifest, later segments)",
                     f"{fmt_kb(kinds['index'][1])} ({kinds['index'][0]} GETs)")
+            res.add(f"{tag}   of which manifest groups",
+                    f"{fmt_kb(kinds['manifest'][1])} ({kinds['manifest'][0]} GETs)")
             res.add(f"{tag}   of which frames (session + history)",
                     f"{fmt_kb(kinds['data'][1])} ({kinds['data'][0]} GETs)")
             res.add(f"{tag}   of which LIST + machine.json",
@@ -677,12 +690,15 @@ class Bench:
         res.add("3 bytes downloaded / stored bytes",
                 f"{fmt_kb(down)} / {fmt_mb(self.stored)} ({down / self.stored * 100:.2f} %)",
                 rs["down"])
-        res.add("3   of which segment frames (transcript bytes)", fmt_kb(kinds["data"][1]),
+        res.add("3   of which data frames (transcript bytes)", fmt_kb(kinds["data"][1]),
                 target="0", met=kinds["data"][1] == 0)
         res.add("3   of which indexes", f"{fmt_kb(kinds['index'][1])}",
                 target=f"<= {fmt_kb(idx)} (all indexes)", met=kinds["index"][1] <= idx)
+        res.add("3   of which manifest groups (file lists and catalog)",
+                fmt_kb(kinds["manifest"][1]))
         res.add("3 requests (GET / LIST / other)",
-                f"{kinds['index'][0] + kinds['data'][0]} / {kinds['list'][0]} / "
+                f"{kinds['index'][0] + kinds['data'][0] + kinds['manifest'][0]} / "
+                f"{kinds['list'][0]} / "
                 f"{kinds['other'][0]}", rs["reqs"])
         res.add("3 peak RSS", fmt_rss(r.maxrss))
 
@@ -707,6 +723,8 @@ def main() -> int:
     ap.add_argument("--synthetic", action="store_true",
                     help="synthetic lines even when real samples are present")
     ap.add_argument("--seed", type=int, default=1, help="random seed for the tree")
+    ap.add_argument("--no-compact", action="store_true",
+                    help="restore from the segments alone (no syncd compact after the sync)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="full restores per tool for figure 2 (default 2, quick 1)")
     args = ap.parse_args()

@@ -160,6 +160,8 @@ def load_backup(store: Store, machine: str, at: float | None = None,
     after = newest.seq if newest is not None else -1
     keys = segment_keys(store, machine, after)
     if newest is None and not keys:
+        if b.errors:  # there are manifests, and none of them reads
+            raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")
         known = list_machines(store)
         raise BackupError(f"{store.url}: no backup for machine {machine!r} "
                           f"(machines in this store: {', '.join(known) or 'none'})")
@@ -179,7 +181,7 @@ def load_backup(store: Store, machine: str, at: float | None = None,
             break
         b.first_time = ix.time if b.first_time is None else b.first_time
         b.last_time, b.last_seq = ix.time, seq
-        _fold(b, key, ix, names)
+        _fold(b, key, ix, names, sessions)
     if b.first_time is None and at is not None:
         raise BackupError(f"machine {machine!r} has no backup at or before the requested time")
     _finish(b)
@@ -221,10 +223,14 @@ def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
     b.first_time, b.last_time, b.last_seq = base.first_time, base.time, base.seq
 
 
-def _fold(b: Backup, key: str, ix: SegmentIndex, names: set[str] | None = None) -> None:
+def _fold(b: Backup, key: str, ix: SegmentIndex, names: set[str] | None = None,
+          sessions: Collection[str] | None = None) -> None:
     files = b.files
+    # A session newer than the snapshot is in none of its groups: known by its id.
+    ids = tuple(s.encode() for s in sessions or ())
     for e in ix.extents:
-        if names is not None and group_of(e.path) not in names:
+        if names is not None and group_of(e.path) not in names and not any(
+                i in e.path for i in ids):
             continue
         f = files.get(e.path)
         if f is None or e.gen > f.gen or (f.deleted_at is not None and e.gen != f.gen):

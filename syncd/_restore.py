@@ -325,10 +325,20 @@ def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
             wanted = [(f, x) for f, x in by_key[key] if f.path not in broken]
             if not wanted:
                 continue
+            owner = {id(x): f for f, x in wanted}
+
+            def damaged(x: Extent, err: FormatError,
+                        owner: dict[int, FileView] = owner) -> None:
+                # That file only: the object's other frames still restore theirs.
+                report.errors.append(str(err))
+                broken.add(owner[id(x)].path)
+
             try:
-                owner = {id(x): f for f, x in wanted}
-                for x, data in read_extents(store, key, [x for _, x in wanted], crypto):
+                for x, data in read_extents(store, key, [x for _, x in wanted], crypto,
+                                            damaged):
                     f = owner[id(x)]
+                    if f.path in broken:
+                        continue
                     # At its offset: a file's extents can come from objects in any order.
                     with open(names[f.path], "r+b") as out:
                         out.seek(x.start)
@@ -336,7 +346,7 @@ def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
                     meter.advance(len(data))
             except (FormatError, StoreError) as e:
                 report.errors.append(str(e))
-                broken |= {f.path for f, _ in wanted}
+                broken.update(f.path for f, _ in wanted)
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
     return {p: n for p, n in names.items() if p not in broken}

@@ -6,7 +6,7 @@ only sealed segments are accepted, without it only plain ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import zstandard
 
@@ -96,9 +96,14 @@ def dictionary_for(store: Store, key: str, ext: Extent,
 WHOLE_OBJECT_SHARE = 0.5
 
 
-def read_extents(store: Store, key: str, exts: list[Extent],
-                 crypto: Crypto | None = None) -> Iterator[tuple[Extent, bytes]]:
-    """The raw bytes of each extent of object ``key``, checked, in offset order."""
+def read_extents(store: Store, key: str, exts: list[Extent], crypto: Crypto | None = None,
+                 on_error: Callable[[Extent, FormatError], None] | None = None,
+                 ) -> Iterator[tuple[Extent, bytes]]:
+    """The raw bytes of each extent of object ``key``, checked, in offset order.
+
+    ``on_error``: told of each extent that fails its check, and the others still come;
+    without it the first failure raises.
+    """
     where = f"{store.url}{key}"
     cipher = _cipher(crypto, key)
     exts = sorted(exts, key=lambda e: e.off)
@@ -107,15 +112,25 @@ def read_extents(store: Store, key: str, exts: list[Extent],
     lo = exts[0].off
     hi = max(e.off + e.clen for e in exts)
     need = sum(e.clen for e in exts)
-    if need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64:
+    whole = need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64
+    blob = b""
+    if whole:
         if lo == HEADER.size:
             lo = 0  # the first frame: the header comes along and is checked too
         blob = store.get(key, lo, hi - lo)
         if lo == 0:
             check_header(blob, where, sealed=cipher is not None)
-        for e in exts:
-            yield e, extent_bytes(blob, lo, e, where, cipher, dictionary_for(store, key, e, crypto))
-    else:
-        for e in exts:
-            yield e, extent_bytes(store.get(key, e.off, e.clen), e.off, e, where, cipher,
-                                  dictionary_for(store, key, e, crypto))
+    for e in exts:
+        try:
+            if whole:
+                data = extent_bytes(blob, lo, e, where, cipher,
+                                    dictionary_for(store, key, e, crypto))
+            else:
+                data = extent_bytes(store.get(key, e.off, e.clen), e.off, e, where, cipher,
+                                    dictionary_for(store, key, e, crypto))
+        except FormatError as err:
+            if on_error is None:
+                raise
+            on_error(e, err)
+            continue
+        yield e, data

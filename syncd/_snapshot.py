@@ -83,7 +83,7 @@ class Manifest:
 
     def folders_of(self, session_id: str) -> list[str]:
         """Groups whose sessions include one starting like ``session_id``."""
-        want = session_id[:SID_PREFIX]
+        want = session_id[:SID_PREFIX].ljust(SID_PREFIX, "-")  # as build() wrote it
         return [g for g, ids in self.sids.items()
                 if any(ids[i : i + SID_PREFIX] == want for i in range(0, len(ids), SID_PREFIX))]
 

@@ -1,0 +1,61 @@
+"""One compaction of a local store that SIGKILLs itself right before its k-th store write.
+
+    python -m tests.compactkill STORE_DIR MACHINE KILL_AT LOG PACK_TARGET SMALL_PACK
+
+A store write is a ``put`` or a ``delete_many``. Each one is appended to LOG (``put <key>``
+or ``delete <n>``) and flushed before it is made (or the process killed instead), so the
+caller knows what the k-th write was. KILL_AT 0 never kills: the run completes and prints
+its report as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from syncd._compact import CompactOptions, compact
+from syncd.store import LocalStore
+
+
+class KillingStore(LocalStore):
+    def __init__(self, root: Path, kill_at: int, log: Path) -> None:
+        super().__init__(root)
+        self.kill_at = kill_at
+        self.log = log
+        self.writes = 0
+
+    def _write(self, what: str) -> None:
+        self.writes += 1
+        with open(self.log, "a") as f:
+            f.write(what + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self.writes == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
+        self._write(f"put {key}")
+        return super().put(key, data, if_none_match=if_none_match, if_match=if_match)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self._write(f"delete {len(keys)}")
+        super().delete_many(keys)
+
+
+def main(argv: list[str]) -> int:
+    root, machine, kill_at, log, pack_target, small_pack = argv
+    store = KillingStore(Path(root), int(kill_at), Path(log))
+    rep = compact(store, machine, opts=CompactOptions(pack_target=int(pack_target),
+                                                      small_pack=int(small_pack)))
+    print(json.dumps(rep.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
