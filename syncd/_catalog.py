@@ -18,6 +18,7 @@ from typing import Any
 MAX_LINE = 1 << 20
 SPECIAL_MAX = 8 << 10
 _SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary)"')
+_PROMPT = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"')
 _FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"|"cwd":"')
 _TS = re.compile(rb'"timestamp":"([^"]{10,40})"')
 _BRANCH = re.compile(rb'"gitBranch":"([^"]*)"')
@@ -67,18 +68,40 @@ class MetaScanner:
         self._recent: deque[bytes] = deque(maxlen=8)
 
     def feed(self, data: bytes) -> None:
-        lines = (self._carry + data).split(b"\n")
+        buf = self._carry + data
+        end = buf.rfind(b"\n")
         # The last piece has no newline yet: kept for the next chunk (or a torn line).
-        self._carry = lines.pop()
-        for line in lines:
-            if self._skip_first or self._overlong:
-                self._skip_first = self._overlong = False
-                continue
-            if len(line) <= MAX_LINE:
-                self._line(line)
-                self._recent.append(line)
+        complete, self._carry = (b"", buf) if end < 0 else (buf[:end], buf[end + 1 :])
+        if end >= 0 and (self._skip_first or self._overlong):
+            self._skip_first = self._overlong = False
+            cut = complete.find(b"\n")
+            complete = b"" if cut < 0 else complete[cut + 1 :]
+            end = -1 if cut < 0 else end
+        if end >= 0:
+            self._scan(complete)
+            self._recent.extend(line for line in complete.rsplit(b"\n", 8)[-8:]
+                                if len(line) <= MAX_LINE)
         if len(self._carry) > MAX_LINE:
             self._carry, self._overlong = b"", True
+
+    def _scan(self, text: bytes) -> None:
+        # Only the lines that can still name a field, found by regex over the whole
+        # stretch rather than a Python loop over every line: once cwd and the first
+        # prompt are known (the first lines), only titles and summaries are left.
+        f = self.fields
+        pos = 0
+        while True:
+            done = "cwd" in f and "first_prompt" in f
+            rx = _SPECIAL if done else _PROMPT if "cwd" in f else _FIRST
+            m = rx.search(text, pos)
+            if m is None:
+                return
+            start = text.rfind(b"\n", 0, m.start()) + 1
+            stop = text.find(b"\n", m.end())
+            stop = len(text) if stop < 0 else stop
+            if stop - start <= (SPECIAL_MAX if done else MAX_LINE):
+                self._line(text[start:stop])
+            pos = stop + 1
 
     def finish(self) -> dict[str, str]:
         for line in reversed(self._recent):

@@ -25,7 +25,6 @@ from ._metrics import MetricsServer
 from ._notify import Notifier
 from ._progress import Meter
 from ._scan import scan
-from ._schedule import Archiver
 from ._ship import FlushResult, Shipper, ship_with_restart
 from ._state import State
 from ._watch import Watcher
@@ -268,6 +267,8 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.request_stop)
             signal.signal(signal.SIGHUP, self.request_reload)
+        from ._schedule import Archiver  # APScheduler: only the daemon needs it
+
         archiver = Archiver(self.settings, lambda: (engine.store, engine.crypto)
                             if engine.connected else None, self.stop)
         metrics = MetricsServer.start_for(self.settings)
