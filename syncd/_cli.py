@@ -25,7 +25,8 @@ from ._status import format_status, status
 EPILOG = """\b
 Exit codes:
   0  success
-  1  the work could not be completed (one line on stderr says why)
+  1  the work could not be completed (one line on stderr says why),
+     or verify found a problem
   2  bad usage or configuration
 
 \b
