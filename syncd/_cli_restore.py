@@ -63,7 +63,8 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         mark = "*" if r["machine"] == settings.machine_id else " "
         click.echo(f"{mark} {r['machine']:<28} {r['hostname'] or '-':<16} "
-                   f"last backup {_when(r['last_backup'])}  {r['segments']} segments, "
+                   f"last backup {_when(r['last_backup'])}  {r['snapshots']} snapshots, "
+                   f"{r['packs']} packs, {r['segments']} segments, "
                    f"{_size(r['stored_bytes'])}  home {r['home'] or '-'}")
 
 

@@ -9,7 +9,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ._backup import Backup, BackupError, list_machines, load_backup, machine_info, segment_keys
+from . import _layout as layout
+from ._backup import (
+    Backup,
+    BackupError,
+    list_machines,
+    load_backup,
+    machine_info,
+    newest_manifest,
+)
 from ._catalog import Session
 from ._crypto import Crypto
 from ._segreader import read_index
@@ -40,11 +48,20 @@ def machines_table(store: Store, crypto: Crypto | None = None) -> list[dict[str,
     rows = []
     for machine in list_machines(store):
         info = machine_info(store, machine, crypto)
-        keys = segment_keys(store, machine)
-        last = read_index(store, keys[-1][0], keys[-1][1], crypto).time if keys else None
+        objects = list(store.list(layout.machine_prefix(machine)))
+        keys = [(o.key, o.size) for o in objects if layout.segment_seq(o.key) is not None
+                and "/seg/" in o.key]
+        if keys:
+            last: float | None = read_index(store, keys[-1][0], keys[-1][1], crypto).time
+        else:
+            snap = newest_manifest(store, machine, crypto, [])
+            last = None if snap is None else snap.time
         rows.append({"machine": machine, "hostname": info.get("hostname"),
                      "home": info.get("home"), "os": info.get("os"),
-                     "segments": len(keys), "stored_bytes": sum(s for _, s in keys),
+                     "segments": len(keys),
+                     "packs": sum(1 for o in objects if "/pack/" in o.key),
+                     "snapshots": sum(1 for o in objects if "/snap/" in o.key),
+                     "stored_bytes": sum(o.size for o in objects),
                      "last_backup": last})
     return rows
 
