@@ -123,6 +123,10 @@ class Archiver:
                     note = ensure_dictionary(s, store, crypto)
                     result = compact(store, machine, crypto, opts).as_dict()
                     result["dictionary"] = note
+                    if result["errors"]:
+                        # Done as far as it could go (a missing or damaged segment stops
+                        # it there): worth a look, and it shows in status.
+                        self._record(error=f"compaction: {result['errors'][0]}")
                 elif name == "prune":
                     result = prune(store, machine, policy_of(s), crypto,
                                    max_share=s.prune_max_share, opts=opts).as_dict()
