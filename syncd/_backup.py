@@ -190,17 +190,28 @@ def load_backup(store: Store, machine: str, at: float | None = None,
 
 def _manifest_at(store: Store, snaps: list[tuple[int, int, str]], below: int, at: float,
                  crypto: Crypto | None, errors: list[str]) -> Manifest | None:
-    for seq, _, key in reversed(snaps):
-        if seq >= below:
-            continue
+    """The newest manifest below seq ``below`` built at or before ``at``.
+
+    Times grow with seq, so a binary search reads about log2(n) indexes, not all newer
+    ones. An unreadable manifest is skipped towards older ones.
+    """
+    cands = [s for s in snaps if s[0] < below]
+    lo, hi = 0, len(cands) - 1
+    best: Manifest | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
         try:
-            m = read_manifest(store, key, crypto)
+            m = read_manifest(store, cands[mid][2], crypto)
         except (FormatError, StoreError) as e:
             errors.append(str(e))
+            del cands[mid]
+            hi -= 1
             continue
         if m.time <= at:
-            return m
-    return None
+            best, lo = m, mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],

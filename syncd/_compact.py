@@ -58,6 +58,9 @@ PACK_KIND = "pack"
 HISTORY = b"history.jsonl"
 HISTORY_FRAME = 256 << 10
 _SPOOL_CHUNK = 8 << 20
+# Raw bytes compressed together, one frame per core at a time: bounded memory.
+BATCH = 16 << 20
+_PLACEHOLDER = Extent(b"", 0, 0, 0, 0, 0, "", 0, 0)
 
 
 class CompactError(Exception):
@@ -370,7 +373,12 @@ class _Spool:
 
 
 class _PackWriter:
-    """Packs of at most ``pack_target`` bytes, each PUT as soon as it is full."""
+    """Packs of at most ``pack_target`` bytes, each PUT as soon as it is full.
+
+    Frames are queued and compressed a batch at a time on every core (zstd's own
+    threads, outside the GIL); each lands in its entry's extent list at the place it
+    was queued for.
+    """
 
     def __init__(self, store: Store, machine: str, lo: int, hi: int, time_: float,
                  crypto: Crypto | None, opts: CompactOptions, rep: CompactReport) -> None:
@@ -379,19 +387,34 @@ class _PackWriter:
         self.zstd = zstandard.ZstdCompressor(level=opts.level, write_content_size=True)
         self.key = ""
         self.w: SegmentWriter | None = None
+        self._queue: list[tuple[Entry, int, bytes, list[tuple[str, Extent]], int]] = []
+        self._queued = 0
 
-    def add(self, e: Entry, start: int, raw: bytes) -> tuple[str, Extent]:
-        if self.w is None:
-            self.key = layout.pack_key(self.machine, self.lo, self.hi, secrets.token_hex(4))
-            self.w = SegmentWriter(self.machine, self.hi, self.time, level=self.opts.level,
-                                   cipher=None if self.crypto is None
-                                   else self.crypto.cipher(self.key))
-        self.w.add_frame(e.path, e.gen, start, len(raw), self.zstd.compress(raw),
-                         hashlib.sha256(raw).hexdigest(), mode=e.mode, mtime_ns=e.mtime_ns)
-        out = (self.key, self.w.index.extents[-1])
-        if self.w.size >= self.opts.pack_target:
-            self.flush()
-        return out
+    def add(self, e: Entry, start: int, raw: bytes, into: list[tuple[str, Extent]]) -> None:
+        """Queue ``raw`` (bytes from ``start`` of ``e``); its extent goes to ``into``."""
+        into.append(("", _PLACEHOLDER))
+        self._queue.append((e, start, raw, into, len(into) - 1))
+        self._queued += len(raw)
+        if self._queued >= BATCH:
+            self.drain()
+
+    def drain(self) -> None:
+        if not self._queue:
+            return
+        frames = self.zstd.multi_compress_to_buffer([q[2] for q in self._queue],
+                                                    threads=os.cpu_count() or 1)
+        for i, (e, start, raw, into, at) in enumerate(self._queue):
+            if self.w is None:
+                self.key = layout.pack_key(self.machine, self.lo, self.hi, secrets.token_hex(4))
+                self.w = SegmentWriter(self.machine, self.hi, self.time, level=self.opts.level,
+                                       cipher=None if self.crypto is None
+                                       else self.crypto.cipher(self.key))
+            self.w.add_frame(e.path, e.gen, start, len(raw), frames[i].tobytes(),
+                             hashlib.sha256(raw).hexdigest(), mode=e.mode, mtime_ns=e.mtime_ns)
+            into[at] = (self.key, self.w.index.extents[-1])
+            if self.w.size >= self.opts.pack_target:
+                self.flush()
+        self._queue, self._queued = [], 0
 
     def flush(self) -> None:
         if self.w is None or self.w.empty:
@@ -432,12 +455,13 @@ def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str
                     buf += spool.read(key, x)
                     meter.advance(x.end - x.start)
                     while len(buf) >= limit:
-                        new.append(out.add(e, start, bytes(buf[:limit])))
+                        out.add(e, start, bytes(buf[:limit]), new)
                         start += limit
                         del buf[:limit]
                 if buf:
-                    new.append(out.add(e, start, bytes(buf)))
-            e.extents = new
+                    out.add(e, start, bytes(buf), new)
+            e.extents = new  # queued frames fill their places when their batch is done
+        out.drain()
         out.flush()
     except (FormatError, StoreError) as ex:
         raise CompactError(f"compaction of {machine} stopped, nothing deleted: {ex}") from ex
