@@ -26,8 +26,9 @@ from ._catalog import Session, session_of
 from ._claude import is_never, project_folder
 from ._crypto import Crypto
 from ._gitinfo import find_clones, normalize_remote, project_info
+from ._install import Installer
 from ._merge import decide
-from ._private import create_private, private_dir, write_private
+from ._private import private_dir, write_private
 from ._progress import Meter, NullMeter
 from ._remap import Remapper, Rule
 from ._segment import Extent, FormatError
@@ -36,9 +37,6 @@ from .store import Store, StoreError
 
 log = logging.getLogger("syncd.restore")
 
-# Claude Code deletes transcripts older than cleanupPeriodDays (30) at start-up;
-# a restored mtime older than this is replaced by the time of the restore.
-MTIME_FLOOR_DAYS = 25
 WORKTREE_MARK = "/.claude/worktrees/"
 
 
@@ -145,6 +143,7 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
             raise RestoreError(f"{opts.target}: not writable")
     staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
                                     dir=None if opts.dry_run else opts.target))
+    installer = Installer()
     try:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
@@ -152,12 +151,19 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
         for path in sorted(staged):
             f = files[path]
             try:
-                _place(staged[path], f, remap, history_sids, backup, opts, report)
+                _place(staged[path], f, remap, history_sids, backup, opts, report, installer)
             except RestoreError as e:
                 report.errors.append(str(e))  # this file only; the others still restore
             except OSError as e:
                 raise RestoreError(f"{opts.target}: {os.fsdecode(path)}: {e.strerror}") from e
+        failed = installer.finish()
+        if failed:
+            first = failed[0]
+            raise RestoreError(f"{opts.target}: {os.fsdecode(first.filename or b'')}: "
+                               f"{first.strerror}") from first
     finally:
+        installer.finish()  # nothing may still write into staging when it goes
+        installer.close()
         shutil.rmtree(staging, ignore_errors=True)
     return report
 
@@ -399,7 +405,8 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 
 
 def _place(staged: Path, f: FileView, remap: Remapper, history_sids: set[str] | None,
-           backup: Backup, opts: RestoreOptions, report: RestoreReport) -> None:
+           backup: Backup, opts: RestoreOptions, report: RestoreReport,
+           installer: Installer) -> None:
     src = os.fsdecode(f.path)
     size = staged.stat().st_size
     if size != f.size:
@@ -423,7 +430,8 @@ def _place(staged: Path, f: FileView, remap: Remapper, history_sids: set[str] | 
         report.actions.append(Action("create", os.fsdecode(rel), src, "not present locally",
                                      size))
         if not opts.dry_run:
-            _install(staged, dest, opts.target, rel, f.mtime_ns)
+            _make_parents(opts.target, rel)
+            installer.rename(os.fsencode(staged), dest, f.mtime_ns)
         return
     data = staged.read_bytes()
     if f.path == b"history.jsonl" and history_sids is not None:
@@ -446,42 +454,14 @@ def _place(staged: Path, f: FileView, remap: Remapper, history_sids: set[str] | 
     if st is not None and _changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     _make_parents(opts.target, rel)
-    tmp = _temp_beside(dest)
-    try:
-        with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
-            out.write(d.content)
-        _install(Path(os.fsdecode(tmp)), dest, opts.target, rel,
-                 f.mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    installer.write(d.content, dest,
+                    f.mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
 
 
 def _changed(dest: bytes, before: os.stat_result) -> bool:
     after = os.lstat(dest)
     return (after.st_size, after.st_mtime_ns, after.st_ino) != (
         before.st_size, before.st_mtime_ns, before.st_ino)
-
-
-def _temp_beside(dest: bytes) -> bytes:
-    return os.path.join(os.path.dirname(dest),
-                        b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
-
-
-def _install(tmp: Path, dest: bytes, target: Path, rel: bytes, mtime_ns: int) -> None:
-    """fsync, mode 0600, an mtime Claude's cleanup will not delete, then rename."""
-    _make_parents(target, rel)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600)
-    if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
-        mtime_ns = time.time_ns()
-    os.utime(tmp, ns=(mtime_ns, mtime_ns))
-    os.replace(tmp, dest)
-    with contextlib.suppress(OSError):
-        fd = os.open(os.path.dirname(dest), os.O_RDONLY | os.O_DIRECTORY)
-        os.fsync(fd)
-        os.close(fd)
 
 
 def _check_parents(target: Path, rel: bytes) -> None:
