@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -467,6 +468,7 @@ class Daemon:
 def _release_memory() -> None:
     """Hand freed heap back to the OS after a flush: a big flush's buffers would otherwise
     stay in an idle daemon's RSS (glibc keeps freed arenas)."""
+    gc.collect()  # cycles left by the flush first, so their memory is free to return
     with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL(None).malloc_trim(0)
 

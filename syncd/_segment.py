@@ -180,7 +180,10 @@ class SegmentWriter:
 
     def finish(self) -> bytes:
         ix = self.index
-        entries: list[dict[str, Any]] = []
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        # One entry at a time into JSON text: a seed's index names every file of the
+        # tree, and a list of dicts for it would be several times the text's size.
+        pieces: list[str] = []
         for e in ix.extents:
             d: dict[str, Any] = {"op": "data", **encode_path(e.path), "gen": e.gen,
                                  "start": e.start, "end": e.end, "off": e.off, "clen": e.clen,
@@ -189,20 +192,24 @@ class SegmentWriter:
                 d["reason"] = e.reason
             if e.dict_id:
                 d["d"] = 1
-            entries.append(d)
+            pieces.append(dumps(d))
         for t in ix.tombstones:
-            entries.append({"op": "delete", **encode_path(t.path), "gen": t.gen, "time": t.time})
-        doc: dict[str, Any] = {"v": VERSION, "machine": ix.machine, "seq": ix.seq,
-                               "time": ix.time, "entries": entries}
+            pieces.append(dumps({"op": "delete", **encode_path(t.path), "gen": t.gen,
+                                 "time": t.time}))
+        head = {"v": VERSION, "machine": ix.machine, "seq": ix.seq, "time": ix.time}
+        rest: dict[str, Any] = {}
         if ix.sessions:
-            doc["sessions"] = [{**encode_path(p), "gen": g, "fields": f}
-                               for p, (g, f) in ix.sessions.items()]
+            rest["sessions"] = [{**encode_path(p), "gen": g, "fields": f}
+                                for p, (g, f) in ix.sessions.items()]
         if ix.projects:
-            doc["projects"] = ix.projects
+            rest["projects"] = ix.projects
         if self._dict_used:
-            doc["dict"] = self._dict_id
-        doc.update(ix.extra)
-        blob = self._index_zstd.compress(json.dumps(doc, separators=(",", ":")).encode())
+            rest["dict"] = self._dict_id
+        rest.update(ix.extra)
+        text = "".join([dumps(head)[:-1], ',"entries":[', ",".join(pieces), "]",
+                        "," + dumps(rest)[1:] if rest else "}"])
+        del pieces
+        blob = self._index_zstd.compress(text.encode())
         magic = END_MAGIC
         if self.cipher is not None:
             # Padded: the index's size says little about how many paths it names.
