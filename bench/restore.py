@@ -53,8 +53,9 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
 )
 
 from syncd import _layout as layout
-from syncd._backup import Backup, FileView, load_backup
+from syncd._backup import Backup, load_backup
 from syncd._segment import TAIL_READ, TRAILER
+from syncd._snapshot import Entry
 from syncd.store import open_store
 from tests.seaweed import Seaweed, start_seaweed
 
@@ -259,7 +260,7 @@ class Pick:
     label: str
     sid: str
     rel: str                       # projects/<folder>/<sid>.jsonl
-    files: list[FileView]          # the transcript and everything under <sid>/
+    files: list[Entry]          # the transcript and everything under <sid>/
     raw: int
     stored: int                    # sum of clen of their extents
 

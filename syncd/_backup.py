@@ -16,9 +16,11 @@ from typing import Any
 from . import _layout as layout
 from ._catalog import Session, session_of
 from ._crypto import Crypto, CryptoError, is_box
-from ._segment import Extent, FormatError, SegmentIndex
+from ._fold import fold_index
+from ._segment import FormatError, SegmentIndex
 from ._segreader import read_index
 from ._snapshot import (
+    Entry,
     Group,
     Manifest,
     current,
@@ -36,34 +38,10 @@ class BackupError(Exception):
 
 
 @dataclass
-class FileView:
-    """The newest generation of one file: its extents in byte order."""
-
-    path: bytes
-    gen: int
-    extents: list[tuple[str, Extent]] = field(default_factory=list)
-    deleted_at: float | None = None
-    mode: int = 0o600
-    mtime_ns: int = 0
-    # The size at an older point in time than the extents run to (a prefix of them).
-    limit: int | None = None
-
-    @property
-    def size(self) -> int:
-        if self.limit is not None:
-            return self.limit
-        return self.extents[-1][1].end if self.extents else 0
-
-    @property
-    def stored(self) -> int:
-        return sum(e.clen for _, e in self.extents if e.start < self.size or e.start == 0)
-
-
-@dataclass
 class Backup:
     machine: str
     info: dict[str, Any]
-    files: dict[bytes, FileView] = field(default_factory=dict)
+    files: dict[bytes, Entry] = field(default_factory=dict)
     sessions: dict[bytes, Session] = field(default_factory=dict)
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -224,10 +202,9 @@ def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
                 continue
             src = located.get((e.path, e.gen))
             exts = src.extents if src is not None and src.end >= e.size else e.extents
-            f = b.files[e.path] = FileView(e.path, e.gen, list(exts), e.deleted_at, e.mode,
-                                           e.mtime_ns)
-            if f.extents and f.extents[-1][1].end != e.size:
-                f.limit = e.size
+            # ``size`` may be less than the extents hold: an older point in time.
+            b.files[e.path] = Entry(e.path, e.gen, e.size, e.mode, e.mtime_ns, e.deleted_at,
+                                    extents=list(exts))
         for s in g.sessions:
             b.sessions[s.path] = s
     b.projects.update(base.projects)
@@ -236,34 +213,13 @@ def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
 
 def _fold(b: Backup, key: str, ix: SegmentIndex, names: set[str] | None = None,
           sessions: Collection[str] | None = None) -> None:
-    files = b.files
     # A session newer than the snapshot is in none of its groups: known by its id.
     ids = tuple(s.encode() for s in sessions or ())
-    for e in ix.extents:
-        if names is not None and group_of(e.path) not in names and not any(
-                i in e.path for i in ids):
-            continue
-        f = files.get(e.path)
-        if f is None or e.gen > f.gen or (f.deleted_at is not None and e.gen != f.gen):
-            f = files[e.path] = FileView(e.path, e.gen)
-        if e.gen < f.gen:
-            continue
-        f.extents.append((key, e))
-        f.mode, f.mtime_ns = e.mode, e.mtime_ns
-    for t in ix.tombstones:
-        f = files.get(t.path)
-        if f is not None and f.gen == t.gen:
-            f.deleted_at = t.time
-    for path, (gen, found) in ix.sessions.items():
-        sid = session_of(path)
-        if sid is None:
-            continue
-        s = b.sessions.get(path)
-        if s is None:
-            s = b.sessions[path] = Session(sid, b.machine, path)
-        s.fold(gen, found)
-        s.last_seq = ix.seq
-    b.projects.update(ix.projects)
+
+    def wanted(path: bytes) -> bool:
+        return names is None or group_of(path) in names or any(i in path for i in ids)
+
+    fold_index(key, ix, b.files, b.sessions, b.projects, wanted=wanted)
 
 
 def _finish(b: Backup) -> None:

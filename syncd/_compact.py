@@ -33,6 +33,7 @@ from . import _layout as layout
 from ._backup import segment_keys
 from ._catalog import Session, session_of
 from ._crypto import Crypto
+from ._fold import fold_index
 from ._lock import Locked, ProcessLock
 from ._private import private_dir
 from ._progress import Meter, NullMeter
@@ -130,29 +131,7 @@ class _Tree:
             self.retained[(e.path, e.gen)] = e
 
     def fold(self, key: str, ix: SegmentIndex) -> None:
-        for x in ix.extents:
-            cur = self.live.get(x.path)
-            if cur is None or x.gen > cur.gen or (cur.deleted_at is not None
-                                                   and x.gen != cur.gen):
-                if cur is not None:
-                    self.retire(cur)
-                cur = self.live[x.path] = Entry(x.path, x.gen, 0)
-            if x.gen < cur.gen:
-                continue
-            cur.extents.append((key, x))
-            cur.size, cur.mode, cur.mtime_ns = x.end, x.mode, x.mtime_ns
-        for t in ix.tombstones:
-            cur = self.live.get(t.path)
-            if cur is not None and cur.gen == t.gen:
-                cur.deleted_at = t.time
-        for path, (gen, found) in ix.sessions.items():
-            sid = session_of(path)
-            if sid is None:
-                continue
-            s = self.sessions.setdefault(path, Session(sid, ix.machine, path))
-            s.fold(gen, found)
-            s.last_seq = ix.seq
-        self.projects.update(ix.projects)
+        fold_index(key, ix, self.live, self.sessions, self.projects, retire=self.retire)
         self.first_time = ix.time if self.first_time is None else self.first_time
         self.time, self.seq = ix.time, ix.seq
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._backup import Backup, BackupError, FileView, load_backup
+from ._backup import Backup, BackupError, load_backup
 from ._catalog import Session, session_of
 from ._claude import is_never, project_folder
 from ._crypto import Crypto
@@ -33,6 +33,7 @@ from ._progress import Meter, NullMeter
 from ._remap import Remapper, Rule
 from ._segment import Extent, FormatError
 from ._segreader import read_extents
+from ._snapshot import Entry
 from .store import Store, StoreError
 
 log = logging.getLogger("syncd.restore")
@@ -271,7 +272,7 @@ def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
 # -- selection -------------------------------------------------------------------
 
 def _select(backup: Backup, opts: RestoreOptions,
-            report: RestoreReport) -> tuple[dict[bytes, FileView], set[str] | None]:
+            report: RestoreReport) -> tuple[dict[bytes, Entry], set[str] | None]:
     """The files to restore, and the sessions whose history lines to keep (None: all)."""
     if not opts.sessions and not opts.projects:
         return dict(backup.files), None
@@ -306,11 +307,11 @@ def _select(backup: Backup, opts: RestoreOptions,
 
 # -- fetching --------------------------------------------------------------------
 
-def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
+def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
            report: RestoreReport, meter: Meter,
            crypto: Crypto | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns the ones that arrived whole."""
-    by_key: dict[str, list[tuple[FileView, Extent]]] = {}
+    by_key: dict[str, list[tuple[Entry, Extent]]] = {}
     broken: set[bytes] = set()
     for f in files.values():
         try:
@@ -334,7 +335,7 @@ def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
             owner = {id(x): f for f, x in wanted}
 
             def damaged(x: Extent, err: FormatError,
-                        owner: dict[int, FileView] = owner) -> None:
+                        owner: dict[int, Entry] = owner) -> None:
                 # That file only: the object's other frames still restore theirs.
                 report.errors.append(str(err))
                 broken.add(owner[id(x)].path)
@@ -358,7 +359,7 @@ def _stage(store: Store, files: dict[bytes, FileView], staging: Path,
     return {p: n for p, n in names.items() if p not in broken}
 
 
-def _check_contiguous(f: FileView) -> None:
+def _check_contiguous(f: Entry) -> None:
     pos = 0
     for key, e in f.extents:
         if e.start != pos:
@@ -404,7 +405,7 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
     return b"".join(line + b"\n" for line in keep)
 
 
-def _place(staged: Path, f: FileView, remap: Remapper, history_sids: set[str] | None,
+def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
            installer: Installer) -> None:
     src = os.fsdecode(f.path)

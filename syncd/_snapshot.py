@@ -60,6 +60,11 @@ class Entry:
     def end(self) -> int:
         return self.extents[-1][1].end if self.extents else 0
 
+    @property
+    def stored(self) -> int:
+        """Stored bytes of the extents that hold its first ``size`` bytes."""
+        return sum(x.clen for _, x in self.extents if x.start < self.size or x.start == 0)
+
 
 @dataclass
 class Group:
