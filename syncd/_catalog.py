@@ -79,7 +79,12 @@ class MetaScanner:
             end = -1 if cut < 0 else end
         if end >= 0:
             self._scan(complete)
-            self._recent.extend(line for line in complete.rsplit(b"\n", 8)[-8:]
+            cut = len(complete)
+            for _ in range(8):  # the last lines: rfind, not a split of the whole stretch
+                cut = complete.rfind(b"\n", 0, cut)
+                if cut < 0:
+                    break
+            self._recent.extend(line for line in complete[cut + 1 :].split(b"\n")
                                 if len(line) <= MAX_LINE)
         if len(self._carry) > MAX_LINE:
             self._carry, self._overlong = b"", True
@@ -99,7 +104,9 @@ class MetaScanner:
             start = text.rfind(b"\n", 0, m.start()) + 1
             stop = text.find(b"\n", m.end())
             stop = len(text) if stop < 0 else stop
-            if stop - start <= (SPECIAL_MAX if done else MAX_LINE):
+            # A tool result is a "user" entry too, never a prompt: skipped unparsed.
+            if stop - start <= (SPECIAL_MAX if done else MAX_LINE) and (
+                    rx is not _PROMPT or text.find(b'"tool_result"', start, stop) < 0):
                 self._line(text[start:stop])
             pos = stop + 1
 

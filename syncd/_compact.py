@@ -40,6 +40,7 @@ from ._progress import Meter, NullMeter
 from ._segment import (
     FRAME_MAX,
     HEADER,
+    THREADS,
     TRAILER,
     Extent,
     FormatError,
@@ -381,7 +382,7 @@ class _PackWriter:
         if not self._queue:
             return
         frames = self.zstd.multi_compress_to_buffer([q[2] for q in self._queue],
-                                                    threads=os.cpu_count() or 1)
+                                                    threads=THREADS)
         for i, (e, start, raw, into, at) in enumerate(self._queue):
             if self.w is None:
                 self.key = layout.pack_key(self.machine, self.lo, self.hi, secrets.token_hex(4))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,13 @@ _KNOWN = frozenset({"v", "machine", "seq", "time", "entries", "sessions", "proje
                     "dict"})
 
 
+# Frames are compressed BATCH_BYTES at a time; those of at least BATCH_MIN raw bytes
+# together, on every core.
+BATCH_MIN = 256 << 10
+BATCH_BYTES = 8 << 20
+THREADS = os.cpu_count() or 1
+
+
 class SegmentWriter:
     """Builds one segment in memory; extents are compressed (and sealed) as they are added.
 
@@ -127,20 +135,41 @@ class SegmentWriter:
         self._dict_zstd = zstandard.ZstdCompressor(
             level=level, write_content_size=True, dict_data=dictionary[1]) if dictionary else None
         self._dict_used = False
+        self._batch: list[tuple[bytes, int, int, bytes, int, int, str | None]] = []
+        self._batched = 0
         self.raw_bytes = 0
 
     def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
                  mtime_ns: int, reason: str | None = None) -> None:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
-        if self._dict_zstd is not None and len(data) < DICT_FRAME_MAX:
-            self._dict_used = True
-            self.add_frame(path, gen, start, len(data), self._dict_zstd.compress(data),
-                           hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
-                           reason=reason, dict_id=self._dict_id)
+        # Frames wait for a batch: the big ones are compressed on every core at once
+        # (zstd's own threads; its one-shot compress holds the GIL).
+        self._batch.append((path, gen, start, data, mode, mtime_ns, reason))
+        self._batched += len(data)
+        self.raw_bytes += len(data)
+        if self._batched >= BATCH_BYTES:
+            self._drain()
+
+    def _drain(self) -> None:
+        if not self._batch:
             return
-        self.add_frame(path, gen, start, len(data), self._zstd.compress(data),
-                       hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
-                       reason=reason)
+        batch, self._batch, self._batched = self._batch, [], 0
+        big: list[bytes | bytearray | memoryview] = [b[3] for b in batch
+                                                      if len(b[3]) >= BATCH_MIN]
+        frames = iter(self._zstd.multi_compress_to_buffer(big, threads=THREADS) if big else [])
+        for path, gen, start, data, mode, mtime_ns, reason in batch:
+            self.raw_bytes -= len(data)  # add_frame counts it
+            dict_id = None
+            if len(data) >= BATCH_MIN:
+                frame = next(frames).tobytes()
+            elif self._dict_zstd is not None and len(data) < DICT_FRAME_MAX:
+                self._dict_used, dict_id = True, self._dict_id
+                frame = self._dict_zstd.compress(data)
+            else:
+                frame = self._zstd.compress(data)
+            self.add_frame(path, gen, start, len(data), frame,
+                           hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
+                           reason=reason, dict_id=dict_id)
 
     def add_frame(self, path: bytes, gen: int, start: int, length: int, frame: bytes,
                   sha256: str, *, mode: int, mtime_ns: int, reason: str | None = None,
@@ -162,6 +191,7 @@ class SegmentWriter:
     @property
     def size(self) -> int:
         """Bytes of header and frames so far."""
+        self._drain()
         return self._size
 
     def add_tombstone(self, path: bytes, gen: int, time: float) -> None:
@@ -176,9 +206,10 @@ class SegmentWriter:
 
     @property
     def empty(self) -> bool:
-        return not self.index.extents and not self.index.tombstones
+        return not self.index.extents and not self.index.tombstones and not self._batch
 
     def finish(self) -> bytes:
+        self._drain()
         ix = self.index
         dumps = json.JSONEncoder(separators=(",", ":")).encode
         # One entry at a time into JSON text: a seed's index names every file of the
