@@ -201,10 +201,11 @@ def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
             if e.retained:
                 continue
             src = located.get((e.path, e.gen))
-            exts = src.extents if src is not None and src.end >= e.size else e.extents
+            if src is None or src.end < e.size:
+                src = e
             # ``size`` may be less than the extents hold: an older point in time.
             b.files[e.path] = Entry(e.path, e.gen, e.size, e.mode, e.mtime_ns, e.deleted_at,
-                                    extents=list(exts))
+                                    extents=list(src.extents), sids=src.sids)
         for s in g.sessions:
             b.sessions[s.path] = s
     b.projects.update(base.projects)

@@ -49,7 +49,16 @@ from ._segment import (
     decode_extent,
 )
 from ._segreader import dictionary_for, read_index
-from ._snapshot import Entry, Manifest, build, current, list_snapshots, read_groups, read_manifest
+from ._snapshot import (
+    Entry,
+    Manifest,
+    build,
+    current,
+    history_sids,
+    list_snapshots,
+    read_groups,
+    read_manifest,
+)
 from .store import AlreadyExists, Store, StoreError
 
 log = logging.getLogger("syncd.compact")
@@ -392,6 +401,10 @@ class _PackWriter:
             self.w.add_frame(e.path, e.gen, start, len(raw), frames[i].tobytes(),
                              hashlib.sha256(raw).hexdigest(), mode=e.mode, mtime_ns=e.mtime_ns)
             into[at] = (self.key, self.w.index.extents[-1])
+            if e.path == HISTORY:
+                ids = history_sids(raw)
+                if ids is not None:
+                    e.sids[(self.key, self.w.index.extents[-1].off)] = ids
             if self.w.size >= self.opts.pack_target:
                 self.flush()
         self._queue, self._queued = [], 0
@@ -435,12 +448,16 @@ def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str
                     buf += spool.read(key, x)
                     meter.advance(x.end - x.start)
                     while len(buf) >= limit:
-                        out.add(e, start, bytes(buf[:limit]), new)
-                        start += limit
-                        del buf[:limit]
+                        cut = limit
+                        if e.path == HISTORY:  # whole lines: a frame names its sessions
+                            cut = buf.rfind(b"\n", 0, limit) + 1 or limit
+                        out.add(e, start, bytes(buf[:cut]), new)
+                        start += cut
+                        del buf[:cut]
                 if buf:
                     out.add(e, start, bytes(buf), new)
             e.extents = new  # queued frames fill their places when their batch is done
+            e.sids = {k: v for k, v in e.sids.items() if k[0] not in move}
         out.drain()
         out.flush()
     except (FormatError, StoreError) as ex:

@@ -10,6 +10,7 @@ existing file as it was; a local file is never replaced by an older or diverged 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -33,7 +34,7 @@ from ._progress import Meter, NullMeter
 from ._remap import Remapper, Rule
 from ._segment import Extent, FormatError
 from ._segreader import read_extents
-from ._snapshot import Entry
+from ._snapshot import Entry, has_sid
 from .store import Store, StoreError
 
 log = logging.getLogger("syncd.restore")
@@ -120,7 +121,10 @@ def restore_tree(store: Store, machine: str, target: Path, progress: Meter | Non
 
 def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     try:
-        backup = load_backup(store, machine, opts.at, opts.crypto)
+        # One session (or a few): only their part of the snapshot is read.
+        backup = load_backup(store, machine, opts.at, opts.crypto,
+                             sessions=opts.sessions if opts.sessions and not opts.projects
+                             else None)
     except BackupError as e:
         raise RestoreError(str(e)) from None
     remap = build_remapper(backup, opts)
@@ -301,8 +305,18 @@ def _select(backup: Backup, opts: RestoreOptions,
     files = {p: f for p, f in backup.files.items()
              if p in {s.path for s in chosen} or p.startswith(tuple(prefixes))}
     if b"history.jsonl" in backup.files:
-        files[b"history.jsonl"] = backup.files[b"history.jsonl"]
+        files[b"history.jsonl"] = _history_of(backup.files[b"history.jsonl"], sids)
     return files, sids
+
+
+def _history_of(h: Entry, sids: set[str]) -> Entry:
+    """history.jsonl with only the frames that hold lines of ``sids`` (and those whose
+    sessions are not known), as a sparse file."""
+    if not h.sids:
+        return h
+    keep = [(k, x) for k, x in h.extents
+            if (ids := h.sids.get((k, x.off))) is None or any(has_sid(ids, s) for s in sids)]
+    return dataclasses.replace(h, extents=keep, sparse=len(keep) < len(h.extents))
 
 
 # -- fetching --------------------------------------------------------------------
@@ -316,7 +330,8 @@ def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
     for f in files.values():
         try:
             safe_relpath(f.path)
-            _check_contiguous(f)
+            if not f.sparse:
+                _check_contiguous(f)
         except RestoreError as e:
             report.errors.append(str(e))
             broken.add(f.path)
@@ -400,7 +415,8 @@ _HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
 
 def _filter_history(data: bytes, sids: set[str]) -> bytes:
     wanted = {s.encode() for s in sids}
-    keep = [line for line in data.split(b"\n")
+    # A sparse history has holes (zero bytes) before the frames that were fetched.
+    keep = [line.lstrip(b"\0") for line in data.split(b"\n")
             if (m := _HISTORY_SID.search(line)) and m.group(1) in wanted]
     return b"".join(line + b"\n" for line in keep)
 
@@ -410,7 +426,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
            installer: Installer) -> None:
     src = os.fsdecode(f.path)
     size = staged.stat().st_size
-    if size != f.size:
+    if size != f.size and not (f.sparse and size <= f.size):
         raise RestoreError(f"{src}: assembled {size} bytes, expected {f.size}")
     rel = _target_rel(f.path, remap)
     safe_relpath(rel)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,25 @@ _GROUP_PREFIX = b"g/"
 # Session ids are listed in the index by this many leading hex digits: enough to find a
 # session's group, small enough that the index stays a few kB with thousands of sessions.
 SID_PREFIX = 8
+_HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]{1,100})"')
+
+
+def sid_prefix(session_id: str) -> str:
+    return session_id[:SID_PREFIX].ljust(SID_PREFIX, "-")
+
+
+def history_sids(raw: bytes) -> str | None:
+    """The session-id prefixes of history.jsonl lines in ``raw`` (None: not whole lines,
+    so a reader must always fetch it)."""
+    if not raw.endswith(b"\n"):
+        return None
+    ids = {sid_prefix(m.group(1).decode(errors="replace")) for m in _HISTORY_SID.finditer(raw)}
+    return "".join(sorted(ids))
+
+
+def has_sid(ids: str, session_id: str) -> bool:
+    want = sid_prefix(session_id)
+    return any(ids[i : i + SID_PREFIX] == want for i in range(0, len(ids), SID_PREFIX))
 
 
 def group_of(path: bytes) -> str:
@@ -55,6 +75,12 @@ class Entry:
     # A generation no longer in the tree that an older kept snapshot still needs.
     retained: bool = False
     extents: list[tuple[str, Extent]] = field(default_factory=list)
+    # history.jsonl: the session-id prefixes of the lines in each packed extent, by
+    # (object key, offset), so one session's restore fetches only the frames it needs.
+    sids: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Restore: only some extents are wanted (one session's history lines), the rest
+    # are holes; not a whole file.
+    sparse: bool = False
 
     @property
     def end(self) -> int:
@@ -88,9 +114,7 @@ class Manifest:
 
     def folders_of(self, session_id: str) -> list[str]:
         """Groups whose sessions include one starting like ``session_id``."""
-        want = session_id[:SID_PREFIX].ljust(SID_PREFIX, "-")  # as build() wrote it
-        return [g for g, ids in self.sids.items()
-                if any(ids[i : i + SID_PREFIX] == want for i in range(0, len(ids), SID_PREFIX))]
+        return [g for g, ids in self.sids.items() if has_sid(ids, session_id)]
 
 
 def build(machine: str, seq: int, rev: int, time: float, first_time: float,
@@ -112,7 +136,7 @@ def build(machine: str, seq: int, rev: int, time: float, first_time: float,
         doc = {"files": [_entry_doc(e, objects) for e in g.entries],
                "sessions": [{**encode_path(s.path), "gen": s.gen, "last_seq": s.last_seq,
                              "fields": s.fields} for s in g.sessions]}
-        ids = "".join(s.session_id[:SID_PREFIX].ljust(SID_PREFIX, "-") for s in g.sessions)
+        ids = "".join(sid_prefix(s.session_id) for s in g.sessions)
         if ids:
             sids[name] = ids
         raw = json.dumps(doc, separators=(",", ":")).encode()
@@ -134,6 +158,8 @@ def _entry_doc(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
         d["deleted_at"] = e.deleted_at
     if e.retained:
         d["retained"] = True
+    if e.sids:
+        d["sids"] = [e.sids.get((k, x.off)) for k, x in e.extents]
     return d
 
 
@@ -192,6 +218,9 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
             e.extents.append((m.objects[int(obj)], Extent(
                 path, e.gen, int(start), int(end), int(off), int(clen), str(sha), e.mode,
                 e.mtime_ns)))
+        for (key, x), ids in zip(e.extents, d.get("sids") or [], strict=False):
+            if ids is not None:
+                e.sids[(key, x.off)] = str(ids)
         g.entries.append(e)
     for d in doc["sessions"]:
         path = decode_path(d)

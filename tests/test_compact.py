@@ -211,7 +211,11 @@ def test_big_files_are_cut_into_bounded_frames(tmp_path: Path) -> None:
     assert len(spans[TA]) == -(-len(big) // (4 << 20)) and spans[TA][-1][1] == len(big)
     assert all(b - a == 4 << 20 for a, b in spans[TA][:-1])
     # history.jsonl in small frames: one session's lines are found in a few of them.
-    assert len(spans[HIST]) > 3 and all(b - a == 256 << 10 for a, b in spans[HIST][:-1])
+    # ... cut at line ends, so that each frame names the sessions of its lines.
+    hist = (src / HIST).read_bytes()
+    assert len(spans[HIST]) > 3
+    assert all(256 << 9 < b - a <= 256 << 10 and hist[b - 1 : b] == b"\n"
+               for a, b in spans[HIST][:-1])
     assert not got[(NOTE, 2)].retained and got[(NOTE, 1)].retained
     assert_restores(store, src, tmp_path / "out")
 
@@ -682,3 +686,35 @@ def test_one_session_load_finds_a_session_newer_than_the_snapshot(tmp_path: Path
 
     assert b.find_session(SB) is not None
     assert TB.encode() in b.files
+
+
+def test_one_session_restore_reads_only_the_history_frames_that_name_it(
+        tmp_path: Path) -> None:
+    src, inner = tmp_path / "src", MemoryStore()
+    sh = shipper(src, inner, tmp_path / "st.db")
+    write(src, TA, line(SA, 0))
+    write(src, TB, line(SB, 0, cwd="/home/u/lib"))
+    # ~1.5 MB of SB's prompts around a few of SA's: several history frames, SA in two.
+    pad = b"".join(history(SB, i) * 1 for i in range(15000))
+    write(src, HIST, history(SA, 0) + pad + history(SA, 1) + pad + b'{"torn":')
+    ship_all(sh, src)
+    compact(inner, M)
+    h = next(e for g in read_groups(inner, newest(inner)).values() for e in g.entries
+             if e.path == HIST.encode())
+    frames = [(k, x) for k, x in h.extents]
+    assert len(frames) >= 5
+    # Whole lines in each frame (the last one holds the torn line: it has no sessions).
+    assert [h.sids.get((k, x.off)) is None for k, x in frames] == \
+        [False] * (len(frames) - 1) + [True]
+    store = Recording(inner)
+
+    report = restore(store, M, RestoreOptions(target=tmp_path / "out", sessions=(SA,)))
+
+    assert not report.errors
+    got = (tmp_path / "out" / HIST).read_bytes()
+    assert got == history(SA, 0) + history(SA, 1)
+    read = [(key, start, n) for key, start, _, n in store.gets if "/pack/" in key]
+    hist_read = [x for k, x in frames if any(
+        key == k and s <= x.off and x.off + x.clen <= s + n for key, s, n in read)]
+    # SA's two frames and the torn tail; never the frames of SB's prompts alone.
+    assert 3 <= len(hist_read) < len(frames)
