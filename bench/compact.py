@@ -36,26 +36,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from core import (  # core also puts the repo on sys.path, for syncd and tests
     GNU_TIME,
     MB,
-    SAMPLES,
+    BenchBase,
     Corpus,
     Procs,
     Run,
-    Tree,
     append_line,
     bucket_stats,
     build_main_tree,
     fmt_mb,
-    git_describe,
-    load_samples,
     log,
     rand_uuid,
     run_in,
     sanitize,
-    synthetic_corpus,
-    tool,
     workdir,
 )
-from restore import CountingProxy, Req, Results, fmt_kb, is_list, tree_files
+from restore import CountingProxy, Req, fmt_kb, is_list, tree_files
 
 from syncd import _layout as layout
 from syncd._archive import compact_options, policy_of
@@ -67,7 +62,6 @@ from syncd._ship import Shipper
 from syncd._snapshot import list_snapshots, read_manifest
 from syncd._state import State
 from syncd.store import Store, open_store
-from tests.seaweed import Seaweed, start_seaweed
 
 MACHINE = "bench-main"
 BIG_MACHINE = "bench-big"
@@ -178,30 +172,13 @@ class Day:
 # The benchmark
 # ---------------------------------------------------------------------------
 
-class Bench:
+class Bench(BenchBase):
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
-        self.args = args
-        self.work = work
-        self.logs = work / "logs"
-        self.logs.mkdir(parents=True)
-        self.procs = Procs()
-        self.res = Results()
-        self.rng = random.Random(args.seed)
-        self.sw: Seaweed | None = None
+        super().__init__(args, work)
         self.proxy: CountingProxy | None = None
-        self.syncd = tool("syncd")
-        self.peers = not args.skip_peers
-        if self.peers:
-            self.restic = tool("restic")
         self.day: Day | None = None
 
     # -- environments -------------------------------------------------------
-    def base_env(self) -> dict[str, str]:
-        assert self.sw is not None
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SYNCD_", "RESTIC_", "RCLONE_"))}
-        env.update(self.sw.env())
-        return env
 
     def syncd_env(self, source: Path, prefix: str, machine: str, state: str, *,
                   proxied: bool = False) -> dict[str, str]:
@@ -258,27 +235,10 @@ class Bench:
     # -- steps --------------------------------------------------------------
     def setup(self) -> None:
         a = self.args
-        corpus = None if a.synthetic else load_samples(SAMPLES)
-        if corpus is None:
-            corpus = synthetic_corpus(self.rng)
-        self.corpus: Corpus = corpus
-        log(f"content: {corpus.origin}")
-        log(f"generating {a.size_mb} MB tree ...")
-        self.tree: Tree = build_main_tree(self.work / "claude", corpus, self.rng,
-                                          a.size_mb * MB)
-        log(f"tree: {self.tree.files} files, {fmt_mb(self.tree.bytes)}, "
-            f"{len(self.tree.sessions)} sessions")
-        log("starting SeaweedFS ...")
-        self.sw = start_seaweed(self.work / "seaweed")
-        os.environ.update(self.sw.env())  # for the store this process writes and reads
-        for b in ("syncd", "restic"):
-            self.sw.create_bucket(b)
+        self.corpus: Corpus = self.start_tree_and_seaweed(a.size_mb, ("syncd", "restic"))
+        assert self.sw is not None
         self.proxy = CountingProxy(self.sw.endpoint)
         log(f"SeaweedFS at {self.sw.endpoint}, counting proxy at {self.proxy.endpoint}")
-        self.res.notes.append(f"syncd under test: {git_describe()}")
-        self.res.notes.append("load average (1 min) at start: "
-                              f"{os.getloadavg()[0]:.2f}; other work on the machine skews times")
-        self.res.notes.append(f"content: {corpus.origin}")
         self.res.notes.append(f"tree (figures 1, 3-5): {self.tree.files} files, "
                               f"{fmt_mb(self.tree.bytes)}, {len(self.tree.sessions)} sessions")
         s = Settings.model_fields

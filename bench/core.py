@@ -595,7 +595,9 @@ def fmt_mb(n: float) -> str:
     return f"{n / MB:.1f} MB"
 
 
-class Bench:
+class BenchBase:
+    """What every bench has: a work dir, logs, processes, results, SeaweedFS, the tools."""
+
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
         self.args = args
         self.work = work
@@ -609,15 +611,43 @@ class Bench:
         self.peers = not args.skip_peers
         if self.peers:
             self.restic = tool("restic")
-            self.rclone = tool("rclone")
 
-    # -- environments -------------------------------------------------------
     def base_env(self) -> dict[str, str]:
         assert self.sw is not None
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SYNCD_", "RESTIC_", "RCLONE_"))}
         env.update(self.sw.env())
         return env
+
+    def start_tree_and_seaweed(self, size_mb: int, buckets: tuple[str, ...]) -> Corpus:
+        """The main tree (``self.tree``), SeaweedFS with ``buckets``, the usual notes."""
+        corpus = None if self.args.synthetic else load_samples(SAMPLES)
+        if corpus is None:
+            corpus = synthetic_corpus(self.rng)
+        log(f"content: {corpus.origin}")
+        log(f"generating {size_mb} MB tree ...")
+        self.tree = build_main_tree(self.work / "claude", corpus, self.rng, size_mb * MB)
+        log(f"tree: {self.tree.files} files, {fmt_mb(self.tree.bytes)}, "
+            f"{len(self.tree.sessions)} sessions")
+        log("starting SeaweedFS ...")
+        self.sw = start_seaweed(self.work / "seaweed")
+        os.environ.update(self.sw.env())  # for the stores this process opens itself
+        for b in buckets:
+            self.sw.create_bucket(b)
+        self.res.notes.append(f"syncd under test: {git_describe()}")
+        self.res.notes.append("load average (1 min) at start: "
+                              f"{os.getloadavg()[0]:.2f}; other work on the machine skews times")
+        self.res.notes.append(f"content: {corpus.origin}")
+        return corpus
+
+
+class Bench(BenchBase):
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        super().__init__(args, work)
+        if self.peers:
+            self.rclone = tool("rclone")
+
+    # -- environments -------------------------------------------------------
 
     def syncd_env(self, source: Path, store: str, name: str) -> dict[str, str]:
         assert self.sw is not None

@@ -19,7 +19,6 @@ import contextlib
 import http.client
 import json
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -33,22 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core import (  # core also puts the repo on sys.path, for syncd and tests
     MB,
-    SAMPLES,
-    Procs,
+    BenchBase,
     Run,
-    Tree,
     bucket_stats,
-    build_main_tree,
     fmt_mb,
-    git_describe,
-    load_samples,
     log,
     render_table,
     run_in,
     run_measured,
     sanitize,
-    synthetic_corpus,
-    tool,
     workdir,
 )
 
@@ -57,7 +49,6 @@ from syncd._backup import Backup, load_backup
 from syncd._segment import TAIL_READ, TRAILER
 from syncd._snapshot import Entry
 from syncd.store import open_store
-from tests.seaweed import Seaweed, start_seaweed
 
 MACHINE = "bench-main"
 SYNCD_PREFIX = "bench"
@@ -325,31 +316,13 @@ def rm(path: Path) -> None:
 # The benchmark
 # ---------------------------------------------------------------------------
 
-class Bench:
+class Bench(BenchBase):
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
-        self.args = args
-        self.work = work
-        self.logs = work / "logs"
-        self.logs.mkdir(parents=True)
-        self.procs = Procs()
-        self.res = Results()
-        self.rng = random.Random(args.seed)
-        self.sw: Seaweed | None = None
+        super().__init__(args, work)
         self.proxy: CountingProxy | None = None
-        self.syncd = tool("syncd")
-        self.peers = not args.skip_peers
-        if self.peers:
-            self.restic = tool("restic")
         self.caches = 0
 
     # -- environments -------------------------------------------------------
-    def base_env(self) -> dict[str, str]:
-        assert self.sw is not None
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SYNCD_", "RESTIC_", "RCLONE_"))}
-        env.update(self.sw.env())
-        return env
-
     def syncd_env(self, *, proxied: bool, backup: bool = False) -> dict[str, str]:
         """The backing-up machine (``backup``), or a fresh one that restores from it."""
         assert self.sw is not None and self.proxy is not None
@@ -386,26 +359,10 @@ class Bench:
     # -- steps --------------------------------------------------------------
     def setup(self) -> None:
         a = self.args
-        corpus = None if a.synthetic else load_samples(SAMPLES)
-        if corpus is None:
-            corpus = synthetic_corpus(self.rng)
-        log(f"content: {corpus.origin}")
-        log(f"generating {a.size_mb} MB tree ...")
-        self.tree: Tree = build_main_tree(self.work / "claude", corpus, self.rng,
-                                          a.size_mb * MB)
-        log(f"tree: {self.tree.files} files, {fmt_mb(self.tree.bytes)}, "
-            f"{len(self.tree.sessions)} sessions")
-        log("starting SeaweedFS ...")
-        self.sw = start_seaweed(self.work / "seaweed")
-        os.environ.update(self.sw.env())  # for the store this process reads indexes from
-        for b in ("syncd", "restic"):
-            self.sw.create_bucket(b)
+        self.start_tree_and_seaweed(a.size_mb, ("syncd", "restic"))
+        assert self.sw is not None
         self.proxy = CountingProxy(self.sw.endpoint)
         log(f"SeaweedFS at {self.sw.endpoint}, counting proxy at {self.proxy.endpoint}")
-        self.res.notes.append(f"syncd under test: {git_describe()}")
-        self.res.notes.append("load average (1 min) at start: "
-                              f"{os.getloadavg()[0]:.2f}; other work on the machine skews times")
-        self.res.notes.append(f"content: {corpus.origin}")
         self.res.notes.append(f"tree: {self.tree.files} files, {fmt_mb(self.tree.bytes)}, "
                               f"{len(self.tree.sessions)} sessions")
 
