@@ -15,19 +15,14 @@ without touching older manifests. ``keep`` (prune) recomputes what is retained.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import secrets
 import struct
-import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import zstandard
 
 from . import _layout as layout
 from ._backup import segment_keys
@@ -35,26 +30,22 @@ from ._catalog import Session, session_of
 from ._crypto import Crypto
 from ._fold import fold_index
 from ._lock import Locked, ProcessLock
-from ._private import private_dir
+from ._pack import HISTORY, PackWriter, Spool
 from ._progress import Meter, NullMeter
 from ._segment import (
     FRAME_MAX,
     HEADER,
-    THREADS,
     TRAILER,
     Extent,
     FormatError,
     SegmentIndex,
-    SegmentWriter,
-    decode_extent,
 )
-from ._segreader import dictionary_for, read_index
+from ._segreader import read_index
 from ._snapshot import (
     Entry,
     Manifest,
     build,
     current,
-    history_sids,
     list_snapshots,
     read_groups,
     read_manifest,
@@ -63,15 +54,9 @@ from .store import AlreadyExists, Store, StoreError
 
 log = logging.getLogger("syncd.compact")
 
-PACK_KIND = "pack"
 # history.jsonl interleaves every session's lines: small frames let one session's
 # restore fetch only the frames that hold its lines.
-HISTORY = b"history.jsonl"
 HISTORY_FRAME = 256 << 10
-_SPOOL_CHUNK = 8 << 20
-# Raw bytes compressed together, one frame per core at a time: bounded memory.
-BATCH = 16 << 20
-_PLACEHOLDER = Extent(b"", 0, 0, 0, 0, 0, "", 0, 0)
 
 
 class CompactError(Exception):
@@ -318,107 +303,6 @@ def _recompute_retained(store: Store, tree: _Tree, newest: Manifest | None,
     return bool(gone)
 
 
-class _Spool:
-    """Source objects copied to local files once each, read back by range.
-
-    A file's extents are spread over many segments; this reads every object once, in
-    bounded memory, whatever order the files are written in.
-    """
-
-    def __init__(self, store: Store, crypto: Crypto | None, where: Path | None) -> None:
-        self.store, self.crypto = store, crypto
-        if where is not None:
-            private_dir(where)
-        self._dir = tempfile.TemporaryDirectory(prefix="syncd-compact-", dir=where)
-        self._fds: dict[str, int] = {}
-
-    def read(self, key: str, x: Extent) -> bytes:
-        fd = self._fds.get(key)
-        if fd is None:
-            fd = self._fds[key] = self._fetch(key)
-        frame = os.pread(fd, x.clen, x.off)
-        if len(frame) != x.clen:
-            raise FormatError(f"{self.store.url}{key}: extent of {x.path!r} lies outside "
-                              "the object")
-        return decode_extent(frame, x, f"{self.store.url}{key}",
-                             None if self.crypto is None else self.crypto.cipher(key),
-                             dictionary_for(self.store, key, x, self.crypto))
-
-    def _fetch(self, key: str) -> int:
-        path = os.path.join(self._dir.name, hashlib.sha256(key.encode()).hexdigest())
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        info = self.store.head(key)
-        if info is None:
-            os.close(fd)
-            raise FormatError(f"{self.store.url}{key}: object is missing")
-        for start in range(0, info.size, _SPOOL_CHUNK):
-            os.write(fd, self.store.get(key, start, min(_SPOOL_CHUNK, info.size - start)))
-        return fd
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._dir.cleanup()
-
-
-class _PackWriter:
-    """Packs of at most ``pack_target`` bytes, each PUT as soon as it is full.
-
-    Frames are queued and compressed a batch at a time on every core (zstd's own
-    threads, outside the GIL); each lands in its entry's extent list at the place it
-    was queued for.
-    """
-
-    def __init__(self, store: Store, machine: str, lo: int, hi: int, time_: float,
-                 crypto: Crypto | None, opts: CompactOptions, rep: CompactReport) -> None:
-        self.store, self.machine, self.lo, self.hi, self.time = store, machine, lo, hi, time_
-        self.crypto, self.opts, self.rep = crypto, opts, rep
-        self.zstd = zstandard.ZstdCompressor(level=opts.level, write_content_size=True)
-        self.key = ""
-        self.w: SegmentWriter | None = None
-        self._queue: list[tuple[Entry, int, bytes, list[tuple[str, Extent]], int]] = []
-        self._queued = 0
-
-    def add(self, e: Entry, start: int, raw: bytes, into: list[tuple[str, Extent]]) -> None:
-        """Queue ``raw`` (bytes from ``start`` of ``e``); its extent goes to ``into``."""
-        into.append(("", _PLACEHOLDER))
-        self._queue.append((e, start, raw, into, len(into) - 1))
-        self._queued += len(raw)
-        if self._queued >= BATCH:
-            self.drain()
-
-    def drain(self) -> None:
-        if not self._queue:
-            return
-        frames = self.zstd.multi_compress_to_buffer([q[2] for q in self._queue],
-                                                    threads=THREADS)
-        for i, (e, start, raw, into, at) in enumerate(self._queue):
-            if self.w is None:
-                self.key = layout.pack_key(self.machine, self.lo, self.hi, secrets.token_hex(4))
-                self.w = SegmentWriter(self.machine, self.hi, self.time, level=self.opts.level,
-                                       cipher=None if self.crypto is None
-                                       else self.crypto.cipher(self.key))
-            self.w.add_frame(e.path, e.gen, start, len(raw), frames[i].tobytes(),
-                             hashlib.sha256(raw).hexdigest(), mode=e.mode, mtime_ns=e.mtime_ns)
-            into[at] = (self.key, self.w.index.extents[-1])
-            if e.path == HISTORY:
-                ids = history_sids(raw)
-                if ids is not None:
-                    e.sids[(self.key, self.w.index.extents[-1].off)] = ids
-            if self.w.size >= self.opts.pack_target:
-                self.flush()
-        self._queue, self._queued = [], 0
-
-    def flush(self) -> None:
-        if self.w is None or self.w.empty:
-            return
-        self.w.index.extra = {"kind": PACK_KIND, "lo": self.lo, "hi": self.hi}
-        blob = self.w.finish()
-        self.store.put(self.key, blob)
-        self.rep.packs_written.append((self.key, len(blob)))
-        self.w = None
-
-
 def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str], lo: int,
                  tree: _Tree, crypto: Crypto | None, opts: CompactOptions,
                  rep: CompactReport) -> None:
@@ -426,11 +310,12 @@ def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str
     meter = opts.progress or NullMeter()
     meter.start(rep.raw_bytes)
     try:
-        spool = _Spool(store, crypto, opts.spool_dir)
+        spool = Spool(store, crypto, opts.spool_dir)
     except OSError as ex:
         raise CompactError(f"compaction of {machine}: cannot create a spool directory in "
                            f"{opts.spool_dir or 'the temp dir'}: {ex.strerror}") from ex
-    out = _PackWriter(store, machine, lo, tree.seq, tree.time, crypto, opts, rep)
+    out = PackWriter(store, machine, lo, tree.seq, tree.time, crypto, level=opts.level,
+                     target=opts.pack_target, written=rep.packs_written)
     try:
         for e in sorted(entries, key=lambda e: (e.path, e.gen)):
             if opts.should_stop():

@@ -22,8 +22,8 @@ from typing import Any
 
 from . import _layout as layout
 from ._backup import list_machines
-from ._compact import PACK_KIND
 from ._crypto import Crypto
+from ._pack import PACK_KIND
 from ._segment import HEADER, Extent, FormatError
 from ._segreader import read_extents, read_index
 from ._snapshot import Entry, Group, Manifest, current, read_groups, read_manifest
