@@ -1,6 +1,9 @@
-"""One compaction of a local store that SIGKILLs itself right before its k-th store write.
+"""One compaction (or prune) of a local store that SIGKILLs itself right before its k-th
+store write.
 
-    python -m tests.compactkill STORE_DIR MACHINE KILL_AT LOG PACK_TARGET SMALL_PACK
+    python -m tests.compactkill STORE_DIR MACHINE KILL_AT LOG PACK_TARGET SMALL_PACK [prune]
+
+``prune`` runs a prune that keeps the newest snapshot only (keep_last 1) instead.
 
 A store write is a ``put`` or a ``delete_many``. Each one is appended to LOG (``put <key>``
 or ``delete <n>``) and flushed before it is made (or the process killed instead), so the
@@ -18,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from syncd._compact import CompactOptions, compact
+from syncd._prune import prune
+from syncd._retention import Policy
 from syncd.store import LocalStore
 
 
@@ -49,11 +54,13 @@ class KillingStore(LocalStore):
 
 
 def main(argv: list[str]) -> int:
-    root, machine, kill_at, log, pack_target, small_pack = argv
+    root, machine, kill_at, log, pack_target, small_pack, *mode = argv
     store = KillingStore(Path(root), int(kill_at), Path(log))
-    rep = compact(store, machine, opts=CompactOptions(pack_target=int(pack_target),
-                                                      small_pack=int(small_pack)))
-    print(json.dumps(rep.as_dict()))
+    opts = CompactOptions(pack_target=int(pack_target), small_pack=int(small_pack))
+    if mode == ["prune"]:
+        print(json.dumps(prune(store, machine, Policy(keep_last=1), opts=opts).as_dict()))
+    else:
+        print(json.dumps(compact(store, machine, opts=opts).as_dict()))
     return 0
 
 
