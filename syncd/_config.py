@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from ._claude import DEFAULT_INCLUDE, default_root
+from ._retention import PolicyError, parse_duration
 
 _config_file: ContextVar[Path | None] = ContextVar("syncd_config_file", default=None)
 MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -120,6 +121,27 @@ class Settings(BaseSettings):
         if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ValueError("log level must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return v.upper()
+
+    @field_validator("keep_within", "tombstone_keep", "verify_max_duration")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if v.strip():
+            try:
+                parse_duration(v)
+            except PolicyError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("compact_schedule", "prune_schedule", "verify_schedule")
+    @classmethod
+    def _schedule(cls, v: str) -> str:
+        # A cron line's fields are checked when the daemon schedules it.
+        if v.strip().lower() not in ("off", "never", "") and len(v.split()) != 5:
+            try:
+                parse_duration(v)
+            except PolicyError as e:
+                raise ValueError(f"{e}, a five-field cron line, or off") from None
+        return v
 
     @field_validator("store")
     @classmethod

@@ -53,3 +53,22 @@ def test_unknown_key_is_an_error(tmp_path: Path) -> None:
     cfg.write_text("flush_quite = 1\n")
     with pytest.raises(ValidationError):
         load_settings(cfg)
+
+
+@pytest.mark.parametrize(("key", "bad"), [("keep_within", "two days"),
+                                          ("tombstone_keep", "180"),
+                                          ("verify_max_duration", "soon"),
+                                          ("compact_schedule", "hourly"),
+                                          ("prune_schedule", "0 3 * *")])
+def test_archive_durations_and_schedules_are_validated(tmp_path: Path, key: str,
+                                                       bad: str) -> None:
+    with pytest.raises(ValidationError, match=key):
+        load_settings(config_file=tmp_path / "none.toml", **{key: bad})
+
+
+def test_archive_settings_accept_intervals_cron_and_off(tmp_path: Path) -> None:
+    s = load_settings(config_file=tmp_path / "none.toml", keep_within="2d",
+                      compact_schedule="30m", prune_schedule="0 3 * * *",
+                      verify_schedule="off")
+    assert (s.keep_within, s.compact_schedule, s.prune_schedule, s.verify_schedule) == (
+        "2d", "30m", "0 3 * * *", "off")
