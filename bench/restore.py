@@ -384,7 +384,8 @@ class Bench(BenchBase):
         self.index_ranges = self.read_trailers()
         self.res.notes.append(f"syncd backup: {fmt_mb(self.stored)} in {self.seg_objects} "
                               f"objects ({len(self.index_ranges)} with an index), "
-                              f"ratio {self.tree.bytes / self.stored:.2f}")
+                              f"ratio {self.tree.bytes / self.stored:.2f}; syncd sync of the "
+                              f"tree: {r.wall:.1f} s, {self.tree.bytes / MB / r.wall:.1f} MB/s")
         if self.peers:
             log("backing up with restic ...")
             env = self.restic_env(proxied=False, fresh_cache=False)
@@ -395,7 +396,8 @@ class Bench(BenchBase):
             log(f"  {r.wall:.1f}s, {self.tree.bytes / MB / r.wall:.1f} MB/s, "
                 f"{fmt_mb(size)} in {n} objects")
             self.res.notes.append(f"restic repo (v2, compression auto): {fmt_mb(size)} in "
-                                  f"{n} objects")
+                                  f"{n} objects; restic backup of the tree: {r.wall:.1f} s, "
+                                  f"{self.tree.bytes / MB / r.wall:.1f} MB/s")
 
     def read_trailers(self) -> dict[str, tuple[int, int]]:
         """Key (in the bucket) of every segment, pack and manifest → (index offset,
