@@ -36,7 +36,7 @@ def _summary(r: CompactReport) -> str:
             f"({_mb(packs)}); snapshot {r.snapshot}; {len(r.deleted)} objects deleted")
 
 
-@click.command("compact")
+@click.command("compact", short_help="Fold segments into packs and a snapshot manifest.")
 @click.option("--dry-run", is_flag=True, help="Say what would be compacted; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -71,7 +71,7 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
             click.echo(f"warning: {w}", err=True)
 
 
-@click.command("prune")
+@click.command("prune", short_help="Delete the snapshots the retention policy lets go.")
 @click.option("--dry-run", is_flag=True,
               help="Print what would be deleted and why each kept snapshot is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -111,7 +111,7 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
-@click.command("verify")
+@click.command("verify", short_help="Check the backup is whole (exit 1 on any problem).")
 @click.option("--machine", default=None, help="Another machine's backup (default: this one).")
 @click.option("--read-data", type=click.FloatRange(0, 100), default=0.0, show_default=True,
               help="Also read and checksum this percentage of the stored data.")
