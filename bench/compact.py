@@ -50,7 +50,7 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     sanitize,
     workdir,
 )
-from restore import CountingProxy, Req, fmt_kb, is_list, tree_files
+from restore import CountingProxy, Req, Results, fmt_kb, is_list, tree_files
 
 from syncd import _layout as layout
 from syncd._archive import compact_options, policy_of
@@ -175,6 +175,7 @@ class Day:
 class Bench(BenchBase):
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
         super().__init__(args, work)
+        self.res: Results = Results()  # syncd | restic | target columns
         self.proxy: CountingProxy | None = None
         self.day: Day | None = None
 

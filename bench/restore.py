@@ -319,6 +319,7 @@ def rm(path: Path) -> None:
 class Bench(BenchBase):
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
         super().__init__(args, work)
+        self.res: Results = Results()  # this bench's columns (no rclone)
         self.proxy: CountingProxy | None = None
         self.caches = 0
 
