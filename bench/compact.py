@@ -41,14 +41,14 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     Procs,
     Run,
     append_line,
+    bench_parser,
     bucket_stats,
     build_main_tree,
     fmt_mb,
     log,
     rand_uuid,
-    run_in,
+    run_bench,
     sanitize,
-    workdir,
 )
 from restore import CountingProxy, Req, Results, fmt_kb, is_list, tree_files
 
@@ -682,32 +682,17 @@ class Bench(BenchBase):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=int, default=None, help="tree size (default 200)")
+    ap = bench_parser(__doc__, 200)
     ap.add_argument("--compact-gb", type=float, default=None,
                     help="tree size for figure 2, GB (default 1; --quick: the small tree)")
     ap.add_argument("--appends", type=int, default=1000,
                     help="appends over the simulated day (figure 3)")
-    ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    ap.add_argument("--skip-peers", action="store_true", help="syncd only, no restic")
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where to put trees, servers and state (default: a temp dir)")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("--synthetic", action="store_true",
-                    help="synthetic lines even when real samples are present")
-    ap.add_argument("--seed", type=int, default=1, help="random seed for the trees")
     args = ap.parse_args()
     args.size_mb = args.size_mb or (20 if args.quick else 200)
     for k in [k for k in os.environ if k.startswith("SYNCD_")]:
         del os.environ[k]   # the in-process settings of figure 3 come from the arguments
 
-    work = workdir(args, "syncd-bench-compact-")
-    bench = Bench(args, work)
-    if run_in(work, args, bench.run_all, bench.close):
-        print(f"syncd compaction benchmark ({'quick' if args.quick else 'full'} run, "
-              f"{os.cpu_count()} CPUs)")
-        print(bench.res.table())
-    return 0
+    return run_bench("compaction", args, "syncd-bench-compact-", Bench)
 
 
 if __name__ == "__main__":

@@ -712,7 +712,7 @@ class Bench(BenchBase):
         if self.sw is not None:
             self.sw.stop()
 
-    def run(self) -> None:
+    def run_all(self) -> None:
         a = self.args
         corpus = None if a.synthetic else load_samples(SAMPLES)
         if corpus is None:
@@ -1079,16 +1079,7 @@ class Bench(BenchBase):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=int, default=None, help="main tree size (default 200)")
-    ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    ap.add_argument("--skip-peers", action="store_true", help="syncd only, no restic/rclone")
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where to put trees, servers and state (default: a temp dir)")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("--synthetic", action="store_true",
-                    help="synthetic lines even when real samples are present")
-    ap.add_argument("--seed", type=int, default=1, help="random seed for the trees")
+    ap = bench_parser(__doc__, 200, "restic/rclone")
     ap.add_argument("--latency-seconds", type=float, default=None)
     ap.add_argument("--idle-seconds", type=float, default=None)
     ap.add_argument("--small-files", type=int, default=None)
@@ -1102,10 +1093,33 @@ def main() -> int:
     args.small_files = args.small_files or (1000 if q else 10_000)
     args.repeat = max(1, args.repeat or (1 if q else 3))
 
-    work = workdir(args, "syncd-bench-")
-    bench = Bench(args, work)
-    if run_in(work, args, bench.run, bench.close):
-        print(f"syncd core benchmark ({'quick' if q else 'full'} run, {os.cpu_count()} CPUs)")
+    return run_bench("core", args, "syncd-bench-", Bench)
+
+
+def bench_parser(doc: str, size_default: int, peers: str = "restic") -> argparse.ArgumentParser:
+    """The options every bench has."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=int, default=None,
+                    help=f"main tree size (default {size_default})")
+    ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    ap.add_argument("--skip-peers", action="store_true", help=f"syncd only, no {peers}")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="where to put trees, servers and state (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="synthetic lines even when real samples are present")
+    ap.add_argument("--seed", type=int, default=1, help="random seed for the trees")
+    return ap
+
+
+def run_bench(name: str, args: argparse.Namespace, prefix: str,
+              make: Callable[[argparse.Namespace, Path], Any]) -> int:
+    """Make the bench in a fresh work dir, run it, print its table."""
+    work = workdir(args, prefix)
+    bench = make(args, work)
+    if run_in(work, args, bench.run_all, bench.close):
+        print(f"syncd {name} benchmark ({'quick' if args.quick else 'full'} run, "
+              f"{os.cpu_count()} CPUs)")
         print(bench.res.table())
     return 0
 

@@ -34,14 +34,14 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     MB,
     BenchBase,
     Run,
+    bench_parser,
     bucket_stats,
     fmt_mb,
     log,
     render_table,
-    run_in,
+    run_bench,
     run_measured,
     sanitize,
-    workdir,
 )
 
 from syncd import _layout as layout
@@ -674,16 +674,7 @@ class Bench(BenchBase):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=int, default=None, help="tree size (default 1024)")
-    ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    ap.add_argument("--skip-peers", action="store_true", help="syncd only, no restic")
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where to put the tree, servers and state (default: a temp dir)")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("--synthetic", action="store_true",
-                    help="synthetic lines even when real samples are present")
-    ap.add_argument("--seed", type=int, default=1, help="random seed for the tree")
+    ap = bench_parser(__doc__, 1024)
     ap.add_argument("--no-compact", action="store_true",
                     help="restore from the segments alone (no syncd compact after the sync)")
     ap.add_argument("--repeat", type=int, default=None,
@@ -693,13 +684,7 @@ def main() -> int:
     args.size_mb = args.size_mb or (30 if q else 1024)
     args.repeat = max(1, args.repeat or (1 if q else 2))
 
-    work = workdir(args, "syncd-bench-restore-")
-    bench = Bench(args, work)
-    if run_in(work, args, bench.run_all, bench.close):
-        print(f"syncd restore benchmark ({'quick' if q else 'full'} run, "
-              f"{os.cpu_count()} CPUs)")
-        print(bench.res.table())
-    return 0
+    return run_bench("restore", args, "syncd-bench-restore-", Bench)
 
 
 if __name__ == "__main__":
