@@ -2,8 +2,9 @@
 
 Machine "desk" (HOME=A) records sessions with the real CLI against the loopback
 stand-in for the Messages API, holds the real transcripts from ../shared/claude-samples
-(placed under A), and backs them up with ``syncd sync``. Before the backup, every
-session is resumed once from its original path (``claude -p --resume SID ok``); the
+(placed under A), backs them up with ``syncd sync`` and compacts them with
+``syncd compact``. Before the backup, every session is resumed once from its original
+path (``claude -p --resume SID ok``); the
 request the stand-in receives is the baseline. Machine "laptop" (HOME=B) restores
 with other project paths; then, per session, ``claude -p --continue ok`` from the new
 path must send the same conversation (same number of messages, every thinking block
@@ -203,6 +204,9 @@ def world(claude: Claude, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     # Back up the desk.
     backup = syncd(syncd_env(a, store, "desk"), "sync")
     assert backup.returncode == 0, show(backup)
+    # Restores read what a daemon leaves: a snapshot (packs and a manifest), no segments.
+    compacted = syncd(syncd_env(a, store, "desk"), "compact")
+    assert compacted.returncode == 0 and "snapshot" in compacted.stdout, show(compacted)
 
     # The laptop: other project paths. The desk's home maps to B by itself.
     sample_root = a / "home"
