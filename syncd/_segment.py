@@ -137,23 +137,27 @@ class SegmentWriter:
         self._dict_used = False
         self._batch: list[tuple[bytes, int, int, bytes, int, int, str | None]] = []
         self._batched = 0
+        self._big = 0  # frames of at least BATCH_MIN bytes in the batch
         self.raw_bytes = 0
 
     def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
                  mtime_ns: int, reason: str | None = None) -> None:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
-        # Frames wait for a batch: the big ones are compressed on every core at once
-        # (zstd's own threads; its one-shot compress holds the GIL).
+        # Big frames wait for a batch, compressed on every core at once (zstd's own
+        # threads; its one-shot compress holds the GIL); a small one waits only behind
+        # them, to keep the order, else it is compressed at once.
         self._batch.append((path, gen, start, data, mode, mtime_ns, reason))
         self._batched += len(data)
         self.raw_bytes += len(data)
-        if self._batched >= BATCH_BYTES:
+        if len(data) >= BATCH_MIN:
+            self._big += 1
+        if self._batched >= BATCH_BYTES or not self._big:
             self._drain()
 
     def _drain(self) -> None:
         if not self._batch:
             return
-        batch, self._batch, self._batched = self._batch, [], 0
+        batch, self._batch, self._batched, self._big = self._batch, [], 0, 0
         big: list[bytes | bytearray | memoryview] = [b[3] for b in batch
                                                       if len(b[3]) >= BATCH_MIN]
         frames = iter(self._zstd.multi_compress_to_buffer(big, threads=THREADS) if big else [])
