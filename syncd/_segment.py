@@ -115,7 +115,9 @@ THREADS = os.cpu_count() or 1
 
 
 class SegmentWriter:
-    """Builds one segment in memory; extents are compressed (and sealed) as they are added.
+    """Builds one segment in memory; extents are compressed (and sealed) in the order
+    they are added, big ones a batch at a time (``size``, ``empty`` and ``finish`` see
+    every extent added).
 
     With a ``cipher`` (the segment's object key bound in) the segment is sealed.
     """
