@@ -87,9 +87,11 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     settings = settings_of(ctx)
     try:
         store, crypto = store_and_key(settings)
-        r = prune(store, settings.machine_id, policy_of(settings), crypto,
-                  max_share=settings.prune_max_share,
-                  opts=compact_options(settings, dry_run=dry_run))
+        opts = compact_options(settings, dry_run=dry_run)
+        with meter("pruning") as m:
+            opts.progress = m
+            r = prune(store, settings.machine_id, policy_of(settings), crypto,
+                      max_share=settings.prune_max_share, opts=opts)
         if not dry_run:
             record_job(settings, "prune")
     except ERRORS as e:
@@ -129,8 +131,9 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
     try:
         limit = parse_duration(max_duration) if max_duration else None
         store, crypto = store_and_key(settings)
-        r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
-                   max_duration=limit)
+        with meter("verifying") as m:
+            r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
+                       max_duration=limit, progress=m)
         if r.ok and (machine or settings.machine_id) == settings.machine_id:
             record_job(settings, "verify")
     except ERRORS as e:

@@ -24,6 +24,7 @@ from . import _layout as layout
 from ._backup import list_machines
 from ._crypto import Crypto
 from ._pack import PACK_KIND
+from ._progress import Meter, NullMeter
 from ._segment import HEADER, Extent, FormatError
 from ._segreader import read_extents, read_index
 from ._snapshot import Entry, Group, Manifest, current, read_groups, read_manifest
@@ -71,13 +72,15 @@ class VerifyReport:
 
 def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_data: float = 0.0,
            max_duration: float | None = None, rng: random.Random | None = None,
-           clock: Callable[[], float] = time.monotonic) -> VerifyReport:
+           clock: Callable[[], float] = time.monotonic,
+           progress: Meter | None = None) -> VerifyReport:
     """Check ``machine``'s backup; what is wrong goes to the report's ``problems``.
 
     ``read_data``: the percentage (0..100) of the referenced stored bytes to fetch and
     check, picked at random. ``max_duration``: seconds from the start after which the
     sampling stops (the metadata checks always run whole). A failing LIST raises
-    ``StoreError``: then nothing can be judged.
+    ``StoreError``: then nothing can be judged. ``progress`` is told the stored bytes
+    to sample, then each frame checked.
     """
     if not 0.0 <= read_data <= 100.0:
         raise ValueError(f"read_data is a percentage from 0 to 100, not {read_data}")
@@ -85,7 +88,7 @@ def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_dat
     rep = VerifyReport(machine)
     prefix = layout.machine_prefix(machine)
     listing = {i.key: i.size for i in store.list(prefix)}
-    v = _Verifier(store, machine, crypto, listing, rep)
+    v = _Verifier(store, machine, crypto, listing, rep, progress or NullMeter())
     snaps = current(sorted(
         (*sid, key) for key in listing
         if key.startswith(prefix + "snap/") and (sid := layout.snapshot_id(key)) is not None))
@@ -153,9 +156,9 @@ def _spans(exts: list[Extent]) -> Iterator[list[Extent]]:
 
 class _Verifier:
     def __init__(self, store: Store, machine: str, crypto: Crypto | None,
-                 listing: dict[str, int], rep: VerifyReport) -> None:
+                 listing: dict[str, int], rep: VerifyReport, meter: Meter) -> None:
         self.store, self.machine, self.crypto = store, machine, crypto
-        self.listing, self.rep = listing, rep
+        self.listing, self.rep, self.meter = listing, rep, meter
         # Stored frames the backup needs: what the data sample is drawn from.
         self.population: dict[tuple[str, int], Extent] = {}
         self.sampled = 0
@@ -327,6 +330,7 @@ class _Verifier:
                 break
             picked.setdefault(key, []).append(x)
             got += x.clen
+        self.meter.start(got)
 
         def late() -> bool:
             return deadline is not None and clock() >= deadline
@@ -375,3 +379,4 @@ class _Verifier:
         self.rep.extents_read += 1
         self.sampled += x.clen
         self.rep.bytes_read += raw
+        self.meter.advance(x.clen)

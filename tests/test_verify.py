@@ -294,3 +294,27 @@ def test_encrypted_store(tmp_path: Path) -> None:
     assert verify(store, "m1", crypto).ok
     [problem] = verify(store, "m1", crypto, read_data=100).problems
     assert problem.startswith(f"memory://{pack}: ") and "fails authentication" in problem
+
+
+class Recorder:
+    """A progress meter that remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.done = 0
+
+    def start(self, total: int) -> None:
+        self.total = total
+
+    def advance(self, n: int) -> None:
+        self.done += n
+
+
+def test_progress_is_told_the_sample_and_each_frame(tmp_path: Path) -> None:
+    store = backup(tmp_path)
+    meter = Recorder()
+
+    rep = verify(store, "m1", read_data=100, progress=meter)
+
+    assert rep.ok and rep.extents_read > 1
+    assert meter.total is not None and meter.total > 0 and meter.done == meter.total
