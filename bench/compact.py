@@ -212,13 +212,6 @@ class Bench(BenchBase):
             raise Failed(f"`{shown}` exited {r.rc}: {r.err.strip()[-2000:]}")
         return r
 
-    def close(self) -> None:
-        self.procs.stop_all()
-        if self.proxy is not None:
-            self.proxy.close()
-        if self.sw is not None:
-            self.sw.stop()
-
     def machine_objects(self, prefix: str, machine: str) -> dict[str, list[int]]:
         """kind -> [objects, bytes] under ``<prefix>/machines/<machine>/``."""
         assert self.sw is not None

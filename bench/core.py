@@ -612,6 +612,14 @@ class BenchBase:
         if self.peers:
             self.restic = tool("restic")
 
+    def close(self) -> None:
+        self.procs.stop_all()
+        proxy = getattr(self, "proxy", None)  # restore and compact count requests
+        if proxy is not None:
+            proxy.close()
+        if self.sw is not None:
+            self.sw.stop()
+
     def base_env(self) -> dict[str, str]:
         assert self.sw is not None
         env = {k: v for k, v in os.environ.items()
@@ -707,11 +715,6 @@ class Bench(BenchBase):
         return off, len(blob) - off
 
     # -- steps --------------------------------------------------------------
-    def close(self) -> None:
-        self.procs.stop_all()
-        if self.sw is not None:
-            self.sw.stop()
-
     def run_all(self) -> None:
         a = self.args
         corpus = None if a.synthetic else load_samples(SAMPLES)

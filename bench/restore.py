@@ -350,13 +350,6 @@ class Bench(BenchBase):
     def run(self, cmd: list[str], env: dict[str, str], name: str) -> Run:
         return run_measured(self.procs, cmd, env, self.logs, name)
 
-    def close(self) -> None:
-        self.procs.stop_all()
-        if self.proxy is not None:
-            self.proxy.close()
-        if self.sw is not None:
-            self.sw.stop()
-
     # -- steps --------------------------------------------------------------
     def setup(self) -> None:
         a = self.args

@@ -482,14 +482,15 @@ def kill_setup(tmp_path: Path, scenario: str) -> tuple[Path, Path]:
     return src, base
 
 
-def kill_run(base: Path, work: Path, kill_at: int) -> tuple[subprocess.CompletedProcess[str],
-                                                            list[str]]:
-    """Compaction of a copy of ``base`` in a process SIGKILLed before write ``kill_at``."""
+def kill_run(base: Path, work: Path, kill_at: int, *mode: str) -> tuple[
+        subprocess.CompletedProcess[str], list[str]]:
+    """Compaction (``mode`` "prune": a prune) of a copy of ``base`` in a process SIGKILLed
+    before write ``kill_at``."""
     shutil.copytree(base, work / "store")
     log = work / "writes.log"
     r = subprocess.run([sys.executable, "-m", "tests.compactkill", str(work / "store"), M,
                         str(kill_at), str(log), str(KILL_OPTS.pack_target),
-                        str(KILL_OPTS.small_pack)],
+                        str(KILL_OPTS.small_pack), *mode],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     return r, log.read_text().splitlines() if log.exists() else []
 

@@ -4,10 +4,7 @@ dry runs, refusals, and kill -9 at every store write."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +17,6 @@ from syncd._verify import verify
 from syncd.store import LocalStore, MemoryStore, Store
 from tests.helpers import tree_bytes, write
 from tests.test_compact import (
-    KILL_OPTS,
-    ROOT,
     SA,
     T0,
     TA,
@@ -31,6 +26,7 @@ from tests.test_compact import (
     assert_restores,
     entries,
     keys,
+    kill_run,
     line,
     make_shipper,
     newest,
@@ -147,22 +143,11 @@ def test_prune_is_refused_while_a_compaction_runs(tmp_path: Path) -> None:
     assert len(keys(store, "snap")) == 2
 
 
-def prune_kill_run(base: Path, work: Path, kill_at: int) -> tuple[
-        subprocess.CompletedProcess[str], list[str]]:
-    shutil.copytree(base, work / "store")
-    log = work / "writes.log"
-    r = subprocess.run([sys.executable, "-m", "tests.compactkill", str(work / "store"), M,
-                        str(kill_at), str(log), str(KILL_OPTS.pack_target),
-                        str(KILL_OPTS.small_pack), "prune"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    return r, log.read_text().splitlines() if log.exists() else []
-
-
 def test_kill_9_before_every_store_write_of_a_prune(tmp_path: Path) -> None:
     base = tmp_path / "base"
     store = LocalStore(base)
     src, _clock, trees = day_of_snapshots(tmp_path, store, hours=4)
-    clean, writes = prune_kill_run(base, tmp_path / "clean", 0)
+    clean, writes = kill_run(base, tmp_path / "clean", 0, "prune")
     assert clean.returncode == 0, clean.stderr
     assert len(json.loads(clean.stdout)["forgotten"]) == 3
     kinds = [write_kind(w) for w in writes]
@@ -171,7 +156,7 @@ def test_kill_9_before_every_store_write_of_a_prune(tmp_path: Path) -> None:
 
     for k in range(1, len(writes) + 1):
         work = tmp_path / f"kill-{k}"
-        r, done = prune_kill_run(base, work, k)
+        r, done = kill_run(base, work, k, "prune")
         assert r.returncode == -signal.SIGKILL, (k, r.stdout, r.stderr)
         assert [write_kind(w) for w in done] == kinds[:k]
         killed = LocalStore(work / "store")
