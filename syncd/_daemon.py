@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from ._claude import Selection
 from ._config import Settings
 from ._crypto import Crypto, CryptoError
 from ._health import record_error
-from ._keys import open_crypto
+from ._keys import open_crypto, passphrase_configured
 from ._lease import Lease, LeaseError, LeaseHeld, LeaseLost
 from ._lock import ProcessLock
 from ._logging import set_level
@@ -55,8 +56,9 @@ class Engine:
     Start-up, in order: the state's process lock; then ``connect``: one LIST of
     ``keys/`` (an encrypted store is unlocked, or refused without a working passphrase)
     and the machine's lease (refused when another writer holds it). Nothing is written
-    before ``connect`` succeeded; ``flush`` connects first if needed, so a daemon whose
-    store is down at boot starts anyway and connects when the store is back.
+    before ``connect`` succeeded; a flush connects before its first upload if needed, so
+    a daemon whose store is down at boot starts anyway and connects when the store is
+    back, and ``sync`` reads and compresses while the S3 client is being built.
     """
 
     def __init__(self, settings: Settings, stop: threading.Event | None = None,
@@ -88,7 +90,7 @@ class Engine:
         self.shipper = Shipper(root=settings.source, store=self.store, state=self.state,
                                machine=settings.machine_id, selection=self.selection,
                                level=settings.zstd_level, segment_max=settings.segment_max_bytes,
-                               should_stop=self.stop.is_set)
+                               should_stop=self.stop.is_set, prepare=self.connect)
         if progress is not None:
             self.shipper.progress = progress
         if connect:
@@ -152,8 +154,7 @@ class Engine:
 
     def flush(self, paths: set[bytes]) -> FlushResult:
         try:
-            self.connect()
-            result = ship_with_restart(self.shipper, paths)
+            result = ship_with_restart(self.shipper, paths)  # connects before its first PUT
         except (StoreError, OSError, RuntimeError, LeaseError, CryptoError) as e:
             record_error(self.state, str(e))
             raise
@@ -480,8 +481,12 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
     ``progress`` is told the bytes to read, then every frame read (a first seed's bar).
     The machine's lease is held for the duration (``takeover``: from a dead holder).
     """
+    # The store is connected to before the first upload, so the seed reads and compresses
+    # while the S3 client is built; but a passphrase prompt comes first, not mid-progress.
+    may_prompt = prompt and sys.stdin.isatty() and not passphrase_configured(
+        settings.passphrase_file)
     engine = Engine(settings, progress=progress.advance if progress is not None else None,
-                    takeover=takeover, prompt=prompt)
+                    takeover=takeover, prompt=prompt, connect=may_prompt)
     try:
         found = scan(engine.root, engine.selection, engine.state)
         if progress is not None:

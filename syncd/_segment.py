@@ -21,12 +21,14 @@ import hashlib
 import json
 import os
 import struct
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import zstandard
 
 from ._crypto import PAD_BLOCK, CryptoError, ObjectCipher, pad, unpad
+from ._worker import worker
 
 MAGIC = b"SYNCDSEG"
 END_MAGIC = b"SYNCDEND"
@@ -113,6 +115,9 @@ BATCH_MIN = 256 << 10
 BATCH_BYTES = 8 << 20
 THREADS = os.cpu_count() or 1
 
+# A frame waiting to be compressed: path, gen, start, raw bytes, mode, mtime_ns, reason.
+_Pending = tuple[bytes, int, int, bytes, int, int, str | None]
+
 
 class SegmentWriter:
     """Builds one segment in memory; extents are compressed (and sealed) in the order
@@ -137,7 +142,9 @@ class SegmentWriter:
         self._dict_zstd = zstandard.ZstdCompressor(
             level=level, write_content_size=True, dict_data=dictionary[1]) if dictionary else None
         self._dict_used = False
-        self._batch: list[tuple[bytes, int, int, bytes, int, int, str | None]] = []
+        self._batch: list[_Pending] = []
+        self._running: tuple[list[_Pending], Future[list[tuple[bytes, str, str | None]]]] \
+            | None = None
         self._batched = 0
         self._big = 0  # frames of at least BATCH_MIN bytes in the batch
         self.raw_bytes = 0
@@ -146,36 +153,70 @@ class SegmentWriter:
                  mtime_ns: int, reason: str | None = None) -> None:
         # Callers pass at most FRAME_MAX bytes: one frame, bounded memory on restore.
         # Big frames wait for a batch, compressed on every core at once (zstd's own
-        # threads; its one-shot compress holds the GIL); a small one waits only behind
-        # them, to keep the order, else it is compressed at once.
+        # threads; its one-shot compress holds the GIL) by a worker thread while the
+        # caller reads the next batch; a small one waits only behind them, to keep the
+        # order, else it is compressed at once.
         self._batch.append((path, gen, start, data, mode, mtime_ns, reason))
         self._batched += len(data)
         self.raw_bytes += len(data)
         if len(data) >= BATCH_MIN:
             self._big += 1
-        if self._batched >= BATCH_BYTES or not self._big:
+        if self._batched >= BATCH_BYTES:
+            self._submit()
+        elif not self._big and self._running is None:
             self._drain()
 
-    def _drain(self) -> None:
-        if not self._batch:
-            return
+    def _submit(self) -> None:
+        """Hand the batch to the worker; at most one batch is compressed at a time, so
+        memory stays at two batches."""
+        self._collect()
         batch, self._batch, self._batched, self._big = self._batch, [], 0, 0
+        if batch:
+            self._running = (batch, worker("compress").submit(self._compress, batch))
+
+    def _collect(self) -> None:
+        """Wait for the batch in the worker, then append its frames."""
+        if self._running is not None:
+            (batch, job), self._running = self._running, None
+            self._append(batch, job.result())
+
+    def _drain(self) -> None:
+        """Every frame added so far is in the segment."""
+        self._collect()
+        batch, self._batch, self._batched, self._big = self._batch, [], 0, 0
+        if batch:
+            self._append(batch, self._compress(batch))
+
+    def _compress(self, batch: list[_Pending]) -> list[tuple[bytes, str, str | None]]:
+        """(frame, sha256 of the raw bytes, dictionary id) of every item of ``batch``.
+
+        Runs in the worker for a submitted batch: both zstd's threads and sha256 let go
+        of the GIL on big buffers."""
         big: list[bytes | bytearray | memoryview] = [b[3] for b in batch
                                                       if len(b[3]) >= BATCH_MIN]
         frames = iter(self._zstd.multi_compress_to_buffer(big, threads=THREADS) if big else [])
-        for path, gen, start, data, mode, mtime_ns, reason in batch:
-            self.raw_bytes -= len(data)  # add_frame counts it
+        out: list[tuple[bytes, str, str | None]] = []
+        for item in batch:
+            data = item[3]
             dict_id = None
             if len(data) >= BATCH_MIN:
                 frame = next(frames).tobytes()
             elif self._dict_zstd is not None and len(data) < DICT_FRAME_MAX:
-                self._dict_used, dict_id = True, self._dict_id
+                dict_id = self._dict_id
                 frame = self._dict_zstd.compress(data)
             else:
                 frame = self._zstd.compress(data)
-            self.add_frame(path, gen, start, len(data), frame,
-                           hashlib.sha256(data).hexdigest(), mode=mode, mtime_ns=mtime_ns,
-                           reason=reason, dict_id=dict_id)
+            out.append((frame, hashlib.sha256(data).hexdigest(), dict_id))
+        return out
+
+    def _append(self, batch: list[_Pending],
+                frames: list[tuple[bytes, str, str | None]]) -> None:
+        for (path, gen, start, data, mode, mtime_ns, reason), (frame, sha, dict_id) in zip(
+                batch, frames, strict=True):
+            self.raw_bytes -= len(data)  # add_frame counts it
+            self._dict_used = self._dict_used or dict_id is not None
+            self.add_frame(path, gen, start, len(data), frame, sha, mode=mode,
+                           mtime_ns=mtime_ns, reason=reason, dict_id=dict_id)
 
     def add_frame(self, path: bytes, gen: int, start: int, length: int, frame: bytes,
                   sha256: str, *, mode: int, mtime_ns: int, reason: str | None = None,
@@ -193,6 +234,28 @@ class SegmentWriter:
         self._parts.append(frame)
         self._size += len(frame)
         self.raw_bytes += length
+
+    def bind(self, seq: int, cipher: ObjectCipher | None) -> None:
+        """Give the segment its seq and, for an encrypted store, seal it to its object key.
+
+        The shipper knows both only once connected to the store, which it does while
+        the first segment is being read: frames added before are sealed now, and their
+        offsets move by the seal's overhead."""
+        self.index.seq = seq
+        if cipher is None:
+            return
+        if self.cipher is not None:
+            raise ValueError("segment already sealed to a key")
+        self._drain()
+        self.cipher = cipher
+        self._parts[0] = HEADER.pack(MAGIC, SEALED_VERSION, FLAG_SEALED, 0)
+        size = HEADER.size
+        for i, e in enumerate(self.index.extents):
+            sealed = cipher.seal(f"frame@{size}", self._parts[i + 1])
+            self._parts[i + 1] = sealed
+            self.index.extents[i] = replace(e, off=size, clen=len(sealed))
+            size += len(sealed)
+        self._size = size
 
     @property
     def size(self) -> int:
@@ -212,7 +275,8 @@ class SegmentWriter:
 
     @property
     def empty(self) -> bool:
-        return not self.index.extents and not self.index.tombstones and not self._batch
+        return (not self.index.extents and not self.index.tombstones and not self._batch
+                and self._running is None)
 
     def finish(self) -> bytes:
         self._drain()

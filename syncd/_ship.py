@@ -17,6 +17,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from ._segment import FRAME_MAX, SegmentWriter, Tombstone
 from ._segreader import read_index
 from ._snapshot import current, list_snapshots, read_groups, read_manifest
 from ._state import FileState, State
+from ._worker import worker
 from .store import AlreadyExists, Store
 
 log = logging.getLogger("syncd.ship")
@@ -77,7 +79,8 @@ class Shipper:
                  selection: Selection, level: int = 3, segment_max: int = 64 << 20,
                  clock: Callable[[], float] = time.time,
                  should_stop: Callable[[], bool] = lambda: False,
-                 crypto: Crypto | None = None, lease: Lease | None = None) -> None:
+                 crypto: Crypto | None = None, lease: Lease | None = None,
+                 prepare: Callable[[], None] = lambda: None) -> None:
         self.root = os.fsencode(root)
         self.store = store
         self.state = state
@@ -91,9 +94,16 @@ class Shipper:
         self.crypto = crypto
         # One writer per machine: checked (locally) before every PUT.
         self.lease = lease
+        # Called before the first PUT (and before anything else touches the store): the
+        # engine connects there (unlock, lease), so reading starts before it is done.
+        self.prepare = prepare
         # Told the size of every frame read: progress bars, the daemon's watchdog.
         self.progress: Callable[[int], None] = lambda n: None
         self._recovered = False
+        # The segment being uploaded: its batch, its size and the PUT's future.
+        self._upload: tuple[_Batch, int, Future[str]] | None = None
+        # Per flush: does the directory lead through a symlink (see _through_symlink).
+        self._dirs: dict[bytes, bool] = {}
         self._dict: tuple[str, zstandard.ZstdCompressionDict] | None = None
         self._projects_seen: set[str] = set()
 
@@ -192,26 +202,36 @@ class Shipper:
     # -- shipping -----------------------------------------------------------
     def ship(self, paths: Iterable[bytes]) -> FlushResult:
         """Ship the new bytes of ``paths``; one segment unless they exceed ``segment_max``."""
-        if not self._recovered:
-            self.recover()
         result = FlushResult()
-        batch = self._new_batch()
-        for rel in sorted(set(paths)):
-            if self.should_stop():
-                raise InterruptedError("stopping: flush abandoned before upload")
-            batch = self._stage(rel, batch, result)
-        if not batch.writer.empty:
-            self._put(batch, result)
-        elif batch.updates:
-            self.state.touch(batch.updates.values())
+        self._dirs = {}
+        try:
+            batch = self._new_batch()
+            for rel in sorted(set(paths)):
+                if self.should_stop():
+                    raise InterruptedError("stopping: flush abandoned before upload")
+                batch = self._stage(rel, batch, result)
+            if not batch.writer.empty:
+                self._put(batch, result)
+            else:
+                self._settle(result)
+                self._ready()  # even with nothing to ship: connected, recovered
+                if batch.updates:
+                    self.state.touch(batch.updates.values())
+        finally:
+            # An upload in flight is waited for and committed, whatever stopped us.
+            self._settle(result)
         return result
 
+    def _ready(self) -> bool:
+        """Connect and recover, once. True when recovery changed the state: what was
+        read before it may be stale."""
+        self.prepare()
+        return not self._recovered and self.recover() > 0
+
     def _new_batch(self) -> _Batch:
-        seq = self.state.next_seq
-        cipher = None if self.crypto is None else self.crypto.cipher(
-            layout.segment_key(self.machine, seq))
-        return _Batch(SegmentWriter(self.machine, seq, self.clock(), self.level, cipher,
-                                    self._dictionary()))
+        # Seq and key come in _put: not known before the store was connected to.
+        return _Batch(SegmentWriter(self.machine, 0, self.clock(), self.level,
+                                    dictionary=self._dictionary()))
 
     def _dictionary(self) -> tuple[str, zstandard.ZstdCompressionDict] | None:
         # Adopted by a compaction run (another thread or process) through the state.
@@ -224,13 +244,30 @@ class Shipper:
         return self._dict
 
     def _put(self, batch: _Batch, result: FlushResult) -> None:
-        seq = batch.writer.index.seq
-        blob = batch.writer.finish()
+        """Start the upload of ``batch``'s segment, once the one before it is committed.
+
+        The upload runs in a worker while the next segment is read and compressed; the
+        state advances only in ``_settle``, after the store confirmed the PUT.
+        """
+        self._settle(result)
+        if self._ready():
+            raise _Restart()
+        seq = self.state.next_seq
         key = layout.segment_key(self.machine, seq)
+        batch.writer.bind(seq, None if self.crypto is None else self.crypto.cipher(key))
+        blob = batch.writer.finish()
         if self.lease is not None:
             self.lease.check()  # no store call: lost or not renewed lately → no PUT
+        self._upload = (batch, len(blob), worker("upload").submit(self.store.put, key, blob))
+
+    def _settle(self, result: FlushResult) -> None:
+        """Wait for the upload in flight, if any, and commit its segment to the state."""
+        if self._upload is None:
+            return
+        (batch, size, job), self._upload = self._upload, None
+        seq = batch.writer.index.seq
         try:
-            self.store.put(key, blob)
+            job.result()
         except AlreadyExists:
             # Someone (our own earlier run) wrote this seq: adopt it and start over. Only
             # while the lease is still ours: a writer that took over is not our past.
@@ -241,12 +278,12 @@ class Shipper:
         self.state.commit(seq, batch.updates.values())
         result.segments.append(seq)
         result.raw_bytes += batch.writer.raw_bytes
-        result.stored_bytes += len(blob)
+        result.stored_bytes += size
         files = len({e.path for e in batch.writer.index.extents})
         result.files += files
         result.tombstones += len(batch.writer.index.tombstones)
         log.info("flushed segment %d: %d files, %d bytes -> %d stored", seq, files,
-                 batch.writer.raw_bytes, len(blob))
+                 batch.writer.raw_bytes, size)
 
     def _stage(self, rel: bytes, batch: _Batch, result: FlushResult) -> _Batch:
         prev = self.state.get(rel)
@@ -287,12 +324,18 @@ class Shipper:
             os.close(fd)
 
     def _through_symlink(self, rel: bytes) -> bool:
-        """True when a directory on the way to ``rel`` is a symlink (never followed)."""
+        """True when a directory on the way to ``rel`` is a symlink (never followed).
+
+        Each directory is looked at once per flush, not once per file under it."""
         parent = os.path.dirname(rel)
         if not parent:
             return False
-        real = os.path.realpath(os.path.join(self.root, parent))
-        return real != os.path.join(os.path.realpath(self.root), parent)
+        known = self._dirs.get(parent)
+        if known is None:
+            known = self._through_symlink(parent) or os.path.islink(
+                os.path.join(self.root, parent))
+            self._dirs[parent] = known
+        return known
 
     def _stage_open(self, rel: bytes, fd: int, prev: FileState | None, batch: _Batch,
                     result: FlushResult) -> _Batch:
@@ -324,6 +367,7 @@ class Shipper:
                     batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
                 self._put(batch, result)
                 if self.should_stop():
+                    self._settle(result)
                     # Stopping: the committed segments stay, the rest waits for the next start.
                     raise InterruptedError("stopping: flush cut after a committed segment")
                 batch = self._new_batch()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ._base import (
@@ -27,25 +29,44 @@ _TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestT
 class S3Store:
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str | None = None, timeout: float = 30.0) -> None:
-        # boto3 is imported here, not at module load: the local store never pays for it.
-        import boto3
-        from botocore.config import Config
-
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}"
-        config = Config(
-            s3={"addressing_style": "path"},
-            # Non-AWS endpoints reject or mangle the SDK's default CRC trailers.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains in outages.
-            retries={"max_attempts": 1, "mode": "standard"},
-            connect_timeout=min(timeout, 10.0),
-            read_timeout=timeout,
-        )
-        self._s3: S3Client = boto3.client("s3", endpoint_url=endpoint_url,
-                                          region_name=region or "us-east-1", config=config)
+        # Importing boto3 and building a client takes ~0.4 s of start-up: a thread does
+        # it while the caller goes on (a first seed reads and compresses meanwhile), and
+        # the first request waits for it.
+        self._client: Future[S3Client] = Future()
+        threading.Thread(target=self._build, args=(endpoint_url, region, timeout),
+                         name="syncd-s3-client", daemon=True).start()
+
+    def _build(self, endpoint_url: str | None, region: str | None, timeout: float) -> None:
+        try:
+            # boto3 is imported here, not at module load: the local store never pays for it.
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                s3={"addressing_style": "path"},
+                # Non-AWS endpoints reject or mangle the SDK's default CRC trailers.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
+                # in outages.
+                retries={"max_attempts": 1, "mode": "standard"},
+                connect_timeout=min(timeout, 10.0),
+                read_timeout=timeout,
+            )
+            # A session of its own: boto3's default session is not safe across threads.
+            self._client.set_result(boto3.session.Session().client(
+                "s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
+                config=config))
+        except Exception as e:
+            self._client.set_exception(
+                StoreError(f"{self.url}: cannot set up the S3 client: {e}"))
+
+    @property
+    def _s3(self) -> S3Client:
+        return self._client.result()
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
@@ -54,6 +75,8 @@ class S3Store:
         from botocore.exceptions import ClientError
 
         where = f"{self.url}{key}"
+        if isinstance(e, StoreError):  # the client could not be built: no retry helps
+            return e
         if isinstance(e, ClientError):
             err: Any = e.response.get("Error", {})
             code = str(err.get("Code", ""))
