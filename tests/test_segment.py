@@ -1,8 +1,19 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from syncd._segment import FRAME_MAX, TAIL_READ, FormatError, SegmentWriter
+from syncd._crypto import Crypto, new_master
+from syncd._layout import segment_key
+from syncd._segment import (
+    BATCH_BYTES,
+    BATCH_MIN,
+    FRAME_MAX,
+    TAIL_READ,
+    FormatError,
+    SegmentWriter,
+)
 from syncd._segreader import extent_bytes, parse_segment, read_index
 from syncd.store import MemoryStore
 
@@ -83,3 +94,63 @@ def test_truncated_segment_is_named() -> None:
 
 def test_frames_are_bounded() -> None:
     assert FRAME_MAX == 4 << 20
+
+
+def _frames(n: int, size: int) -> dict[bytes, bytes]:
+    """Distinct, compressible contents; ``size`` ≥ BATCH_MIN goes through the worker."""
+    return {f"projects/p/{i}.jsonl".encode(): (f'{{"file":{i},"n":"%08d"}}\n' * (size // 24 + 1)
+                                             ).encode()[:size] for i in range(n)}
+
+
+@pytest.mark.parametrize("size", [1000, BATCH_MIN + 5])
+def test_bind_seals_frames_added_before_and_after(size: int) -> None:
+    """The shipper learns seq and key only once connected: frames read before are
+    sealed then, at offsets that move by the seal's overhead."""
+    crypto = Crypto(new_master())
+    before, after = _frames(3, size), {b"projects/q/late.jsonl": b"late\n" * 100}
+    w = SegmentWriter("m1", 0, 1.0)
+    for path, data in before.items():
+        w.add_data(path, 1, 0, data, mode=0o600, mtime_ns=1)
+    key = segment_key("m1", 42)
+    w.bind(42, crypto.cipher(key))
+    for path, data in after.items():
+        w.add_data(path, 1, 0, data, mode=0o600, mtime_ns=1)
+    blob = w.finish()
+    ix = parse_segment(blob, "seg", crypto, key)
+    assert ix.seq == 42
+    assert [e.path for e in ix.extents] == [*before, *after]
+    cipher = crypto.cipher(key)
+    for e in ix.extents:
+        assert extent_bytes(blob, 0, e, "seg", cipher) == {**before, **after}[e.path]
+    with pytest.raises(FormatError):
+        parse_segment(blob, "seg")  # sealed: not readable as a plain segment
+    with pytest.raises(ValueError, match="already sealed"):
+        w.bind(43, crypto.cipher(segment_key("m1", 43)))
+
+
+def test_bind_without_a_key_only_names_the_seq() -> None:
+    w = SegmentWriter("m1", 0, 1.0)
+    w.add_data(b"projects/p/a.jsonl", 1, 0, b"abc\n", mode=0o600, mtime_ns=1)
+    w.bind(9, None)
+    ix = parse_segment(w.finish(), "seg")
+    assert ix.seq == 9 and [e.off for e in ix.extents] == [16]
+
+
+def test_batches_in_the_worker_keep_order_and_offsets() -> None:
+    """Big frames are compressed a batch at a time in a worker thread while small ones
+    arrive: the segment still holds every frame in the order added, contiguous."""
+    big = _frames(2 * BATCH_BYTES // BATCH_MIN + 3, BATCH_MIN)
+    small = {b"projects/s/%d.jsonl" % i: b"small %d\n" % i for i in range(5)}
+    names, cut = list(big), BATCH_BYTES // BATCH_MIN  # small ones while a batch runs
+    order = [*names[:cut], *small, *names[cut:]]
+    data = {**big, **small}
+    w = SegmentWriter("m1", 3, 1.0)
+    for path in order:
+        w.add_data(path, 1, 0, data[path], mode=0o600, mtime_ns=1)
+    blob = w.finish()
+    ix = parse_segment(blob, "seg")
+    assert [e.path for e in ix.extents] == order
+    assert ix.extents[0].off == 16
+    assert all(a.off + a.clen == b.off for a, b in itertools.pairwise(ix.extents))
+    for e in ix.extents:
+        assert extent_bytes(blob, 0, e, "seg") == data[e.path]

@@ -5,11 +5,12 @@ from pathlib import Path
 import pytest
 
 from syncd._layout import segment_key
+from syncd._lease import LeaseHeld
 from syncd._restore import restore_tree
 from syncd._segreader import read_index
 from syncd._ship import ship_with_restart
 from syncd._state import State
-from syncd.store import MemoryStore, StoreError
+from syncd.store import MemoryStore, ObjectInfo, StoreError
 from tests.helpers import all_extents, shipper, tree_bytes, write
 
 S1 = "projects/-home-a/s1.jsonl"
@@ -206,3 +207,79 @@ def test_roundtrip_of_samples(tmp_path: Path, samples: Path) -> None:
     restore_tree(store, "m1", out)
     assert tree_bytes(out) == tree_bytes(src)
     assert State(tmp_path / "st.db").next_seq == 1
+
+
+def test_failed_upload_mid_flush_commits_only_confirmed_segments(tmp_path: Path) -> None:
+    """Segment k uploads while k+1 is built: a failure of k+1 keeps k committed, and
+    the next flush ships the rest, nothing twice."""
+    class FailSecond(MemoryStore):
+        fail = True
+
+        def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+            if self.fail and key == segment_key("m1", 1):
+                raise StoreError("boom")
+            super().put(key, data, if_none_match=if_none_match)
+
+    src, store = tmp_path / "src", FailSecond()
+    big = bytes(range(256)) * (12 << 12)  # 12 MiB: three segments of at most 5 MiB
+    write(src, S1, big)
+    sh = shipper(src, store, tmp_path / "st.db", segment_max=5 << 20)
+    with pytest.raises(StoreError, match="boom"):
+        sh.ship([S1.encode()])
+    first = read_index(store, segment_key("m1", 0)).extents
+    row = sh.state.get(S1.encode())
+    assert sh.state.next_seq == 1 and row is not None and row.offset == first[-1].end
+    store.fail = False
+    r = sh.ship([S1.encode()])
+    assert r.segments == [1, 2] and r.raw_bytes == len(big) - first[-1].end
+    out = tmp_path / "out"
+    restore_tree(store, "m1", out)
+    assert (out / S1).read_bytes() == big
+
+
+def test_store_is_first_touched_after_reading(tmp_path: Path) -> None:
+    """Reading and compressing start before the store is connected to (a seed overlaps
+    the S3 client's set-up); a refused connection writes nothing and commits nothing."""
+    class Watched(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def put(self, key: str, data: bytes, *, if_none_match: bool = True) -> None:
+            self.calls.append("put")
+            super().put(key, data, if_none_match=if_none_match)
+
+        def head(self, key: str) -> ObjectInfo | None:
+            self.calls.append("head")
+            return super().head(key)
+
+    src, store = tmp_path / "src", Watched()
+    write(src, S1, b"x" * 1000)
+    sh = shipper(src, store, tmp_path / "st.db")
+    read: list[int] = []
+    sh.progress = read.append
+
+    def refuse() -> None:
+        assert read == [1000] and store.calls == []
+        raise LeaseHeld("held by someone else")
+
+    sh.prepare = refuse
+    with pytest.raises(LeaseHeld):
+        sh.ship([S1.encode()])
+    assert store.calls == [] and sh.state.next_seq == 0 and sh.state.get(S1.encode()) is None
+    sh.prepare = lambda: None
+    assert sh.ship([S1.encode()]).segments == [0]
+
+
+def test_recovery_after_reading_reads_again(tmp_path: Path) -> None:
+    """A lost state is noticed only at the first upload: what was read against it is
+    dropped and read again after the adoption, so nothing ships twice."""
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"x" * 500)
+    shipper(src, store, tmp_path / "a.db").ship([S1.encode()])
+    write(src, S1, b"y" * 5, "ab")
+    sh = shipper(src, store, tmp_path / "fresh.db")
+    r = ship_with_restart(sh, [S1.encode()])
+    assert r.segments == [1] and r.raw_bytes == 5
+    assert [(e.start, e.end) for e in read_index(store, segment_key("m1", 1)).extents] == [
+        (500, 505)]

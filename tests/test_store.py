@@ -17,6 +17,8 @@ from syncd.store import (
     RetryStore,
     S3Store,
     Store,
+    StoreError,
+    TransientError,
     open_store,
 )
 from tests.helpers import LosesAnswers
@@ -187,3 +189,14 @@ def test_open_store_urls(tmp_path: Path) -> None:
         open_store("ftp://host/x")
     with pytest.raises(Exception, match="missing bucket"):
         open_store("s3:///prefix")
+
+
+def test_s3_client_that_cannot_be_built_fails_each_request_once() -> None:
+    """The client is built in the background; a bad endpoint surfaces at the first
+    request as a one-line StoreError, not a transient one that retries would repeat."""
+    s = open_store("s3://bucket/p", endpoint_url="not a url", retry_deadline=600)
+    with pytest.raises(StoreError, match=r"cannot set up the S3 client: .*not a url") as e:
+        s.head("machines/m1/machine.json")
+    assert not isinstance(e.value, TransientError) and "\n" not in str(e.value)
+    with pytest.raises(StoreError, match="cannot set up the S3 client"):
+        s.put("x", b"y")
