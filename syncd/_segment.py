@@ -317,7 +317,10 @@ class SegmentWriter:
             blob = self.cipher.seal(f"index@{self._size}", pad(blob, PAD_BLOCK))
             magic = END_MAGIC_SEALED
         trailer = TRAILER.pack(self._size, len(blob), hashlib.sha256(blob).digest(), magic)
-        return b"".join([*self._parts, blob, trailer])
+        out = b"".join([*self._parts, blob, trailer])
+        # The frames live on in the returned segment only: one copy while it uploads.
+        self._parts = []
+        return out
 
 
 def parse_index(tail: bytes, total_size: int, where: str,
