@@ -481,6 +481,12 @@ def bucket_stats(sw: Seaweed, bucket: str, prefix: str = "") -> tuple[int, int]:
     return n, size
 
 
+def catchup_peak_rss(daemon_log: str) -> int | None:
+    """The start-up catch-up child's peak RSS (bytes) from the daemon's log, if it ran."""
+    found = re.findall(r"start-up catch-up: .* \(peak RSS ([\d.]+) MB\)", daemon_log)
+    return round(float(found[-1]) * MB) if found else None
+
+
 def shipped_files(state_dir: Path) -> int:
     """Files the daemon has committed as durable, from its SQLite state (read-only)."""
     for db in state_dir.glob("*.sqlite"):
@@ -1073,8 +1079,14 @@ class Bench(BenchBase):
             res.add(f"4 [{kind}] seed of the small tree, s", f"{seed_s:.1f}")
             res.add(f"4 [{kind}] small tree ratio tree / stored",
                     f"{self.small.bytes / stored:.2f} ({fmt_mb(stored)})")
-            res.add(f"4 [{kind}] peak RSS during the seed", fmt_mb(seed_mem["VmHWM"]),
-                    target="<= 80 MB", met=seed_mem["VmHWM"] <= 80 * 1024 * 1024)
+            # The daemon ships a start-up backlog in a child process: its peak is the
+            # child's, which the daemon logs (its own VmHWM would hide it).
+            child = catchup_peak_rss((self.logs / f"{name}.err").read_text(errors="replace"))
+            peak = max(mem["VmHWM"], child or 0)
+            res.add(f"4 [{kind}] peak RSS during the seed (daemon / catch-up child)",
+                    f"{fmt_mb(mem['VmHWM'])} / "
+                    f"{'no child' if child is None else fmt_mb(child)}",
+                    target="<= 80 MB", met=peak <= 80 * 1024 * 1024)
             res.add(f"4 [{kind}] idle CPU", f"{cpu:.2f} %", target="~0 % (< 0.5)",
                     met=cpu < 0.5)
             res.add(f"4 [{kind}] idle RSS", fmt_mb(mem["VmRSS"]), target="<= 80 MB",

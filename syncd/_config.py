@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # A flush larger than this is split into several segments (bounded memory).
     segment_max_bytes: int = Field(64 << 20, ge=1 << 20)
     store_retry_deadline: float = Field(60.0, gt=0)
+    # The daemon ships a big start-up backlog (a first seed) in a child process, whose
+    # memory goes back to the OS when it exits; off: it ships it in its own heap.
+    catchup_child: bool = True
     log_level: str = "INFO"
     # Prometheus text endpoint on 127.0.0.1:<port>/metrics while the daemon runs; 0 = off.
     metrics_port: int = Field(0, ge=0, le=65535)

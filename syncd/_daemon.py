@@ -256,6 +256,21 @@ class Daemon:
             # A fresh machine: Claude Code has not run yet. Watch the empty tree it will use.
             self.settings.source.mkdir(parents=True, mode=0o700)
             log.warning("created empty %s to watch", self.settings.source)
+        # Signal handlers can only be set from the main thread; embedders running the
+        # daemon in a thread stop it with request_stop() instead.
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self.request_stop)
+            signal.signal(signal.SIGHUP, self.request_reload)
+        from ._catchup import catch_up
+
+        # Before the Engine: the child takes the state's lock and the lease itself.
+        catch_up(self.settings, self.stop, takeover=self.takeover,
+                 on_wait=lambda: self._on_progress(0))
+        if self.stop.is_set():
+            self.notify.close()
+            log.info("syncd stopped")
+            return
         engine = Engine(self.settings, self.stop, progress=self._on_progress,
                         takeover=self.takeover, on_lease_lost=self._on_lease_lost,
                         prompt=self.prompt, connect=False)
@@ -263,12 +278,6 @@ class Daemon:
                                engine.state.meta("last_flush_seq"))
         if last_time and last_seq:
             self._last_flush = (float(last_time), int(last_seq))
-        # Signal handlers can only be set from the main thread; embedders running the
-        # daemon in a thread stop it with request_stop() instead.
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, self.request_stop)
-            signal.signal(signal.SIGHUP, self.request_reload)
         from ._schedule import Archiver  # APScheduler: only the daemon needs it
 
         archiver = Archiver(self.settings, lambda: (engine.store, engine.crypto)

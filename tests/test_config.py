@@ -72,3 +72,13 @@ def test_archive_settings_accept_intervals_cron_and_off(tmp_path: Path) -> None:
                       verify_schedule="off")
     assert (s.keep_within, s.compact_schedule, s.prune_schedule, s.verify_schedule) == (
         "2d", "30m", "0 3 * * *", "off")
+
+
+def test_catchup_child_is_on_by_default_and_can_be_turned_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.toml"
+    assert load_settings(cfg).catchup_child is True
+    cfg.write_text("catchup_child = false\n")
+    assert load_settings(cfg).catchup_child is False
+    monkeypatch.setenv("SYNCD_CATCHUP_CHILD", "1")
+    assert load_settings(cfg).catchup_child is True

@@ -68,8 +68,9 @@ def test_appends_are_shipped_by_events(daemon: tuple[Daemon, Settings], tmp_path
 def test_quiet_period_batches_a_burst_into_one_segment(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     s = settings(tmp_path, flush_quiet=1.0, flush_max_delay=30.0)
-    with running(s):
-        wait_for(lambda: s.state_file.exists(), what="daemon start")
+    with running(s) as d:
+        # Ready: watching, and its start-up scan is done (the state file comes earlier).
+        wait_for(lambda: d._ready, what="daemon start")
         paths = [f"projects/p/{i}.jsonl" for i in range(30)]
         for p in paths:
             write(s.source, p, b"line\n")
@@ -148,8 +149,8 @@ def test_cli_run_stops_cleanly_on_signal(tmp_path: Path, sig: signal.Signals) ->
 
 
 def test_second_daemon_on_same_state_refuses(daemon: tuple[Daemon, Settings]) -> None:
-    _d, s = daemon
-    wait_for(lambda: s.state_file.exists(), what="daemon start")
+    d, s = daemon
+    wait_for(lambda: d._ready, what="daemon start")
     r = _syncd("sync", env=_env(s))
     assert r.returncode == 1
     assert "another syncd (pid" in r.stderr and r.stderr.count("\n") == 1
