@@ -252,6 +252,7 @@ class Daemon:
 
     # -- the loop ------------------------------------------------------------
     def run(self) -> None:
+        _one_arena()
         if not self.settings.source.exists():
             # A fresh machine: Claude Code has not run yet. Watch the empty tree it will use.
             self.settings.source.mkdir(parents=True, mode=0o700)
@@ -473,6 +474,20 @@ class Daemon:
             self._dirty.paths |= paths
             self._dirty.first = self._dirty.first or now
             self._dirty.last = self._dirty.last or now
+
+
+# glibc's mallopt parameter for the number of malloc arenas.
+_M_ARENA_MAX = -8
+
+
+def _one_arena() -> None:
+    """One malloc arena for the whole daemon. glibc gives each thread that allocates
+    under contention an arena of its own (the S3 client's builder, the upload worker,
+    the lease thread, the watcher), and each keeps its own fragments: ~3 MB of an idle
+    daemon's RSS. Its threads seldom allocate at once, so sharing costs no speed. Only
+    effective before the second thread allocates; a no-op where glibc is absent."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
 
 
 def _release_memory() -> None:
