@@ -71,7 +71,9 @@ class Settings(BaseSettings):
     # (a backed-up project maps to the local clone with the same git remote).
     remap: dict[str, str] = Field(default_factory=dict)
     project_roots: list[str] = Field(default_factory=list)
-    zstd_level: int = Field(3, ge=1, le=22)
+    # Segments' level. They live until the next compaction (hourly), which packs their
+    # bytes at compact_level: level 2 ships a seed ~20 % faster than 3 for ~6 % more bytes.
+    zstd_level: int = Field(2, ge=1, le=22)
     # A flush larger than this is split into several segments (bounded memory).
     segment_max_bytes: int = Field(64 << 20, ge=1 << 20)
     store_retry_deadline: float = Field(60.0, gt=0)
