@@ -72,11 +72,11 @@ class S3Store:
         return self.prefix + check_key(key)
 
     def _error(self, key: str, e: Exception, if_match: str | None = None) -> StoreError:
+        if isinstance(e, StoreError):  # the client could not be built: no retry helps
+            return e
         from botocore.exceptions import ClientError
 
         where = f"{self.url}{key}"
-        if isinstance(e, StoreError):  # the client could not be built: no retry helps
-            return e
         if isinstance(e, ClientError):
             err: Any = e.response.get("Error", {})
             code = str(err.get("Code", ""))
