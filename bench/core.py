@@ -401,12 +401,7 @@ class Procs:
     def stop_all(self) -> None:
         for p in self.live:
             if p.returncode is None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+                stop_process(p, timeout=15)
 
 
 @dataclass
@@ -445,11 +440,11 @@ def run_measured(procs: Procs, cmd: list[str], env: dict[str, str], logs: Path,
     return r
 
 
-def stop_process(p: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within 30 s."""
+def stop_process(p: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
     p.send_signal(signal.SIGTERM)
     try:
-        p.wait(timeout=30)
+        p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
