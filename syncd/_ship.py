@@ -367,8 +367,8 @@ class Shipper:
                     batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
                 self._put(batch, result)
                 if self.should_stop():
-                    self._settle(result)
-                    # Stopping: the committed segments stay, the rest waits for the next start.
+                    # Stopping: the segments uploaded so far are committed (ship's finally),
+                    # the rest waits for the next start.
                     raise InterruptedError("stopping: flush cut after a committed segment")
                 batch = self._new_batch()
                 in_batch = False
