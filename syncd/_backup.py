@@ -30,7 +30,10 @@ from ._snapshot import (
     read_manifest,
     session_groups,
 )
-from .store import NotFound, Store, StoreError
+from .store import NotFound, Store, StoreError, get_small
+
+# machine.json is a few hundred bytes (sealed and padded, under 1 KiB).
+MACHINE_JSON_MAX = 64 << 10
 
 
 class BackupError(Exception):
@@ -66,7 +69,7 @@ def machine_info(store: Store, machine: str, crypto: Crypto | None = None) -> di
     key = layout.machine_key(machine)
     where = f"{store.url}{key}"
     try:
-        raw = store.get(key)
+        raw = get_small(store, key, MACHINE_JSON_MAX)
     except NotFound:
         return {"machine": machine}
     if crypto is not None:

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_LINE = 1 << 20
+# A catalog field keeps at most this many characters (a path, a title, a prompt's start):
+# indexes stay small, and a store's index cannot make a listing hold more.
+FIELD_MAX = 4096
 SPECIAL_MAX = 8 << 10
 _SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary)"')
 _PROMPT = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"')
@@ -28,14 +31,22 @@ FIRST = ("cwd", "first_prompt")
 TITLE_ORDER = ("custom_title", "ai_title", "last_prompt", "summary", "first_prompt")
 
 
+# Claude Code names a transcript by its session id, a UUID. A store can name anything:
+# only such names are sessions, so an id never carries a shell metacharacter or a path.
+SESSION_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                        r"[0-9a-fA-F]{12}")
+
+
+def is_session_id(text: str) -> bool:
+    return SESSION_ID.fullmatch(text) is not None
+
+
 def session_of(path: bytes) -> str | None:
-    """The session id of a top-level transcript path, else None."""
+    """The session id of a top-level transcript path (a UUID), else None."""
     parts = path.split(b"/")
     if len(parts) == 3 and parts[0] == b"projects" and parts[2].endswith(b".jsonl"):
-        try:
-            return parts[2][:-6].decode()
-        except UnicodeDecodeError:
-            return None
+        sid = parts[2][:-6].decode("ascii", errors="replace")
+        return sid if is_session_id(sid) else None
     return None
 
 
@@ -150,6 +161,8 @@ class MetaScanner:
             f["last_prompt"] = entry["lastPrompt"][:200]
         elif kind == "summary" and isinstance(entry.get("summary"), str):
             f["summary"] = entry["summary"]
+        for key, value in f.items():
+            f[key] = value[:FIELD_MAX]
 
 
 @dataclass
@@ -188,7 +201,7 @@ class Session:
             return
         for key in FIRST:
             if key in found and key not in self.fields:
-                self.fields[key] = str(found[key])
+                self.fields[key] = str(found[key])[:FIELD_MAX]
         for key in LATEST:
             if key in found:
-                self.fields[key] = str(found[key])
+                self.fields[key] = str(found[key])[:FIELD_MAX]

@@ -49,6 +49,29 @@ def is_never(rel: str) -> bool:
     return any(p.fullmatch(parts[-1]) for p in NEVER_NAMES)
 
 
+# Files Claude Code follows as instructions or runs as code: whoever can write them runs
+# code on the machine (a SessionStart hook, a command, an agent, a plugin). Restore never
+# writes them from a store without an explicit opt-in, whatever the include set says.
+INSTRUCTION_DIRS = frozenset({"commands", "agents", "skills", "plugins", "hooks",
+                              "output-styles"})
+_INSTRUCTION_NAMES = (re.compile(r"settings(\..*)?\.json", re.I), re.compile(r"claude\.md", re.I))
+
+
+def carries_instructions(rel: str, *, foreign: bool) -> bool:
+    """True for a file that carries instructions or code (``rel``: a relative POSIX path).
+
+    ``foreign``: it comes from another machine's backup; then a project's auto memory
+    (``projects/<folder>/memory/``, loaded into Claude's context) counts too.
+    """
+    parts = rel.split("/")
+    if parts[0].lower() in INSTRUCTION_DIRS:
+        return True
+    if any(p.fullmatch(parts[-1]) for p in _INSTRUCTION_NAMES):
+        return True
+    return foreign and len(parts) > 3 and parts[0] == "projects" and \
+        parts[2].lower() == "memory"
+
+
 @lru_cache(maxsize=256)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     # `**` spans directories, `*` and `?` stay within one name; "dir/" means "dir/**".

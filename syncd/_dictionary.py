@@ -18,7 +18,7 @@ import zstandard
 from . import _layout as layout
 from ._crypto import Crypto, CryptoError, is_box
 from ._segment import FormatError
-from .store import AlreadyExists, Store
+from .store import AlreadyExists, Store, get_small
 
 DICT_SIZE = 64 << 10
 MIN_GAIN = 0.10
@@ -98,7 +98,7 @@ def fetch(store: Store, machine: str, dict_id: str, crypto: Crypto | None) -> Di
     if hit is not None:
         return hit
     where = f"{store.url}{key}"
-    blob = store.get(key)
+    blob = get_small(store, key, DICT_SIZE + 1024)  # a sealed box adds under 1 KiB
     try:
         if crypto is not None:
             blob = crypto.open_box(key, _POSITION, blob, where)

@@ -26,7 +26,7 @@ MAX_BYTES = 256 << 20
 class Installer:
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="syncd-install")
-        self._futures: list[Future[None]] = []
+        self._futures: list[tuple[bytes, Future[None]]] = []
         self._dirs: set[bytes] = set()
         self._room = threading.BoundedSemaphore(MAX_BYTES >> 20)
 
@@ -51,16 +51,17 @@ class Installer:
                     self._room.release()
 
         self._dirs.add(os.path.dirname(dest))
-        self._futures.append(self._pool.submit(run))
+        self._futures.append((dest, self._pool.submit(run)))
 
-    def finish(self) -> list[OSError]:
-        """Wait for every file, then fsync the directories; the errors, in order."""
+    def finish(self) -> list[tuple[bytes, Exception]]:
+        """Wait for every file, then fsync the directories; the files that failed and
+        why, in order (one file's failure never stops the others)."""
         errors = []
-        for fut in self._futures:
+        for dest, fut in self._futures:
             try:
                 fut.result()
-            except OSError as e:
-                errors.append(e)
+            except Exception as e:
+                errors.append((dest, e))
         self._futures = []
         for d in sorted(self._dirs):
             with contextlib.suppress(OSError):

@@ -33,6 +33,8 @@ DEFAULT_TTL = 30.0
 # A holder writes only while its last confirmed renewal is younger than this share of
 # the TTL; a newcomer takes over only after the whole TTL.
 SAFE_SHARE = 0.8
+# lease.json is ~250 bytes; a bigger object is not one syncd wrote.
+LEASE_MAX = 4 << 10
 
 
 class LeaseError(Exception):
@@ -113,8 +115,10 @@ class Lease:
         info = self.store.head(self.key)
         if info is None:
             return None, None, False
+        if info.size > LEASE_MAX:
+            return None, info.etag, True  # not a lease syncd wrote: an unreadable holder
         try:
-            raw = self.store.get(self.key)
+            raw = self.store.get(self.key, 0, LEASE_MAX)
         except NotFound:
             return None, None, False
         return Holder.parse(raw), info.etag, True

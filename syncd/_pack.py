@@ -119,7 +119,7 @@ class PackWriter:
                 ids = history_sids(raw)
                 if ids is not None:
                     e.sids[(self.key, self.w.index.extents[-1].off)] = ids
-            if self.w.size >= self.target:
+            if self.w.size >= self.target or self.w.full:
                 self.flush()
         self._queue, self._queued = [], 0
 

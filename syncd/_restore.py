@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ._backup import Backup, BackupError, load_backup
 from ._catalog import Session, session_of
-from ._claude import is_never, project_folder
+from ._claude import Selection, carries_instructions, is_never, project_folder
 from ._crypto import Crypto
 from ._gitinfo import find_clones, normalize_remote, project_info
 from ._install import Installer
@@ -40,6 +40,7 @@ from .store import Store, StoreError
 log = logging.getLogger("syncd.restore")
 
 WORKTREE_MARK = "/.claude/worktrees/"
+UNSAFE = "unsafe path: it could leave the target"
 
 
 class RestoreError(Exception):
@@ -62,11 +63,18 @@ class RestoreOptions:
     conflicts_dir: Path | None = None
     progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
     crypto: Crypto | None = None   # the unlocked key of an encrypted store
+    # What this machine backs up: nothing outside it is written, whatever a store holds.
+    selection: Selection = field(default_factory=Selection)
+    # Also write files that carry instructions or code (settings, CLAUDE.md, commands…).
+    instructions: bool = False
+    # This machine's id: another machine's project memory counts as instructions.
+    local_machine: str | None = None
 
 
 @dataclass
 class Action:
-    action: str  # create | fast-forward | merge | skip | keep | conflict | error
+    # create | fast-forward | merge | skip | keep | conflict | refuse | error
+    action: str
     path: str    # in the target
     source: str  # in the backup
     reason: str
@@ -79,6 +87,8 @@ class RestoreReport:
     machine: str = ""
     actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Said once, not failures: what was done differently than asked (an impossible mtime).
+    notes: list[str] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
     # Restored sessions: id → project path on this machine.
     sessions: dict[str, str] = field(default_factory=dict)
@@ -93,6 +103,10 @@ class RestoreReport:
     @property
     def skipped(self) -> list[str]:
         return self._paths("skip")
+
+    @property
+    def refused(self) -> list[str]:
+        return self._paths("refuse")
 
     @property
     def kept(self) -> list[str]:
@@ -130,12 +144,14 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     remap = build_remapper(backup, opts)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
     files, history_sids = _select(backup, opts, report)
-    for path in [p for p in files if is_never(os.fsdecode(p))]:
-        # Never uploaded by syncd, so never written back either (a credentials file
-        # planted in the store must not land in the Claude tree).
-        del files[path]
-        report.actions.append(Action("skip", os.fsdecode(path), os.fsdecode(path),
-                                     "on the never-upload list: not restored"))
+    for path in sorted(files):
+        why = _refusal(path, remap, backup, opts)
+        if why is not None:
+            # Listed, never written: what lands in the Claude tree is this machine's call.
+            del files[path]
+            report.actions.append(Action("refuse", os.fsdecode(path), os.fsdecode(path), why))
+            if why.startswith(UNSAFE):  # no writer stores such a name: a damaged backup
+                report.errors.append(f"refusing unsafe path {path!r} from the store")
     for s in backup.sessions.values():
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
@@ -149,6 +165,7 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
                                     dir=None if opts.dry_run else opts.target))
     installer = Installer()
+    placed: dict[bytes, Action] = {}
     try:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
@@ -156,21 +173,54 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
         for path in sorted(staged):
             f = files[path]
             try:
-                _place(staged[path], f, remap, history_sids, backup, opts, report, installer)
-            except RestoreError as e:
-                report.errors.append(str(e))  # this file only; the others still restore
-            except OSError as e:
-                raise RestoreError(f"{opts.target}: {os.fsdecode(path)}: {e.strerror}") from e
-        failed = installer.finish()
-        if failed:
-            first = failed[0]
-            raise RestoreError(f"{opts.target}: {os.fsdecode(first.filename or b'')}: "
-                               f"{first.strerror}") from first
+                queued = _place(staged[path], f, remap, history_sids, backup, opts, report,
+                             installer)
+            except (RestoreError, OSError, ValueError, OverflowError) as e:
+                # This file only; the others still restore.
+                report.errors.append(_file_error(opts.target, path, e))
+                report.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path),
+                                             _why(e)))
+                continue
+            if queued is not None:
+                placed[queued[0]] = queued[1]
     finally:
-        installer.finish()  # nothing may still write into staging when it goes
+        # Nothing may still write into staging when it goes.
+        for dest, err in installer.finish():
+            act = placed.get(dest)
+            if act is not None:
+                act.action, act.reason, act.size = "error", _why(err), 0
+            report.errors.append(f"{os.fsdecode(dest)}: {_why(err)}")
         installer.close()
         shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
+    """Why a stored path is not written here (None: it may be)."""
+    rel = os.fsdecode(path)
+    try:
+        safe_relpath(path)
+        safe_relpath(_target_rel(path, remap))
+    except RestoreError:
+        return UNSAFE
+    if is_never(rel):
+        return "on the never-upload list: not restored"
+    if not opts.selection.wants(rel):
+        return "outside the include set: not restored"
+    if not opts.instructions and carries_instructions(
+            rel, foreign=opts.local_machine is not None and backup.machine != opts.local_machine):
+        return "carries instructions or code: restored only with --with-instructions"
+    return None
+
+
+def _why(e: BaseException) -> str:
+    return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+
+
+def _file_error(target: Path, path: bytes, e: BaseException) -> str:
+    if isinstance(e, RestoreError):
+        return str(e)
+    return f"{target}: {os.fsdecode(path)}: {_why(e)}"
 
 
 # -- mapping -------------------------------------------------------------------
@@ -324,42 +374,42 @@ def _history_of(h: Entry, sids: set[str]) -> Entry:
 def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
            report: RestoreReport, meter: Meter,
            crypto: Crypto | None = None) -> dict[bytes, Path]:
-    """Fetch every file into ``staging``; returns the ones that arrived whole."""
+    """Fetch every file into ``staging``; returns those that arrived, whole or as the
+    intact prefix of a transcript whose later bytes are lost (cut at a line end)."""
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
-    broken: set[bytes] = set()
+    # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
+    lost: dict[bytes, tuple[int, int, str]] = {}
+
+    def lose(f: Entry, start: int, end: int, why: str) -> None:
+        if f.path not in lost or start < lost[f.path][0]:
+            lost[f.path] = (start, end, why)
+
     for f in files.values():
-        try:
-            safe_relpath(f.path)
-            if not f.sparse:
-                _check_contiguous(f)
-        except RestoreError as e:
-            report.errors.append(str(e))
-            broken.add(f.path)
-            continue
+        if not f.sparse:
+            gap = _first_gap(f)
+            if gap is not None:
+                lose(f, *gap)
         for key, ext in f.extents:
             if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
                 by_key.setdefault(key, []).append((f, ext))
-    names = {p: staging / hashlib.sha256(p).hexdigest() for p in files if p not in broken}
+    names = {p: staging / hashlib.sha256(p).hexdigest() for p in files}
     try:
         for name in names.values():
             name.touch(mode=0o600)
         for key in sorted(by_key):
-            wanted = [(f, x) for f, x in by_key[key] if f.path not in broken]
-            if not wanted:
-                continue
+            wanted = by_key[key]
             owner = {id(x): f for f, x in wanted}
 
             def damaged(x: Extent, err: FormatError,
                         owner: dict[int, Entry] = owner) -> None:
                 # That file only: the object's other frames still restore theirs.
-                report.errors.append(str(err))
-                broken.add(owner[id(x)].path)
+                lose(owner[id(x)], x.start, x.end, str(err))
 
             try:
                 for x, data in read_extents(store, key, [x for _, x in wanted], crypto,
                                             damaged):
                     f = owner[id(x)]
-                    if f.path in broken:
+                    if f.path in lost and x.start >= lost[f.path][0]:
                         continue
                     # At its offset: a file's extents can come from objects in any order.
                     with open(names[f.path], "r+b") as out:
@@ -368,22 +418,55 @@ def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
                     meter.advance(len(data))
             except (FormatError, StoreError) as e:
                 report.errors.append(str(e))
-                broken.update(f.path for f, _ in wanted)
+                for f, x in wanted:
+                    lose(f, x.start, x.end, f"{key}: unreadable")
+        for path, (start, end, why) in lost.items():
+            f = files[path]
+            cut = _intact_prefix(names[path], start) if _by_lines(f) else 0
+            report.errors.append(
+                f"{why}: bytes {start}..{end} of {os.fsdecode(path)} (generation {f.gen}) are "
+                "lost; " + (f"restored its first {cut} bytes (whole lines)" if cut
+                            else "not restored"))
+            if cut:
+                os.truncate(names[path], cut)
+                files[path] = dataclasses.replace(f, size=cut)
+            else:
+                del names[path]
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
-    return {p: n for p, n in names.items() if p not in broken}
+    return names
 
 
-def _check_contiguous(f: Entry) -> None:
+def _first_gap(f: Entry) -> tuple[int, int, str] | None:
+    """The first range of ``f``'s bytes that no extent holds: (start, end, why)."""
     pos = 0
-    for key, e in f.extents:
-        if e.start != pos:
-            raise RestoreError(f"{key}: {os.fsdecode(f.path)} generation {f.gen} has a gap "
-                               f"at byte {pos} (next extent starts at {e.start})")
-        pos = e.end
-    if pos < f.size:
-        raise RestoreError(f"{os.fsdecode(f.path)} generation {f.gen}: the backup holds "
-                           f"{pos} of its {f.size} bytes")
+    for key, e in sorted(f.extents, key=lambda ke: ke[1].start):
+        if e.start > pos:
+            return pos, e.start, f"{key}: a gap before this object's extent"
+        pos = max(pos, e.end)
+        if pos >= f.size:
+            return None
+    last = f.extents[-1][0] if f.extents else "the backup"
+    return (pos, f.size, f"{last}: the backup ends early") if pos < f.size else None
+
+
+def _by_lines(f: Entry) -> bool:
+    """Files whose intact prefix is worth restoring: JSON lines, cut at a line end."""
+    return not f.sparse and f.path.endswith(b".jsonl")
+
+
+def _intact_prefix(staged: Path, end: int) -> int:
+    """The length of the staged file's whole lines before byte ``end``."""
+    with open(staged, "rb") as fh:
+        pos = end
+        while pos > 0:
+            start = max(0, pos - (1 << 20))
+            fh.seek(start)
+            cut = fh.read(pos - start).rfind(b"\n")
+            if cut >= 0:
+                return start + cut + 1
+            pos = start
+    return 0
 
 
 # -- placing ---------------------------------------------------------------------
@@ -423,7 +506,11 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 
 def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
-           installer: Installer) -> None:
+           installer: Installer) -> tuple[bytes, Action] | None:
+    """Decide and hand ``f`` to the installer; its action is reported only once decided.
+
+    Returns the destination and the action when a write was queued (its failure, known
+    later, turns the action into an error)."""
     src = os.fsdecode(f.path)
     size = staged.stat().st_size
     if size != f.size and not (f.sparse and size <= f.size):
@@ -439,17 +526,18 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     if st is not None and not stat.S_ISREG(st.st_mode):
         report.actions.append(Action("keep", os.fsdecode(rel), src,
                                      "local is not a regular file"))
-        return
+        return None
+    mtime_ns = _sane_mtime(f, report)
     transform = (_remapped(f.path) and not remap.identity) or (
         f.path == b"history.jsonl" and history_sids is not None)
     if st is None and not transform:
         # The common case, streamed: nothing local, nothing to rewrite.
-        report.actions.append(Action("create", os.fsdecode(rel), src, "not present locally",
-                                     size))
+        act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
             _make_parents(opts.target, rel)
-            installer.rename(os.fsencode(staged), dest, f.mtime_ns)
-        return
+            installer.rename(os.fsencode(staged), dest, mtime_ns)
+        report.actions.append(act)
+        return dest, act
     data = staged.read_bytes()
     if f.path == b"history.jsonl" and history_sids is not None:
         data = _filter_history(data, history_sids)
@@ -461,18 +549,35 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
             local = fh.read()
     d = decide(_kind(f.path), local, data)
     act = Action(d.action, os.fsdecode(rel), src, d.reason, len(d.content or b""))
-    report.actions.append(act)
-    if opts.dry_run:
-        return
+    if opts.dry_run or (d.content is None and not d.conflict):
+        report.actions.append(act)
+        return None
     if d.conflict:
         act.conflict_copy = _save_conflict(data, rel, backup.machine, opts)
     if d.content is None:
-        return
+        report.actions.append(act)
+        return None
     if st is not None and _changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     _make_parents(opts.target, rel)
     installer.write(d.content, dest,
-                    f.mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
+                    mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
+    report.actions.append(act)
+    return dest, act
+
+
+# A stored mtime past this far in the future is impossible (a clock gone wrong, or a
+# store's invention): the file gets the time of the restore.
+_MTIME_SLACK_NS = 86400 * 10**9
+
+
+def _sane_mtime(f: Entry, report: RestoreReport) -> int:
+    now = time.time_ns()
+    if 0 <= f.mtime_ns <= now + _MTIME_SLACK_NS:
+        return f.mtime_ns
+    report.notes.append(f"{os.fsdecode(f.path)}: impossible mtime {f.mtime_ns} ns in the "
+                        "backup; restored with the time of the restore")
+    return now
 
 
 def _changed(dest: bytes, before: os.stat_result) -> bool:

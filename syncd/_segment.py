@@ -39,6 +39,14 @@ FLAG_SEALED = 1
 HEADER = struct.Struct("<8sHHI")
 TRAILER = struct.Struct("<QI4x32s8s")
 FRAME_MAX = 4 << 20
+# A zstd frame of FRAME_MAX raw bytes is at most this long stored (compressBound, plus a
+# seal's nonce and tag): a reader refuses longer ones before fetching them.
+FRAME_STORED_MAX = FRAME_MAX + (FRAME_MAX >> 8) + (1 << 10)
+# Reader limits (docs/FORMAT.md): what an index may expand to, and how many entries a
+# writer puts in one index, so that indexes stay well below the limit. A store's object
+# can claim any size; memory is bounded by these, never by the claim.
+INDEX_MAX = 32 << 20
+MAX_ENTRIES = 32768
 # Frames with fewer raw bytes than this use the trained dictionary, when there is one.
 DICT_FRAME_MAX = 64 << 10
 # Suffix read that usually brings the whole index along with the trailer.
@@ -47,6 +55,54 @@ TAIL_READ = 8 << 10
 
 class FormatError(Exception):
     """An object is not a valid segment, or its bytes fail their checksum."""
+
+
+def decompress_exact(frame: bytes, size: int, where: str,
+                     dctx: zstandard.ZstdDecompressor | None = None) -> bytes:
+    """The ``size`` raw bytes of one zstd frame, or ``FormatError``.
+
+    python-zstandard allocates what a frame header claims, whatever ``max_output_size``
+    says: the claim is checked against what we expect before anything is allocated, and
+    a frame without one is read as a stream, never past ``size`` + 1 bytes.
+    """
+    dctx = dctx or zstandard.ZstdDecompressor()
+    try:
+        declared = zstandard.frame_content_size(frame)
+        if declared >= 0:
+            if declared != size:
+                raise FormatError(f"{where}: frame claims {declared} bytes, {size} expected")
+            return dctx.decompress(frame, max_output_size=max(size, 1))
+        with dctx.stream_reader(frame, read_across_frames=False) as r:
+            data = r.read(size + 1)
+    except zstandard.ZstdError as e:
+        raise FormatError(f"{where}: corrupted frame: {e}") from e
+    if len(data) != size:
+        raise FormatError(f"{where}: frame holds {'more' if len(data) > size else len(data)} "
+                          f"bytes, {size} expected")
+    return data
+
+
+def decompress_capped(blob: bytes, limit: int, where: str) -> bytes:
+    """One zstd frame that may expand to at most ``limit`` bytes, or ``FormatError``."""
+    try:
+        declared = zstandard.frame_content_size(blob)
+        if declared > limit:
+            raise FormatError(f"{where}: claims {declared} bytes, more than the {limit} "
+                              "a reader accepts (refusing it)")
+        if declared >= 0:
+            return decompress_exact(blob, declared, where)
+        parts: list[bytes] = []
+        total = 0
+        with zstandard.ZstdDecompressor().stream_reader(blob, read_across_frames=False) as r:
+            while chunk := r.read(1 << 20):
+                total += len(chunk)
+                if total > limit:
+                    raise FormatError(f"{where}: expands beyond the {limit} bytes a reader "
+                                      "accepts (refusing it)")
+                parts.append(chunk)
+    except zstandard.ZstdError as e:
+        raise FormatError(f"{where}: corrupted frame: {e}") from e
+    return b"".join(parts)
 
 
 def encode_path(path: bytes) -> dict[str, str]:
@@ -274,6 +330,12 @@ class SegmentWriter:
         self.index.projects[cwd] = info
 
     @property
+    def full(self) -> bool:
+        """Enough entries for one index: the writer starts another object."""
+        pending = len(self._batch) + (len(self._running[0]) if self._running else 0)
+        return len(self.index.extents) + len(self.index.tombstones) + pending >= MAX_ENTRIES
+
+    @property
     def empty(self) -> bool:
         return (not self.index.extents and not self.index.tombstones and not self._batch
                 and self._running is None)
@@ -370,8 +432,12 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
             blob = unpad(cipher.open(f"index@{offset}", blob, where), where)
         except CryptoError as e:
             raise FormatError(str(e)) from None
+    text = decompress_capped(blob, INDEX_MAX, f"{where}: index")
     try:
-        doc = json.loads(zstandard.ZstdDecompressor().decompress(blob))
+        doc = json.loads(text)
+        del text
+        if not isinstance(doc, dict):
+            raise FormatError(f"{where}: unreadable segment index: not an object")
         if doc.get("v") != VERSION:
             raise FormatError(f"{where}: unsupported segment version {doc.get('v')!r}")
         ix = SegmentIndex(str(doc["machine"]), int(doc["seq"]), float(doc["time"]))
@@ -417,6 +483,15 @@ def check_header(head: bytes, where: str, sealed: bool = False) -> None:
         raise FormatError(f"{where}: bad segment header (version {version}, flags {flags})")
 
 
+def check_extent(ext: Extent, where: str) -> None:
+    """Refuse an extent no writer makes, before fetching it: its sizes decide memory."""
+    if not (0 <= ext.start <= ext.end and ext.end - ext.start <= FRAME_MAX
+            and 0 < ext.clen <= FRAME_STORED_MAX and ext.off >= HEADER.size):
+        raise FormatError(f"{where}: extent of {ext.path!r} [{ext.start},{ext.end}) stored "
+                          f"as {ext.clen} bytes at {ext.off} is out of bounds (a frame holds "
+                          f"at most {FRAME_MAX} bytes)")
+
+
 def decode_extent(frame: bytes, ext: Extent, where: str,
                   cipher: ObjectCipher | None = None,
                   zdict: zstandard.ZstdCompressionDict | None = None) -> bytes:
@@ -424,6 +499,7 @@ def decode_extent(frame: bytes, ext: Extent, where: str,
 
     ``zdict``: the dictionary named by ``ext.dict_id``, when it has one.
     """
+    check_extent(ext, where)
     if cipher is not None:
         try:
             frame = cipher.open(f"frame@{ext.off}", frame, where)
@@ -432,12 +508,11 @@ def decode_extent(frame: bytes, ext: Extent, where: str,
     if ext.dict_id and zdict is None:
         raise FormatError(f"{where}: frame of {ext.path!r} needs dictionary {ext.dict_id}")
     try:
-        dctx = zstandard.ZstdDecompressor(dict_data=zdict) if ext.dict_id else \
-            zstandard.ZstdDecompressor()
-        data = dctx.decompress(frame, max_output_size=ext.end - ext.start)
+        dctx = zstandard.ZstdDecompressor(dict_data=zdict) if ext.dict_id else None
     except zstandard.ZstdError as e:
-        raise FormatError(f"{where}: corrupted frame for {ext.path!r} "
-                          f"[{ext.start},{ext.end}): {e}") from e
-    if len(data) != ext.end - ext.start or hashlib.sha256(data).hexdigest() != ext.sha256:
+        raise FormatError(f"{where}: dictionary {ext.dict_id} is unusable: {e}") from e
+    data = decompress_exact(frame, ext.end - ext.start,
+                            f"{where}: {ext.path!r} [{ext.start},{ext.end})", dctx)
+    if hashlib.sha256(data).hexdigest() != ext.sha256:
         raise FormatError(f"{where}: checksum mismatch for {ext.path!r} [{ext.start},{ext.end})")
     return data

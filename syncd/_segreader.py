@@ -14,11 +14,13 @@ from ._crypto import Crypto, ObjectCipher
 from ._dictionary import fetch, machine_of
 from ._segment import (
     HEADER,
+    INDEX_MAX,
     TAIL_READ,
     TRAILER,
     Extent,
     FormatError,
     SegmentIndex,
+    check_extent,
     check_header,
     decode_extent,
     decode_index,
@@ -51,6 +53,9 @@ def read_index(store: Store, key: str, size: int | None = None,
     if isinstance(got, SegmentIndex):
         return got
     off, length = got
+    if length > INDEX_MAX:
+        raise FormatError(f"{where}: index of {length} bytes, more than the {INDEX_MAX} a "
+                          "reader accepts (refusing it)")
     # The tail already holds the index's last bytes: fetch only what comes before them.
     have = len(tail) - TRAILER.size
     blob = store.get(key, off, length - have) + tail[:have]
@@ -92,8 +97,27 @@ def dictionary_for(store: Store, key: str, ext: Extent,
         raise FormatError(f"{store.url}{key}: its dictionary is unreadable: {e}") from e
 
 
-# Fetch the whole span of an object when at least this share of it is needed, else ranges.
+# Extents are fetched in windows of at most SPAN bytes: a window is one GET when at least
+# WHOLE_OBJECT_SHARE of it is needed (or it holds many frames), else one GET per frame.
+SPAN = 16 << 20
 WHOLE_OBJECT_SHARE = 0.5
+
+
+def _windows(exts: list[Extent]) -> Iterator[tuple[list[Extent], bool]]:
+    """Runs of extents (sorted by offset) within SPAN bytes, and whether to GET each whole."""
+    run: list[Extent] = []
+    for e in exts:
+        if run and e.off + e.clen - run[0].off > SPAN:
+            yield run, _whole(run)
+            run = []
+        run.append(e)
+    if run:
+        yield run, _whole(run)
+
+
+def _whole(run: list[Extent]) -> bool:
+    span = max(e.off + e.clen for e in run) - run[0].off
+    return sum(e.clen for e in run) >= WHOLE_OBJECT_SHARE * span or len(run) > 64
 
 
 def read_extents(store: Store, key: str, exts: list[Extent], crypto: Crypto | None = None,
@@ -102,35 +126,37 @@ def read_extents(store: Store, key: str, exts: list[Extent], crypto: Crypto | No
     """The raw bytes of each extent of object ``key``, checked, in offset order.
 
     ``on_error``: told of each extent that fails its check, and the others still come;
-    without it the first failure raises.
+    without it the first failure raises. Memory is bounded by SPAN and the frame limits,
+    whatever sizes the index claims.
     """
     where = f"{store.url}{key}"
     cipher = _cipher(crypto, key)
-    exts = sorted(exts, key=lambda e: e.off)
-    if not exts:
-        return
-    lo = exts[0].off
-    hi = max(e.off + e.clen for e in exts)
-    need = sum(e.clen for e in exts)
-    whole = need >= WHOLE_OBJECT_SHARE * (hi - lo) or len(exts) > 64
-    blob = b""
-    if whole:
-        if lo == HEADER.size:
-            lo = 0  # the first frame: the header comes along and is checked too
-        blob = store.get(key, lo, hi - lo)
-        if lo == 0:
-            check_header(blob, where, sealed=cipher is not None)
-    for e in exts:
+    good: list[Extent] = []
+    for e in sorted(exts, key=lambda e: e.off):
         try:
-            if whole:
-                data = extent_bytes(blob, lo, e, where, cipher,
-                                    dictionary_for(store, key, e, crypto))
-            else:
-                data = extent_bytes(store.get(key, e.off, e.clen), e.off, e, where, cipher,
-                                    dictionary_for(store, key, e, crypto))
+            check_extent(e, where)
         except FormatError as err:
             if on_error is None:
                 raise
             on_error(e, err)
             continue
-        yield e, data
+        good.append(e)
+    for run, whole in _windows(good):
+        lo, blob = 0, b""
+        if whole:
+            lo = 0 if run[0].off == HEADER.size else run[0].off  # the header is checked too
+            blob = store.get(key, lo, max(e.off + e.clen for e in run) - lo)
+            if lo == 0:
+                check_header(blob, where, sealed=cipher is not None)
+        for e in run:
+            try:
+                if not whole:
+                    lo, blob = e.off, store.get(key, e.off, e.clen)
+                data = extent_bytes(blob, lo, e, where, cipher,
+                                    dictionary_for(store, key, e, crypto))
+            except FormatError as err:
+                if on_error is None:
+                    raise
+                on_error(e, err)
+                continue
+            yield e, data

@@ -209,6 +209,9 @@ class Shipper:
             for rel in sorted(set(paths)):
                 if self.should_stop():
                     raise InterruptedError("stopping: flush abandoned before upload")
+                if batch.writer.full:
+                    # An index names at most MAX_ENTRIES entries (a reader's limit).
+                    batch = self._next_segment(batch, result)
                 batch = self._stage(rel, batch, result)
             if not batch.writer.empty:
                 self._put(batch, result)
@@ -259,6 +262,15 @@ class Shipper:
         if self.lease is not None:
             self.lease.check()  # no store call: lost or not renewed lately → no PUT
         self._upload = (batch, len(blob), worker("upload").submit(self.store.put, key, blob))
+
+    def _next_segment(self, batch: _Batch, result: FlushResult) -> _Batch:
+        """Upload ``batch``'s segment and start the next one (a flush cut in several)."""
+        self._put(batch, result)
+        if self.should_stop():
+            # Stopping: the segments uploaded so far are committed (ship's finally), the
+            # rest waits for the next start.
+            raise InterruptedError("stopping: flush cut after a committed segment")
+        return self._new_batch()
 
     def _settle(self, result: FlushResult) -> None:
         """Wait for the upload in flight, if any, and commit its segment to the state."""
@@ -365,12 +377,7 @@ class Shipper:
                 # Bounded memory: this segment is full, the rest goes in the next one.
                 if in_batch:
                     batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
-                self._put(batch, result)
-                if self.should_stop():
-                    # Stopping: the segments uploaded so far are committed (ship's finally),
-                    # the rest waits for the next start.
-                    raise InterruptedError("stopping: flush cut after a committed segment")
-                batch = self._new_batch()
+                batch = self._next_segment(batch, result)
                 in_batch = False
             data = os.pread(fd, want, pos) if want else b""
             batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _layout as layout
-from ._catalog import Session, session_of
+from ._catalog import FIELD_MAX, Session, session_of
 from ._crypto import Crypto, ObjectCipher
 from ._segment import FRAME_MAX, Extent, FormatError, SegmentWriter, decode_path, encode_path
 from ._segreader import read_extents, read_index
@@ -29,6 +29,8 @@ _GROUP_PREFIX = b"g/"
 # Session ids are listed in the index by this many leading hex digits: enough to find a
 # session's group, small enough that the index stays a few kB with thousands of sessions.
 SID_PREFIX = 8
+# A reader's limit on one group's JSON (docs/FORMAT.md): ~80 000 files in one folder.
+GROUP_MAX = 32 << 20
 _HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]{1,100})"')
 
 
@@ -189,20 +191,33 @@ def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manif
 
 def read_groups(store: Store, m: Manifest, names: Iterable[str] | None = None,
                 crypto: Crypto | None = None) -> dict[str, Group]:
-    """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped."""
+    """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped.
+
+    Each group is parsed as soon as its frames are in, so memory holds one group's JSON
+    at a time; a group that claims more than GROUP_MAX bytes is refused unread.
+    """
     where = f"{store.url}{m.key}"
     wanted = sorted(m.groups) if names is None else sorted(set(names) & set(m.groups))
-    exts = [e for n in wanted for e in m.groups[n]]
-    parts: dict[bytes, list[tuple[int, bytes]]] = {}
-    for e, data in read_extents(store, m.key, exts, crypto):
-        parts.setdefault(e.path, []).append((e.start, data))
-    out = {}
     for name in wanted:
-        chunks = sorted(parts.get(_GROUP_PREFIX + os.fsencode(name), []))
+        size = sum(e.end - e.start for e in m.groups[name])
+        if size > GROUP_MAX:
+            raise FormatError(f"{where}: group {name!r} claims {size} bytes, more than the "
+                              f"{GROUP_MAX} a reader accepts (refusing it)")
+    left = {_GROUP_PREFIX + os.fsencode(n): len(m.groups[n]) for n in wanted}
+    parts: dict[bytes, list[tuple[int, bytes]]] = {}
+    out = {}
+    for e, data in read_extents(store, m.key, [e for n in wanted for e in m.groups[n]], crypto):
+        parts.setdefault(e.path, []).append((e.start, data))
+        left[e.path] -= 1
+        if left[e.path]:
+            continue
+        name = os.fsdecode(e.path[len(_GROUP_PREFIX):])
+        text = b"".join(c for _, c in sorted(parts.pop(e.path)))
         try:
-            doc = json.loads(b"".join(c for _, c in chunks))
+            doc = json.loads(text)
+            del text
             out[name] = _group(doc, m, where)
-        except (ValueError, KeyError, TypeError, IndexError) as e:
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
             raise FormatError(f"{where}: unreadable group {name!r}: {e}") from e
     return out
 
@@ -226,9 +241,10 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
         path = decode_path(d)
         sid = session_of(path)
         if sid is None:
-            raise FormatError(f"{where}: catalog entry {path!r} is not a transcript")
+            continue  # not a session (its name is no session id): nothing to list
         g.sessions.append(Session(sid, m.machine, path, int(d["gen"]), last_seq=int(d["last_seq"]),
-                                  fields={str(k): str(v) for k, v in d["fields"].items()}))
+                                  fields={str(k): str(v)[:FIELD_MAX]
+                                          for k, v in d["fields"].items()}))
     return g
 
 

@@ -30,10 +30,10 @@ MACHINE = "m1"
 
 
 # Transcripts the fault tests write: three in one project, one in another.
-A = b"projects/-home-u-app/aaaa.jsonl"
-B = b"projects/-home-u-app/bbbb.jsonl"
-C = b"projects/-home-u-app/cccc.jsonl"
-D = b"projects/-home-u-other/dddd.jsonl"
+A = b"projects/-home-u-app/aaaaaaaa-0000-4000-8000-00000000000a.jsonl"
+B = b"projects/-home-u-app/bbbbbbbb-0000-4000-8000-00000000000b.jsonl"
+C = b"projects/-home-u-app/cccccccc-0000-4000-8000-00000000000c.jsonl"
+D = b"projects/-home-u-other/dddddddd-0000-4000-8000-00000000000d.jsonl"
 
 def make_settings(tmp_path: Path, *, store: str | None = None, endpoint: str | None = None,
                   **kw: Any) -> Settings:

@@ -52,7 +52,12 @@ def test_title_order() -> None:
 
 
 def test_session_of() -> None:
-    assert session_of(b"projects/-a/123.jsonl") == "123"
+    sid = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+    assert session_of(f"projects/-a/{sid}.jsonl".encode()) == sid
+    # A store names anything: only a UUID is a session id (it reaches shell lines).
+    assert session_of(b"projects/-a/123.jsonl") is None
+    assert session_of(b"projects/-a/deadbeef;echo INJECTED-$(id -un);#.jsonl") is None
+    assert session_of(f"projects/-a/{sid}x.jsonl".encode()) is None
     assert session_of(b"projects/-a/123/subagents/agent-1.jsonl") is None
     assert session_of(b"history.jsonl") is None
 

@@ -16,6 +16,7 @@ from ._base import (
     StoreError,
     TransientError,
     check_key,
+    get_small,
 )
 from ._local import LocalStore
 from ._memory import MemoryStore
@@ -36,6 +37,7 @@ __all__ = [
     "StoreError",
     "TransientError",
     "check_key",
+    "get_small",
     "open_store",
 ]
 

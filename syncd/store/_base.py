@@ -76,6 +76,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def get_small(store: Store, key: str, limit: int) -> bytes:
+    """A whole small object (machine.json, a key file, a lease), refused without being read
+    whole when it holds more than ``limit`` bytes: its size is the store's to claim."""
+    data = store.get(key, 0, limit + 1)
+    if len(data) > limit:
+        raise StoreError(f"{store.url}{key}: larger than the {limit} bytes such an object "
+                         "holds (refusing to read it)")
+    return data
+
+
 def slice_range(data: bytes, start: int, length: int | None) -> bytes:
     """The bytes a ranged GET returns, for stores that hold whole objects."""
     if start < 0:
