@@ -78,6 +78,17 @@ def ensure_dictionary(settings: Settings, store: Store, crypto: Crypto | None,
         state.close()
 
 
+def acknowledged_seq(settings: Settings) -> int | None:
+    """The newest seq the store confirmed to this machine's writer (None: no state)."""
+    if not settings.state_file.exists():
+        return None
+    state = State(settings.state_file, readonly=True)
+    try:
+        return state.next_seq - 1 if state.next_seq else None
+    finally:
+        state.close()
+
+
 def record_job(settings: Settings, job: str, now: float | None = None) -> None:
     """Note in the state that ``job`` (compaction, prune, verify) ran; status shows it."""
     if not settings.state_file.exists():

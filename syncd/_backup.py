@@ -37,7 +37,11 @@ MACHINE_JSON_MAX = 64 << 10
 
 
 class BackupError(Exception):
-    """The backup asked for does not exist (or not at that time)."""
+    """The backup asked for cannot be read: it does not exist, or is damaged."""
+
+
+class NoBackup(BackupError):
+    """The machine has no backup (or none at that time): nothing damaged."""
 
 
 @dataclass
@@ -81,7 +85,19 @@ def machine_info(store: Store, machine: str, crypto: Crypto | None = None) -> di
         doc = json.loads(raw)
     except ValueError as e:
         raise StoreError(f"{where}: not JSON: {e}") from e
-    return doc if isinstance(doc, dict) else {"machine": machine}
+    if not isinstance(doc, dict):
+        raise StoreError(f"{where}: not a JSON object")
+    # Only the fields we know, of the types we write: the rest is the store's invention.
+    info: dict[str, Any] = {"machine": machine}
+    for name in ("hostname", "os", "home", "claude_root"):
+        if isinstance(doc.get(name), str):
+            info[name] = doc[name][:4096]
+    for name in ("created", "format"):
+        if type(doc.get(name)) in (int, float):
+            info[name] = doc[name]
+    if isinstance(doc.get("key"), str):
+        info["key"] = doc["key"][:64]
+    return info
 
 
 def segment_keys(store: Store, machine: str, after: int = -1) -> list[tuple[str, int]]:
@@ -116,7 +132,15 @@ def load_backup(store: Store, machine: str, at: float | None = None,
     ``sessions``: only these sessions' files are needed (and history.jsonl), so only
     their groups of the snapshot are read.
     """
-    b = Backup(machine, machine_info(store, machine, crypto))
+    try:
+        info = machine_info(store, machine, crypto)
+    except (StoreError, CryptoError) as e:
+        # Its home is unknown (no home rule when remapping); the data may still restore.
+        info = {"machine": machine}
+        errors = [str(e)]
+    else:
+        errors = []
+    b = Backup(machine, info, errors=errors)
     snaps = current(list_snapshots(store, machine))
     newest = newest_manifest(store, machine, crypto, b.errors) if snaps else None
     base = newest
@@ -144,7 +168,7 @@ def load_backup(store: Store, machine: str, at: float | None = None,
         if b.errors:  # there are manifests, and none of them reads
             raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")
         known = list_machines(store)
-        raise BackupError(f"{store.url}: no backup for machine {machine!r} "
+        raise NoBackup(f"{store.url}: no backup for machine {machine!r} "
                           f"(machines in this store: {', '.join(known) or 'none'})")
     expected = after + 1
     for key, size in keys if base is newest else []:
@@ -164,7 +188,7 @@ def load_backup(store: Store, machine: str, at: float | None = None,
         b.last_time, b.last_seq = ix.time, seq
         _fold(b, key, ix, names, sessions)
     if b.first_time is None and at is not None:
-        raise BackupError(f"machine {machine!r} has no backup at or before the requested time")
+        raise NoBackup(f"machine {machine!r} has no backup at or before the requested time")
     _finish(b)
     return b
 

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from ._archive import compact_options, ensure_dictionary, policy_of, record_job
+from ._archive import (
+    acknowledged_seq,
+    compact_options,
+    ensure_dictionary,
+    policy_of,
+    record_job,
+)
 from ._cliutil import EXPECTED, fail, settings_of, store_and_key
 from ._compact import CompactError, CompactReport, compact
 from ._progress import meter
@@ -132,8 +138,10 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
         limit = parse_duration(max_duration) if max_duration else None
         store, crypto = store_and_key(settings)
         with meter("verifying") as m:
+            mine = (machine or settings.machine_id) == settings.machine_id
             r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
-                       max_duration=limit, progress=m)
+                       max_duration=limit, progress=m,
+                       acknowledged=acknowledged_seq(settings) if mine else None)
         if r.ok and (machine or settings.machine_id) == settings.machine_id:
             record_job(settings, "verify")
     except ERRORS as e:

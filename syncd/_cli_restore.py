@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ._backup import BackupError
+from ._claude import Selection
 from ._cliutil import EXPECTED, fail, settings_of, store_and_key
 from ._config import Settings
 from ._listing import (
@@ -54,18 +55,19 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     """The machines that have a backup in the store."""
     settings = settings_of(ctx)
     try:
-        rows = machines_table(*store_and_key(settings))
+        rows, problems = machines_table(*store_and_key(settings))
     except ERRORS as e:
         fail(e)
     if as_json:
         _echo_json(rows)
-        return
-    for r in rows:
-        mark = "*" if r["machine"] == settings.machine_id else " "
-        click.echo(f"{mark} {r['machine']:<28} {r['hostname'] or '-':<16} "
-                   f"last backup {_when(r['last_backup'])}  {r['snapshots']} snapshots, "
-                   f"{r['packs']} packs, {r['segments']} segments, "
-                   f"{_size(r['stored_bytes'])}  home {r['home'] or '-'}")
+    else:
+        for r in rows:
+            mark = "*" if r["machine"] == settings.machine_id else " "
+            click.echo(f"{mark} {r['machine']:<28} {_text(r['hostname']):<16} "
+                       f"last backup {_when(r['last_backup'])}  {r['snapshots']} snapshots, "
+                       f"{r['packs']} packs, {r['segments']} segments, "
+                       f"{_size(r['stored_bytes'])}  home {_text(r['home'])}")
+    _problems(problems)
 
 
 @click.command()
@@ -79,18 +81,35 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     settings = settings_of(ctx)
     try:
         store, crypto = store_and_key(settings)
-        rows = sessions_table(load_all(store, machine, crypto=crypto), settings.source,
-                              project)
+        backups, problems = load_all(store, machine, crypto=crypto)
+        rows = sessions_table(backups, settings.source, project)
     except ERRORS as e:
         fail(e)
     if as_json:
         _echo_json(rows)
-        return
-    for r in rows:
-        local = "local" if r["local"] else "     "
-        title = (r["title"] or "").replace("\n", " ")[:60]
-        click.echo(f"{r['session_id']}  {(r['last_activity'] or '-')[:16]:<16}  {local}  "
-                   f"{_size(r['size']):>8}  {r['machine']:<20} {r['project'] or '-'}  {title}")
+    else:
+        for r in rows:
+            local = "local" if r["local"] else "     "
+            title = _text(r["title"] or "")[:60]
+            click.echo(f"{r['session_id']}  {_text(r['last_activity'])[:16]:<16}  {local}  "
+                       f"{_size(r['size']):>8}  {r['machine']:<20} {_text(r['project'])}  "
+                       f"{title}")
+    _problems(problems)
+
+
+def _text(value: object) -> str:
+    """A store's string for a terminal: no control characters (escape sequences)."""
+    if not value:
+        return "-"
+    return "".join(c if c.isprintable() else "?" for c in str(value))
+
+
+def _problems(lines: list[str]) -> None:
+    """One stderr line per object that could not be read; exit 1 when there was any."""
+    for line in lines:
+        click.echo(redact(f"syncd: {line}"), err=True)
+    if lines:
+        sys.exit(1)
 
 
 def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ...],
@@ -109,7 +128,9 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         at=parse_time(at) if at else None, maps=tuple(rules), worktrees=worktrees,
         dry_run=dry_run, local_root=None if target else str(settings.source),
         project_roots=tuple(settings.project_roots),
-        conflicts_dir=settings.state_dir / "conflicts")
+        conflicts_dir=settings.state_dir / "conflicts",
+        selection=Selection(settings.include, settings.exclude),
+        local_machine=settings.machine_id)
 
 
 def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
@@ -117,23 +138,29 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
         _echo_json({"machine": report.machine, "dry_run": dry_run,
                     "actions": [dataclasses.asdict(a) for a in report.actions],
                     "rules": [dataclasses.asdict(r) for r in report.rules],
-                    "sessions": report.sessions, "errors": report.errors})
+                    "sessions": report.sessions, "errors": report.errors,
+                    "notes": report.notes})
     else:
         for r in report.rules:
-            click.echo(f"map  {r.old} -> {r.new}  ({r.why})")
+            click.echo(f"map  {_text(r.old)} -> {_text(r.new)}  ({r.why})")
         for a in report.actions:
             if dry_run or a.action not in ("create", "skip"):
                 extra = f"  [backup copy: {a.conflict_copy}]" if a.conflict_copy else ""
-                click.echo(f"{a.action:<12} {a.path}  ({a.reason}){extra}")
+                click.echo(f"{a.action:<12} {_text(a.path)}  ({a.reason}){extra}")
         counts: dict[str, int] = {}
         for a in report.actions:
             counts[a.action] = counts.get(a.action, 0) + 1
         verb = "would restore" if dry_run else "restored"
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
+        # The summary and the exit code agree: any problem below means exit 1.
+        incomplete = (f"; incomplete: {len(report.errors)} problem"
+                      f"{'s' if len(report.errors) > 1 else ''} (below)") if report.errors else ""
         click.echo(f"{verb} from {report.machine}: {summary} "
-                   f"({report.bytes_written} bytes written)")
+                   f"({report.bytes_written} bytes written){incomplete}")
+    for line in report.notes:
+        click.echo(redact(f"syncd: note: {_text(line)}"), err=True)
     for line in report.errors:
-        click.echo(redact(f"syncd: {line}"), err=True)
+        click.echo(redact(f"syncd: {_text(line)}"), err=True)
 
 
 @click.command("restore")
@@ -150,12 +177,17 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
                    "main checkout's folder.")
 @click.option("--to", "target", type=click.Path(path_type=Path), default=None,
               help="Target directory (default: the local Claude tree).")
+@click.option("--with-instructions", "instructions", is_flag=True,
+              help="Also write files Claude follows as instructions or runs as code "
+                   "(settings*.json, CLAUDE.md, commands/, agents/, skills/, plugins/, "
+                   "hooks/, another machine's project memory): only from a store you trust.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
                 projects: tuple[str, ...], at: str | None, maps: tuple[str, ...],
-                worktrees: str, target: Path | None, dry_run: bool, as_json: bool) -> None:
+                worktrees: str, target: Path | None, instructions: bool, dry_run: bool,
+                as_json: bool) -> None:
     """Restore a machine's backup (or some sessions) into the local Claude tree.
 
     Paths are remapped to this machine (the source home to this home, plus --map and
@@ -166,6 +198,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     try:
         opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
                         maps=maps, worktrees=worktrees, dry_run=dry_run)
+        opts.instructions = instructions
         store, opts.crypto = store_and_key(settings)
         with meter("restoring") as m:
             opts.progress = m
@@ -189,7 +222,10 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     settings = settings_of(ctx)
     try:
         store, crypto = store_and_key(settings)
-        backup, session = find_session(load_all(store, machine, crypto=crypto), session_id)
+        backups, problems = load_all(store, machine, crypto=crypto)
+        for line in problems:  # a machine that cannot be read may hold the session too
+            click.echo(redact(f"syncd: skipped: {line}"), err=True)
+        backup, session = find_session(backups, session_id)
         opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                         at=None, maps=maps, worktrees=worktrees, dry_run=False)
         opts.crypto = crypto

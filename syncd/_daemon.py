@@ -27,6 +27,7 @@ from ._metrics import MetricsServer
 from ._notify import Notifier
 from ._progress import Meter
 from ._scan import scan
+from ._segment import FormatError
 from ._ship import FlushResult, Shipper, ship_with_restart
 from ._state import State
 from ._watch import Watcher
@@ -410,6 +411,11 @@ class Daemon:
     def _reconcile(self, engine: Engine) -> None:
         t0 = time.monotonic()
         found = scan(engine.root, engine.selection, engine.state)
+        if engine.connected:
+            try:  # what the store lost since the last look is shipped again
+                found.dirty |= engine.shipper.audit()
+            except (StoreError, FormatError, CryptoError) as e:
+                log.warning("cannot check the store for lost segments: %s", e)
         # Quiet when nothing happens: an hourly scan that finds nothing is not news.
         log.log(logging.INFO if found.dirty else logging.DEBUG,
                 "reconcile scan: %d files, %d changed (%d bytes pending) in %.2fs",

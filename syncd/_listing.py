@@ -13,15 +13,17 @@ from . import _layout as layout
 from ._backup import (
     Backup,
     BackupError,
+    NoBackup,
     list_machines,
     load_backup,
     machine_info,
     newest_manifest,
 )
 from ._catalog import Session
-from ._crypto import Crypto
+from ._crypto import Crypto, CryptoError
+from ._segment import FormatError
 from ._segreader import read_index
-from .store import Store
+from .store import Store, StoreError
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -44,18 +46,29 @@ def parse_time(text: str, now: float | None = None) -> float:
                            "(2026-11-30T14:00) or a duration ago (90m, 2h, 3d)") from None
 
 
-def machines_table(store: Store, crypto: Crypto | None = None) -> list[dict[str, Any]]:
-    rows = []
+def machines_table(store: Store, crypto: Crypto | None = None
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per machine, and one line per object that could not be read (that
+    machine's row then lacks what it would have told)."""
+    rows, problems = [], []
     for machine in list_machines(store):
-        info = machine_info(store, machine, crypto)
+        try:
+            info = machine_info(store, machine, crypto)
+        except (StoreError, CryptoError) as e:
+            info = {}
+            problems.append(str(e))
         objects = list(store.list(layout.machine_prefix(machine)))
         keys = [(o.key, o.size) for o in objects if layout.segment_seq(o.key) is not None
                 and "/seg/" in o.key]
-        if keys:
-            last: float | None = read_index(store, keys[-1][0], keys[-1][1], crypto).time
-        else:
-            snap = newest_manifest(store, machine, crypto, [])
-            last = None if snap is None else snap.time
+        last: float | None = None
+        try:
+            if keys:
+                last = read_index(store, keys[-1][0], keys[-1][1], crypto).time
+            else:
+                snap = newest_manifest(store, machine, crypto, problems)
+                last = None if snap is None else snap.time
+        except (FormatError, StoreError) as e:
+            problems.append(str(e))
         rows.append({"machine": machine, "hostname": info.get("hostname"),
                      "home": info.get("home"), "os": info.get("os"),
                      "segments": len(keys),
@@ -63,7 +76,7 @@ def machines_table(store: Store, crypto: Crypto | None = None) -> list[dict[str,
                      "snapshots": sum(1 for o in objects if "/snap/" in o.key),
                      "stored_bytes": sum(o.size for o in objects),
                      "last_backup": last})
-    return rows
+    return rows, problems
 
 
 def _local_sessions(root: Path) -> set[str]:
@@ -81,16 +94,23 @@ def _row(s: Session, local: set[str]) -> dict[str, Any]:
 
 
 def load_all(store: Store, machine: str | None = None, at: float | None = None,
-             crypto: Crypto | None = None) -> list[Backup]:
+             crypto: Crypto | None = None) -> tuple[list[Backup], list[str]]:
+    """Every machine's backup (or ``machine``'s), and one line per machine that could not
+    be read: one damaged machine never hides the others."""
     names = [machine] if machine else list_machines(store)
-    out = []
+    out, problems = [], []
     for name in names:
         try:
-            out.append(load_backup(store, name, at, crypto))
-        except BackupError:
+            b = load_backup(store, name, at, crypto)
+        except (BackupError, FormatError, StoreError, CryptoError) as e:
             if machine:
                 raise
-    return out
+            if not isinstance(e, NoBackup):
+                problems.append(str(e))
+            continue
+        out.append(b)
+        problems += b.errors
+    return out, problems
 
 
 def sessions_table(backups: list[Backup], local_root: Path,

@@ -24,6 +24,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ._archive import (
     ScheduleError,
+    acknowledged_seq,
     compact_options,
     ensure_dictionary,
     policy_of,
@@ -133,7 +134,7 @@ class Archiver:
                 else:
                     share, limit = verify_budget(s)
                     report = verify(store, machine, crypto, read_data=share,
-                                    max_duration=limit)
+                                    max_duration=limit, acknowledged=acknowledged_seq(s))
                     result = report.as_dict()
                     if not report.ok:
                         raise CompactError(f"verify found {len(report.problems)} problems: "

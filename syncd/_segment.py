@@ -456,13 +456,28 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
         for s in doc.get("sessions", []):
             ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
                                                            for k, v in s["fields"].items()})
-        ix.projects = {str(k): v for k, v in doc.get("projects", {}).items()}
+        ix.projects = {str(k): p for k, v in doc.get("projects", {}).items()
+                       if (p := _project(v)) is not None}
         ix.extra = {k: v for k, v in doc.items() if k not in _KNOWN}
     except FormatError:
         raise
     except (zstandard.ZstdError, ValueError, KeyError, TypeError) as e:
         raise FormatError(f"{where}: unreadable segment index: {e}") from e
     return ix
+
+
+def _project(v: Any) -> dict[str, Any] | None:
+    """What git said of a project, with only the fields and types a writer records."""
+    if not isinstance(v, dict):
+        return None
+    out: dict[str, Any] = {k: v[k] for k in ("toplevel", "remote", "main")
+                           if isinstance(v.get(k), str)}
+    trees = v.get("worktrees")
+    if isinstance(trees, list):
+        out["worktrees"] = [{k: t[k] for k in ("path", "branch") if isinstance(t.get(k), str)}
+                            for t in trees
+                            if isinstance(t, dict) and isinstance(t.get("path"), str)]
+    return out
 
 
 def check_header(head: bytes, where: str, sealed: bool = False) -> None:

@@ -24,20 +24,23 @@ from pathlib import Path
 import zstandard
 
 from . import _layout as layout
+from ._backup import Backup, NoBackup, load_backup
 from ._catalog import MetaScanner, session_of
 from ._claude import Selection
 from ._crypto import Crypto
 from ._gitinfo import project_info
 from ._lease import Lease
-from ._segment import FRAME_MAX, SegmentWriter, Tombstone
+from ._segment import FRAME_MAX, FormatError, SegmentWriter, Tombstone
 from ._segreader import read_index
-from ._snapshot import current, list_snapshots, read_groups, read_manifest
+from ._snapshot import Entry, current, list_snapshots, read_groups, read_manifest
 from ._state import FileState, State
 from ._worker import worker
 from .store import AlreadyExists, Store
 
 log = logging.getLogger("syncd.ship")
 
+# A state row whose bytes the store lost: the next flush ships a new generation.
+LOST = b"lost"
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
 # transcripts are append-only, and a rewrite touches the head or the tail.
 CHECK_HEAD = 4 << 10
@@ -106,12 +109,17 @@ class Shipper:
         self._dirs: dict[bytes, bool] = {}
         self._dict: tuple[str, zstandard.ZstdCompressionDict] | None = None
         self._projects_seen: set[str] = set()
+        # Files whose bytes the store lost (``audit``): shipped again by the next flush.
+        self.repair: set[bytes] = set()
+        self._audited = False
 
     # -- recovery -----------------------------------------------------------
     def recover(self) -> int:
-        """Adopt segments the store has beyond our state (a crash after PUT, before commit).
+        """Adopt segments the store has beyond our state (a crash after PUT, before commit),
+        then check that what the store confirmed earlier is still there (``audit``).
 
-        Returns how many were adopted. Cheap when there is nothing to adopt: one HEAD.
+        Returns how many segments were adopted plus how many files are to be shipped
+        again. Cheap when all is well: one HEAD and two LISTs.
         """
         adopted = 0
         snaps = current(list_snapshots(self.store, self.machine))
@@ -121,10 +129,102 @@ class Shipper:
         while self.store.head(layout.segment_key(self.machine, self.state.next_seq)):
             self._adopt(self.state.next_seq)
             adopted += 1
+        if not self._audited:
+            adopted += len(self.audit(snaps))
         if not self.state.meta("machine_json"):
             self._write_machine_json()
         self._recovered = True
         return adopted
+
+    def audit(self, snaps: list[tuple[int, int, str]] | None = None) -> set[bytes]:
+        """Are the segments the store confirmed still there? Returns the files to ship
+        again (also kept in ``repair`` until shipped).
+
+        A segment can be lost in the store (deleted by hand, a lifecycle rule, a provider's
+        fault, a rollback). Its files are noticed here and shipped again from the local
+        tree as new generations. Lost seqs at the end are used again; one lost between two
+        the store holds gets an empty segment in its place, so seqs stay contiguous for
+        readers. Run at start and hourly: two LISTs.
+        """
+        self._audited = True
+        last = self.state.next_seq - 1
+        if snaps is None:
+            snaps = current(list_snapshots(self.store, self.machine))
+        missing, present = self._missing(snaps, last)
+        if missing:
+            # A compaction between the two LISTs deletes the segments its manifest holds.
+            snaps = current(list_snapshots(self.store, self.machine))
+            missing, present = self._missing(snaps, last)
+        if not missing:
+            return set()
+        try:
+            view = load_backup(self.store, self.machine, crypto=self.crypto)
+        except NoBackup:  # everything is gone
+            view = Backup(self.machine, {})
+        marks: list[FileState] = []
+        for row in self.state.files():
+            have = view.files.get(row.path)
+            if row.deleted_at is not None:
+                if have is not None and have.gen == row.gen and have.deleted_at is not None:
+                    continue
+                marks.append(row.but(deleted_at=None))  # its tombstone is shipped again
+            elif have is None or have.gen != row.gen or _reach(have) < row.offset:
+                marks.append(row.but(dev=0, ino=0, check_hash=LOST))
+        self.state.touch(marks)
+        self.repair |= {m.path for m in marks}
+        # The seqs lost at the end are written again by the next flushes; one lost
+        # between two the store holds gets an empty stand-in.
+        newest = max(present | {snaps[-1][0] if snaps else -1})
+        for seq in missing:
+            if seq < newest:
+                self._fill(seq, self._time_before(seq, present, snaps))
+        if newest < last:
+            self.state.set_meta(next_seq=str(newest + 1))
+        note = (f"segments {_seqs(missing)} of machine {self.machine}, confirmed earlier, are "
+                f"missing from {self.store.url}: shipping {len(marks)} files again from the "
+                "local tree")
+        log.warning("%s", note)
+        self.state.set_meta(store_repair=json.dumps({"time": self.clock(), "note": note}))
+        return self.repair
+
+    def _missing(self, snaps: list[tuple[int, int, str]], last: int
+                 ) -> tuple[list[int], set[int]]:
+        """The seqs up to ``last`` after the newest manifest that the store does not hold,
+        and those it holds."""
+        base = snaps[-1][0] if snaps else -1
+        if base >= last:
+            return [], set()
+        start = layout.segment_key(self.machine, base) if base >= 0 else ""
+        present = {seq for info in self.store.list(layout.machine_prefix(self.machine) + "seg/",
+                                                   start_after=start)
+                   if (seq := layout.segment_seq(info.key)) is not None}
+        return [seq for seq in range(base + 1, last + 1) if seq not in present], present
+
+    def _time_before(self, seq: int, present: set[int],
+                     snaps: list[tuple[int, int, str]]) -> float:
+        """The time of what precedes ``seq`` in the store: a filler keeps times growing
+        with seqs, which a point-in-time restore relies on."""
+        before = [s for s in present if s < seq]
+        try:
+            if before:
+                return read_index(self.store, layout.segment_key(self.machine, max(before)),
+                                  crypto=self.crypto).time
+            if snaps:
+                return read_manifest(self.store, snaps[-1][2], self.crypto).time
+        except FormatError:
+            pass
+        return 0.0
+
+    def _fill(self, seq: int, time_: float) -> None:
+        """An empty segment in place of lost ``seq``."""
+        key = layout.segment_key(self.machine, seq)
+        w = SegmentWriter(self.machine, seq, time_,
+                          cipher=None if self.crypto is None else self.crypto.cipher(key))
+        w.index.extra = {"lost": True}
+        if self.lease is not None:
+            self.lease.check()
+        with contextlib.suppress(AlreadyExists):  # another run filled it
+            self.store.put(key, w.finish())
 
     def _write_machine_json(self) -> None:
         doc = {"machine": self.machine, "hostname": socket.gethostname(),
@@ -204,9 +304,10 @@ class Shipper:
         """Ship the new bytes of ``paths``; one segment unless they exceed ``segment_max``."""
         result = FlushResult()
         self._dirs = {}
+        repair = set(self.repair)
         try:
             batch = self._new_batch()
-            for rel in sorted(set(paths)):
+            for rel in sorted(set(paths) | self.repair):
                 if self.should_stop():
                     raise InterruptedError("stopping: flush abandoned before upload")
                 if batch.writer.full:
@@ -217,12 +318,16 @@ class Shipper:
                 self._put(batch, result)
             else:
                 self._settle(result)
-                self._ready()  # even with nothing to ship: connected, recovered
+                # Even with nothing to ship: connected, recovered; and what the store
+                # turned out to have lost is shipped now.
+                if self._ready() and self.repair:
+                    raise _Restart()
                 if batch.updates:
                     self.state.touch(batch.updates.values())
         finally:
             # An upload in flight is waited for and committed, whatever stopped us.
             self._settle(result)
+        self.repair -= repair
         return result
 
     def _ready(self) -> bool:
@@ -422,6 +527,8 @@ class Shipper:
         """Where shipping resumes: (generation, start offset, reason for a new generation)."""
         if prev is None:
             return 1, 0, "new file"
+        if prev.check_hash == LOST:
+            return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes"
         if prev.deleted_at is not None:
             return prev.gen + 1, 0, "recreated after deletion"
         if (prev.dev, prev.ino) != (st.st_dev, st.st_ino):
@@ -431,6 +538,21 @@ class Shipper:
         if prev.offset and check_hash(fd, prev.offset) != prev.check_hash:
             return prev.gen + 1, 0, "shipped bytes were rewritten"
         return prev.gen, prev.offset, None
+
+
+def _reach(e: Entry) -> int:
+    """How many bytes of ``e`` the store holds contiguously from 0."""
+    pos = 0
+    for _, x in sorted(e.extents, key=lambda kx: kx[1].start):
+        if x.start > pos:
+            break
+        pos = max(pos, x.end)
+    return min(pos, e.size)
+
+
+def _seqs(seqs: list[int]) -> str:
+    return ", ".join(f"{s:016x}" for s in seqs[:5]) + (f" and {len(seqs) - 5} more"
+                                                        if len(seqs) > 5 else "")
 
 
 class _Restart(Exception):

@@ -73,14 +73,16 @@ class VerifyReport:
 def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_data: float = 0.0,
            max_duration: float | None = None, rng: random.Random | None = None,
            clock: Callable[[], float] = time.monotonic,
-           progress: Meter | None = None) -> VerifyReport:
+           progress: Meter | None = None, acknowledged: int | None = None) -> VerifyReport:
     """Check ``machine``'s backup; what is wrong goes to the report's ``problems``.
 
     ``read_data``: the percentage (0..100) of the referenced stored bytes to fetch and
     check, picked at random. ``max_duration``: seconds from the start after which the
     sampling stops (the metadata checks always run whole). A failing LIST raises
     ``StoreError``: then nothing can be judged. ``progress`` is told the stored bytes
-    to sample, then each frame checked.
+    to sample, then each frame checked. ``acknowledged``: the newest seq the store
+    confirmed to this machine's writer (its state knows): a store whose segments end
+    before it has lost some.
     """
     if not 0.0 <= read_data <= 100.0:
         raise ValueError(f"read_data is a percentage from 0 to 100, not {read_data}")
@@ -118,6 +120,13 @@ def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_dat
                 if k.startswith(prefix + "pack/") and layout.pack_range(k) is not None
                 and k not in refs)
         v.segments(m.seq)
+    if acknowledged is not None:
+        newest = max([seq for seq, _ in v.segment_keys(-1)] + [s[0] for s in snaps] + [-1])
+        if newest < acknowledged:
+            v.problem(layout.segment_key(machine, newest + 1),
+                      f"missing: segments {newest + 1:016x}..{acknowledged:016x} were "
+                      "confirmed to this machine's writer and are not in the store (lost or "
+                      "deleted; the writer ships their files again at its next start)")
     if read_data > 0:
         v.sample(read_data / 100.0, rng or random.Random(), clock, deadline)
     return rep

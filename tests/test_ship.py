@@ -283,3 +283,69 @@ def test_recovery_after_reading_reads_again(tmp_path: Path) -> None:
     assert r.segments == [1] and r.raw_bytes == 5
     assert [(e.start, e.end) for e in read_index(store, segment_key("m1", 1)).extents] == [
         (500, 505)]
+
+
+# -- lost segments ---------------------------------------------------------------------
+
+T = "projects/-home-a/0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b.jsonl"
+
+
+def _three_flushes(tmp_path: Path, store: MemoryStore) -> Path:
+    src = tmp_path / "src"
+    sh = shipper(src, store, tmp_path / "st.db")
+    for i in range(3):
+        write(src, T, b'{"line":%d}\n' % i, "ab")
+        write(src, S2, b"s2 %d\n" % i, "ab")
+        assert sh.ship([T.encode(), S2.encode()]).segments == [i]
+    sh.state.close()
+    return src
+
+
+@pytest.mark.parametrize("lost", [[2], [1], [0, 1, 2]], ids=["newest", "middle", "all"])
+def test_a_segment_lost_in_the_store_is_shipped_again(tmp_path: Path, lost: list[int],
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore()
+    src = _three_flushes(tmp_path, store)
+    store.delete_many([segment_key("m1", s) for s in lost])
+    sh = shipper(src, store, tmp_path / "st.db")  # a restart: nothing changed locally
+
+    r = ship_with_restart(sh, [])
+
+    assert r.files == 2, "both files had bytes in the lost segment"
+    assert "missing from" in caplog.text and "shipping 2 files again" in caplog.text
+    assert sh.state.meta("store_repair")
+    out = restore_tree(store, "m1", tmp_path / "out")
+    assert out.errors == [] and tree_bytes(tmp_path / "out") == tree_bytes(src)
+    # Seqs stay contiguous: a lost one between two others has an empty stand-in, lost
+    # ones at the end are written again.
+    seqs = [s for s in range(8) if store.head(segment_key("m1", s))]
+    assert seqs == list(range(len(seqs)))
+    if lost == [1]:
+        assert read_index(store, segment_key("m1", 1)).extents == []
+        assert read_index(store, segment_key("m1", 1)).extra == {"lost": True}
+    # Nothing more to repair: the next look finds the store whole.
+    assert sh.audit() == set() and ship_with_restart(sh, []).segments == []
+
+
+def test_an_intact_store_costs_two_lists_and_nothing_is_shipped(tmp_path: Path) -> None:
+    store = MemoryStore()
+    src = _three_flushes(tmp_path, store)
+    sh = shipper(src, store, tmp_path / "st.db")
+    puts = store.puts
+    assert sh.audit() == set()
+    assert store.puts == puts
+
+
+def test_a_file_gone_locally_keeps_what_the_store_still_has(tmp_path: Path) -> None:
+    store = MemoryStore()
+    src = _three_flushes(tmp_path, store)
+    store.delete_many([segment_key("m1", 2)])
+    (src / T).unlink()
+    sh = shipper(src, store, tmp_path / "st.db")
+    ship_with_restart(sh, [])
+    out = restore_tree(store, "m1", tmp_path / "out")
+    # The store lost the third line for good; the first two are restored, the deletion
+    # is recorded, and the other file is whole again.
+    assert (tmp_path / "out" / T).read_bytes() == b'{"line":0}\n{"line":1}\n'
+    assert (tmp_path / "out" / S2).read_bytes() == (src / S2).read_bytes()
+    assert out.errors == []

@@ -318,3 +318,17 @@ def test_progress_is_told_the_sample_and_each_frame(tmp_path: Path) -> None:
 
     assert rep.ok and rep.extents_read > 1
     assert meter.total is not None and meter.total > 0 and meter.done == meter.total
+
+
+def test_segments_the_writer_was_confirmed_and_the_store_lost_are_reported(
+        tmp_path: Path) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    sh = shipper(src, store, tmp_path / "st.db")
+    for i in range(3):
+        write(src, A, b"line %d\n" % i, "ab")
+        sh.ship([A.encode()])
+    store.delete_many([segment_key("m1", 2)])
+    # Without the writer's state nothing says the store ever held segment 2.
+    assert verify(store, "m1").ok
+    rep = verify(store, "m1", acknowledged=sh.state.next_seq - 1)
+    assert len(rep.problems) == 1 and segment_key("m1", 2) in rep.problems[0]
