@@ -17,6 +17,7 @@ from . import _layout as layout
 from ._catalog import Session, session_of
 from ._crypto import Crypto, CryptoError, is_box
 from ._fold import fold_index
+from ._seen import Seen
 from ._segment import FormatError, SegmentIndex
 from ._segreader import read_index
 from ._snapshot import (
@@ -125,12 +126,13 @@ def newest_manifest(store: Store, machine: str, crypto: Crypto | None = None,
 
 def load_backup(store: Store, machine: str, at: float | None = None,
                 crypto: Crypto | None = None,
-                sessions: Collection[str] | None = None) -> Backup:
+                sessions: Collection[str] | None = None, seen: Seen | None = None) -> Backup:
     """``machine``'s backup as of ``at`` (None: now).
 
     ``crypto``: the unlocked key of an encrypted store (None: a plain store).
     ``sessions``: only these sessions' files are needed (and history.jsonl), so only
-    their groups of the snapshot are read.
+    their groups of the snapshot are read. ``seen``: what this host saw of the store
+    before; a backup that ends before that is reported (lost segments, a rollback).
     """
     try:
         info = machine_info(store, machine, crypto)
@@ -164,6 +166,14 @@ def load_backup(store: Store, machine: str, at: float | None = None,
     # interrupted clean-up; an older snapshot takes none (what they held is gone).
     after = newest.seq if newest is not None else -1
     keys = segment_keys(store, machine, after)
+    if seen is not None and at is None:
+        # The newest seq the store holds now, readable or not.
+        top = max([after] + [layout.segment_seq(k) or 0 for k, _ in keys])
+        problem = seen.check(machine, top if top >= 0 else None)
+        if problem:
+            if newest is None and not keys:
+                raise BackupError(problem)
+            b.errors.append(problem)
     if newest is None and not keys:
         if b.errors:  # there are manifests, and none of them reads
             raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")

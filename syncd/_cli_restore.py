@@ -28,6 +28,7 @@ from ._progress import meter
 from ._redact import redact
 from ._remap import Rule
 from ._restore import RestoreOptions, RestoreReport, restore
+from ._seen import Seen
 
 ERRORS = (*EXPECTED, BackupError, ListingError)
 
@@ -55,7 +56,10 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     """The machines that have a backup in the store."""
     settings = settings_of(ctx)
     try:
-        rows, problems = machines_table(*store_and_key(settings))
+        store, crypto = store_and_key(settings)
+        seen = Seen(settings.state_dir, store.url)
+        rows, problems = machines_table(store, crypto, seen)
+        seen.save()
     except ERRORS as e:
         fail(e)
     if as_json:
@@ -81,7 +85,9 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     settings = settings_of(ctx)
     try:
         store, crypto = store_and_key(settings)
-        backups, problems = load_all(store, machine, crypto=crypto)
+        seen = Seen(settings.state_dir, store.url)
+        backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+        seen.save()
         rows = sessions_table(backups, settings.source, project)
     except ERRORS as e:
         fail(e)
@@ -200,9 +206,11 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
                         maps=maps, worktrees=worktrees, dry_run=dry_run)
         opts.instructions = instructions
         store, opts.crypto = store_and_key(settings)
+        opts.seen = Seen(settings.state_dir, store.url)
         with meter("restoring") as m:
             opts.progress = m
             report = restore(store, machine or settings.machine_id, opts)
+        opts.seen.save()
     except ERRORS as e:
         fail(e)
     _report(report, as_json, dry_run)
@@ -222,7 +230,9 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     settings = settings_of(ctx)
     try:
         store, crypto = store_and_key(settings)
-        backups, problems = load_all(store, machine, crypto=crypto)
+        seen = Seen(settings.state_dir, store.url)
+        backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+        seen.save()
         for line in problems:  # a machine that cannot be read may hold the session too
             click.echo(redact(f"syncd: skipped: {line}"), err=True)
         backup, session = find_session(backups, session_id)

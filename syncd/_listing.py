@@ -21,6 +21,7 @@ from ._backup import (
 )
 from ._catalog import Session
 from ._crypto import Crypto, CryptoError
+from ._seen import Seen
 from ._segment import FormatError
 from ._segreader import read_index
 from .store import Store, StoreError
@@ -46,7 +47,7 @@ def parse_time(text: str, now: float | None = None) -> float:
                            "(2026-11-30T14:00) or a duration ago (90m, 2h, 3d)") from None
 
 
-def machines_table(store: Store, crypto: Crypto | None = None
+def machines_table(store: Store, crypto: Crypto | None = None, seen: Seen | None = None
                    ) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per machine, and one line per object that could not be read (that
     machine's row then lacks what it would have told)."""
@@ -60,6 +61,13 @@ def machines_table(store: Store, crypto: Crypto | None = None
         objects = list(store.list(layout.machine_prefix(machine)))
         keys = [(o.key, o.size) for o in objects if layout.segment_seq(o.key) is not None
                 and "/seg/" in o.key]
+        if seen is not None:
+            seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + [
+                sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
+                and "/snap/" in o.key]
+            problem = seen.check(machine, max(seqs) if seqs else None)
+            if problem:
+                problems.append(problem)
         last: float | None = None
         try:
             if keys:
@@ -94,14 +102,15 @@ def _row(s: Session, local: set[str]) -> dict[str, Any]:
 
 
 def load_all(store: Store, machine: str | None = None, at: float | None = None,
-             crypto: Crypto | None = None) -> tuple[list[Backup], list[str]]:
+             crypto: Crypto | None = None, seen: Seen | None = None
+             ) -> tuple[list[Backup], list[str]]:
     """Every machine's backup (or ``machine``'s), and one line per machine that could not
     be read: one damaged machine never hides the others."""
     names = [machine] if machine else list_machines(store)
     out, problems = [], []
     for name in names:
         try:
-            b = load_backup(store, name, at, crypto)
+            b = load_backup(store, name, at, crypto, seen=seen)
         except (BackupError, FormatError, StoreError, CryptoError) as e:
             if machine:
                 raise

@@ -32,6 +32,7 @@ from ._merge import decide
 from ._private import private_dir, write_private
 from ._progress import Meter, NullMeter
 from ._remap import Remapper, Rule
+from ._seen import Seen
 from ._segment import Extent, FormatError
 from ._segreader import read_extents
 from ._snapshot import Entry, has_sid
@@ -69,6 +70,8 @@ class RestoreOptions:
     instructions: bool = False
     # This machine's id: another machine's project memory counts as instructions.
     local_machine: str | None = None
+    # What this host saw of the store before (a backup that ends earlier is reported).
+    seen: Seen | None = None
 
 
 @dataclass
@@ -138,7 +141,7 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
         # One session (or a few): only their part of the snapshot is read.
         backup = load_backup(store, machine, opts.at, opts.crypto,
                              sessions=opts.sessions if opts.sessions and not opts.projects
-                             else None)
+                             else None, seen=opts.seen)
     except BackupError as e:
         raise RestoreError(str(e)) from None
     remap = build_remapper(backup, opts)

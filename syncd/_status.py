@@ -5,6 +5,8 @@ The same figures feed ``status --json`` and the daemon's metrics endpoint.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import time
 from typing import Any
@@ -86,6 +88,9 @@ def status(settings: Settings, *, probe_store: bool = False,
         "last_compaction_time": None,
         "last_prune_time": None,
         "last_verify_time": None,
+        # The last time the writer found segments missing from the store, and what it did.
+        "store_repair": None,
+        "store_repair_time": None,
         "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
     }
     if probe_store:
@@ -112,6 +117,12 @@ def status(settings: Settings, *, probe_store: bool = False,
         for key in ("last_compaction_time", "last_prune_time", "last_verify_time"):
             value = state.meta(key)
             out[key] = float(value) if value else None
+        repair = state.meta("store_repair")
+        if repair:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                doc = json.loads(repair)
+                out["store_repair"], out["store_repair_time"] = str(doc["note"]), \
+                    float(doc["time"])
         last = state.meta("last_reconcile_time")
         out["last_reconcile_time"] = float(last) if last else None
         for job in out["next_jobs"]:
@@ -166,6 +177,8 @@ def format_status(s: dict[str, Any]) -> str:
         f"last error:   {s['last_error']} ({when(s['last_error_time'])})"
         if s["last_error"] else "last error:   none",
         f"errors:       {s.get('errors_last_hour', 0)} in the last hour",
+        f"store repair: {s['store_repair']} ({when(s.get('store_repair_time'))})"
+        if s.get("store_repair") else "store repair: none needed",
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
         f"verify:       {when(s.get('last_verify_time'))}",
@@ -192,6 +205,9 @@ def health(s: dict[str, Any]) -> list[str]:
         problems.append(f"lag {_ago(lag)}")
     if s.get("errors_last_hour"):
         problems.append(f"{s['errors_last_hour']} errors in the last hour")
+    repaired = s.get("store_repair_time")
+    if repaired is not None and time.time() - repaired < 86400:
+        problems.append("the store lost segments (shipped again)")
     return problems
 
 
