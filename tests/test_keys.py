@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from syncd._cliutil import store_and_key
 from syncd._crypto import (
     KEY_FILE_MAX_BYTES,
     SCRYPT_P,
@@ -18,6 +19,7 @@ from syncd._crypto import (
     new_master,
     wrap,
 )
+from syncd._daemon import Engine
 from syncd._keys import (
     MAX_READS,
     MAX_TRIES,
@@ -32,7 +34,9 @@ from syncd._keys import (
     remove_key,
     unlock,
 )
-from syncd.store import MemoryStore, ObjectInfo
+from syncd._state import State
+from syncd.store import MemoryStore, ObjectInfo, open_store
+from tests.faultkit import make_settings
 
 CHEAP = 1 << 10
 
@@ -300,6 +304,43 @@ def test_key_files_are_read_size_capped(derives: list[tuple[int, int, int]]) -> 
     assert store.gets == [("keys/0000", 0, KEY_FILE_MAX_BYTES + 1)]
     with pytest.raises(BadPassphrase, match=r"keys/gone: removed while it was being read"):
         unlock(store, "pw", [ObjectInfo("keys/gone", 400)])
+
+
+def test_a_writer_tries_its_key_first_and_never_switches_master(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        derives: list[tuple[int, int, int]]) -> None:
+    s = make_settings(tmp_path)
+    store = open_store(s.store)
+    real = init_encryption(store, "pw", n=CHEAP)
+    monkeypatch.setenv("SYNCD_PASSPHRASE", "pw")
+    engine = Engine(s)
+    engine.close()
+    assert remembered_key(s.state_file) == KeyHint(real.key_id, real.fingerprint)
+    # Someone who knows the passphrase plants another master key, first in key order.
+    rival = Crypto(new_master())
+    store.put("keys/0000", wrap(rival, "pw", "0000", "keys/0000", n=CHEAP))
+    derives.clear()
+    engine = Engine(s)
+    try:
+        assert engine.crypto is not None and engine.crypto.fingerprint == real.fingerprint
+    finally:
+        engine.close()
+    assert len(derives) == 1
+    # Readers with this machine's state use the same hint.
+    derives.clear()
+    _, crypto = store_and_key(s)
+    assert crypto is not None and crypto.fingerprint == real.fingerprint and len(derives) == 1
+    # Only the rival is left: the writer refuses it rather than switching.
+    store.delete_many([f"keys/{real.key_id}"])
+    with pytest.raises(CryptoError, match=rf"encrypted with key {real.fingerprint}, but the "
+                                          rf"store now holds key {rival.fingerprint}"):
+        Engine(s)
+    state = State(s.state_file, readonly=True)
+    try:
+        assert state.meta("key_fingerprint") == real.fingerprint
+        assert state.meta("key_id") == real.key_id
+    finally:
+        state.close()
 
 
 def test_no_state_gives_no_hint(tmp_path: Path) -> None:
