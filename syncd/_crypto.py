@@ -288,7 +288,7 @@ def _parse(raw: bytes, where: str) -> _Parsed:
         wrapped = base64.b64decode(doc["wrapped"], validate=True)
         if len(nonce) != NONCE or len(salt) < 8 or len(wrapped) != MASTER_BYTES + TAG:
             raise ValueError("bad nonce, salt or wrapped key length")
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # [[[… nests too deep
         raise CryptoError(f"{where}: unreadable key file (tampered or truncated): {e}") from None
     if not scrypt_within_bounds(n, r, p):
         raise _beyond_bounds(where, n, r, p)

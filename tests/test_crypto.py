@@ -205,6 +205,13 @@ def test_oversized_key_file_is_refused_before_parsing(derives: list[tuple[int, i
     assert derives == []
 
 
+@pytest.mark.parametrize("raw", [b"[" * 4000, b'{"a":' * 600 + b"1" + b"}" * 600,
+                                 b"\xff\xfe", b"9" * 4000, b"{}"])
+def test_malformed_key_file_is_one_error_naming_it(raw: bytes) -> None:
+    with pytest.raises(CryptoError, match=r"^w: unreadable key file"):
+        describe(raw, "w")
+
+
 def test_crypto_repr_shows_no_key() -> None:
     c = Crypto(new_master(), "k1")
     assert c.master.hex() not in repr(c) and c.fingerprint in repr(c)
