@@ -13,7 +13,7 @@ from ._archive import ScheduleError
 from ._config import Settings, load_settings
 from ._crypto import Crypto, CryptoError
 from ._daemon import SyncError
-from ._keys import open_crypto
+from ._keys import open_crypto, remembered_key
 from ._lease import LeaseError
 from ._lock import Locked
 from ._redact import redact
@@ -46,7 +46,8 @@ def store_of(settings: Settings) -> RetryStore:
 def store_and_key(settings: Settings) -> tuple[RetryStore, Crypto | None]:
     """The store, unlocked when it is encrypted (prompting on a terminal); fails closed."""
     store = store_of(settings)
-    return store, open_crypto(store, settings.passphrase_file, prompt=True)
+    return store, open_crypto(store, settings.passphrase_file, prompt=True,
+                              hint=remembered_key(settings.state_file))
 
 
 def fail(e: Exception) -> NoReturn:

@@ -41,8 +41,16 @@ SCRYPT_N = 1 << 15
 SCRYPT_R = 8
 SCRYPT_P = 3
 SALT_BYTES = 16
-# What a key file may ask for: enough for any sane setting, not enough to exhaust memory.
-_MAX_N, _MAX_R, _MAX_P = 1 << 22, 32, 16
+# What a key file may ask for. Anyone who can write the bucket can plant one, and a key
+# file's parameters are derived before anything says whether it is ours, so they are
+# bounded by what syncd writes plus a small margin: scrypt's memory (128·r·n bytes) at
+# 4x ours (N=2^17, r=8 fits) and its work (n·r·p) at 2x ours (~0.5 s). Cheaper is fine.
+# r and p alone are capped too: scrypt also holds a 128·r·p-byte buffer.
+MAX_SCRYPT_MEMORY = 128 << 20
+MAX_SCRYPT_WORK = 2 * SCRYPT_N * SCRYPT_R * SCRYPT_P
+_MAX_R, _MAX_P = 32, 16
+# A key file is ~400 bytes; a reader fetches at most this much of one.
+KEY_FILE_MAX_BYTES = 4096
 
 # Small sealed objects (machine.json): the segment header's layout with its own magic.
 BOX_MAGIC = b"SYNCDBOX"
@@ -193,6 +201,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def scrypt_within_bounds(n: int, r: int, p: int) -> bool:
+    """Parameters a reader derives (n a power of two; memory and work bounded)."""
+    return (n >= 2 and not n & (n - 1) and 1 <= r <= _MAX_R and 1 <= p <= _MAX_P
+            and 128 * r * n <= MAX_SCRYPT_MEMORY and n * r * p <= MAX_SCRYPT_WORK)
+
+
+def _beyond_bounds(where: str, n: int, r: int, p: int) -> CryptoError:
+    return CryptoError(
+        f"refusing key file {where}: scrypt parameters beyond syncd's bounds (n={n}, r={r}, "
+        f"p={p}; at most {MAX_SCRYPT_MEMORY >> 20} MiB and n*r*p <= {MAX_SCRYPT_WORK})")
+
+
 def _kek(passphrase: str, salt: bytes, n: int, r: int, p: int) -> AESGCM:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
@@ -211,6 +231,8 @@ def wrap(crypto: Crypto, passphrase: str, key_id: str, object_key: str, *,
     """
     if not passphrase:
         raise CryptoError("the passphrase is empty")
+    if not scrypt_within_bounds(n, r, p):  # a key file no reader would try
+        raise _beyond_bounds(object_key, n, r, p)
     salt = os.urandom(SALT_BYTES)
     nonce = os.urandom(NONCE)
     doc: dict[str, Any] = {
@@ -234,7 +256,13 @@ class _Parsed:
 
 
 def _parse(raw: bytes, where: str) -> _Parsed:
-    """A key file, every field checked: a changed byte is caught here or by the tag."""
+    """A key file, every field checked: a changed byte is caught here or by the tag.
+
+    Nothing here derives: a key file refused here costs nothing but its parsing.
+    """
+    if len(raw) > KEY_FILE_MAX_BYTES:
+        raise CryptoError(f"refusing key file {where}: more than {KEY_FILE_MAX_BYTES} bytes "
+                          "(a key file holds ~400)")
     try:
         doc = json.loads(raw)
         if not isinstance(doc, dict) or _canonical(doc) != raw:
@@ -250,8 +278,8 @@ def _parse(raw: bytes, where: str) -> _Parsed:
         n, r, p = kdf["n"], kdf["r"], kdf["p"]
         if not all(type(v) is int for v in (n, r, p)):
             raise ValueError("scrypt parameters are not integers")
-        if n < 2 or n & (n - 1) or n > _MAX_N or not 1 <= r <= _MAX_R or not 1 <= p <= _MAX_P:
-            raise ValueError(f"scrypt parameters out of range (n={n}, r={r}, p={p})")
+        if n < 2 or n & (n - 1) or r < 1 or p < 1:
+            raise ValueError(f"scrypt parameters invalid (n={n}, r={r}, p={p})")
         if not all(isinstance(doc[f], str) for f in ("id", "master", "nonce", "wrapped")) or \
                 not isinstance(kdf["salt"], str) or type(doc["created"]) not in (int, float):
             raise ValueError("a field has the wrong type")
@@ -260,8 +288,10 @@ def _parse(raw: bytes, where: str) -> _Parsed:
         wrapped = base64.b64decode(doc["wrapped"], validate=True)
         if len(nonce) != NONCE or len(salt) < 8 or len(wrapped) != MASTER_BYTES + TAG:
             raise ValueError("bad nonce, salt or wrapped key length")
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # [[[… nests too deep
         raise CryptoError(f"{where}: unreadable key file (tampered or truncated): {e}") from None
+    if not scrypt_within_bounds(n, r, p):
+        raise _beyond_bounds(where, n, r, p)
     public = KeyFile(doc["id"], float(doc["created"]), doc["master"], n, r, p)
     return _Parsed(doc, public, salt, nonce, wrapped)
 

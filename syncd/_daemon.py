@@ -19,7 +19,7 @@ from ._claude import Selection
 from ._config import Settings
 from ._crypto import Crypto, CryptoError
 from ._health import record_error
-from ._keys import open_crypto, passphrase_configured
+from ._keys import hint_of, open_crypto, passphrase_configured
 from ._lease import Lease, LeaseError, LeaseHeld, LeaseLost
 from ._lock import ProcessLock
 from ._logging import set_level
@@ -117,9 +117,16 @@ class Engine:
         self.connected = True
 
     def _unlock(self, state: State, prompt: bool) -> Crypto | None:
-        """The store's key (None: plain), checked against what this state wrote before."""
-        crypto = open_crypto(self.store, self.settings.passphrase_file, prompt=prompt)
-        known = state.meta("key_fingerprint")
+        """The store's key (None: plain), checked against what this state wrote before.
+
+        The key file that opened it last is tried first, then those naming the master key
+        remembered: planted key files cost nothing then, and whatever opens, a master key
+        other than the remembered one is refused.
+        """
+        hint = hint_of(state)
+        crypto = open_crypto(self.store, self.settings.passphrase_file, prompt=prompt,
+                             hint=hint)
+        known = hint.master
         found = None if crypto is None else crypto.fingerprint
         if known and found != known:
             raise CryptoError(
@@ -133,6 +140,8 @@ class Engine:
                                   "wrote unencrypted segments there: refusing to mix them "
                                   f"(remove {state.path} to start an encrypted backup)")
             state.set_meta(key_fingerprint=found)
+        if crypto is not None and crypto.key_id != hint.key_id:
+            state.set_meta(key_id=crypto.key_id)
         return crypto
 
     def _take_lease(self, state: State, takeover: bool) -> Lease:

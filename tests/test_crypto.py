@@ -10,7 +10,12 @@ import pytest
 import zstandard
 
 from syncd._crypto import (
+    KEY_FILE_MAX_BYTES,
+    MAX_SCRYPT_MEMORY,
+    MAX_SCRYPT_WORK,
+    SCRYPT_N,
     SCRYPT_P,
+    SCRYPT_R,
     BadPassphrase,
     Crypto,
     CryptoError,
@@ -18,6 +23,7 @@ from syncd._crypto import (
     is_box,
     new_master,
     pad,
+    scrypt_within_bounds,
     unpad,
     unwrap,
     wrap,
@@ -116,13 +122,94 @@ def test_every_flipped_bit_of_a_key_file_is_refused() -> None:
             unwrap(bad, "pw", "keys/k1", "w")
 
 
-def test_key_file_cannot_demand_absurd_scrypt_cost() -> None:
+@pytest.fixture
+def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """The (n, r, p) of every scrypt derivation made while the test runs."""
+    from cryptography.hazmat.primitives.kdf import scrypt
+
+    calls: list[tuple[int, int, int]] = []
+    real = scrypt.Scrypt
+
+    def counting(*, salt: bytes, length: int, n: int, r: int, p: int) -> object:
+        calls.append((n, r, p))
+        return real(salt=salt, length=length, n=n, r=r, p=p)
+
+    monkeypatch.setattr(scrypt, "Scrypt", counting)
+    return calls
+
+
+def with_kdf(raw: bytes, **kdf: int) -> bytes:
+    """A key file with other scrypt parameters (its tag no longer verifies)."""
+    doc = json.loads(raw)
+    doc["kdf"].update(kdf)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(("n", "r", "p"), [
+    (1 << 22, 8, 3),    # 4 GiB: what made restore take 13.9 s and 4.2 GB
+    (1 << 22, 32, 16),  # 16 GiB: MemoryError
+    (1 << 30, 8, 3),
+    (1 << 18, 8, 1),    # 256 MiB
+    (1 << 16, 8, 4),    # 64 MiB, but 2.7x our work
+    (1 << 21, 1, 1),    # 256 MiB with r = 1
+    (2, 33, 1),         # r alone
+    (2, 8, 17),         # p alone
+])
+def test_key_file_beyond_the_bounds_is_refused_without_deriving(
+        n: int, r: int, p: int, derives: list[tuple[int, int, int]]) -> None:
     c = Crypto(new_master(), "k1")
-    doc = json.loads(wrap(c, "pw", "k1", "keys/k1", n=CHEAP))
-    doc["kdf"]["n"] = 1 << 30
-    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    with pytest.raises(CryptoError, match="out of range"):
+    raw = with_kdf(wrap(c, "pw", "k1", "keys/k1", n=CHEAP), n=n, r=r, p=p)
+    assert derives == [(CHEAP, 8, SCRYPT_P)]  # the counter sees wrap's derivation
+    derives.clear()
+    msg = rf"^refusing key file w: scrypt parameters beyond syncd's bounds \(n={n}, r={r}, p={p};"
+    with pytest.raises(CryptoError, match=msg):
         unwrap(raw, "pw", "keys/k1", "w")
+    with pytest.raises(CryptoError, match=msg):
+        describe(raw, "w")
+    assert derives == []
+    assert not scrypt_within_bounds(n, r, p)
+    with pytest.raises(CryptoError, match="beyond syncd's bounds"):
+        wrap(c, "pw", "k1", "keys/k1", n=n, r=r, p=p)  # never written either
+    assert derives == []
+
+
+@pytest.mark.parametrize(("n", "r", "p"), [
+    (SCRYPT_N, SCRYPT_R, SCRYPT_P),  # what syncd writes
+    (1 << 17, 8, 1),                 # OWASP's first choice: 128 MiB, 1.3x our work
+    (1 << 16, 8, 3),                 # 2x our work
+    (CHEAP, 8, 3), (2, 1, 1),        # cheaper is always fine
+])
+def test_key_file_within_the_bounds_is_accepted(n: int, r: int, p: int) -> None:
+    assert scrypt_within_bounds(n, r, p)
+    assert 128 * r * n <= MAX_SCRYPT_MEMORY and n * r * p <= MAX_SCRYPT_WORK
+    raw = with_kdf(wrap(Crypto(new_master(), "k1"), "pw", "k1", "keys/k1", n=CHEAP), n=n, r=r,
+                   p=p)
+    kf = describe(raw, "w")
+    assert (kf.n, kf.r, kf.p) == (n, r, p)
+
+
+def test_bounds_keep_a_margin_over_what_syncd_writes() -> None:
+    assert 128 * SCRYPT_R * SCRYPT_N * 4 == MAX_SCRYPT_MEMORY == 128 << 20
+    assert SCRYPT_N * SCRYPT_R * SCRYPT_P * 2 == MAX_SCRYPT_WORK
+    assert not scrypt_within_bounds(SCRYPT_N * 4, SCRYPT_R, SCRYPT_P)
+    assert not scrypt_within_bounds(3, 1, 1) and not scrypt_within_bounds(1, 1, 1)
+
+
+def test_oversized_key_file_is_refused_before_parsing(derives: list[tuple[int, int, int]]) -> None:
+    raw = wrap(Crypto(new_master(), "k1"), "pw", "k1", "keys/k1", n=CHEAP)
+    assert len(raw) < 512 and len(derives) == 1
+    derives.clear()
+    big = raw + b" " * (KEY_FILE_MAX_BYTES + 1 - len(raw))
+    with pytest.raises(CryptoError, match=rf"refusing key file w: more than {KEY_FILE_MAX_BYTES}"):
+        unwrap(big, "pw", "keys/k1", "w")
+    assert derives == []
+
+
+@pytest.mark.parametrize("raw", [b"[" * 4000, b'{"a":' * 600 + b"1" + b"}" * 600,
+                                 b"\xff\xfe", b"9" * 4000, b"{}"])
+def test_malformed_key_file_is_one_error_naming_it(raw: bytes) -> None:
+    with pytest.raises(CryptoError, match=r"^w: unreadable key file"):
+        describe(raw, "w")
 
 
 def test_crypto_repr_shows_no_key() -> None:

@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
 
-from syncd._crypto import BadPassphrase, CryptoError
+from syncd._cliutil import store_and_key
+from syncd._crypto import (
+    KEY_FILE_MAX_BYTES,
+    SCRYPT_P,
+    SCRYPT_R,
+    BadPassphrase,
+    Crypto,
+    CryptoError,
+    new_master,
+    wrap,
+)
+from syncd._daemon import Engine
 from syncd._keys import (
+    MAX_READS,
+    MAX_TRIES,
+    KeyHint,
     add_key,
     init_encryption,
     key_files,
     list_keys,
     open_crypto,
     read_passphrase_file,
+    remembered_key,
     remove_key,
     unlock,
 )
-from syncd.store import MemoryStore
+from syncd._state import State
+from syncd.store import MemoryStore, ObjectInfo, open_store
+from tests.faultkit import make_settings
 
 CHEAP = 1 << 10
 
@@ -134,3 +153,198 @@ def test_concurrent_inits_leave_one_master(rival_first: bool) -> None:
     else:
         mine = init_encryption(store, "mine", n=CHEAP)
         assert unlock(store, "mine").master == mine.master
+
+
+# -- a store is untrusted input: planted key files ------------------------------------------
+
+@pytest.fixture
+def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """The (n, r, p) of every scrypt derivation made while the test runs."""
+    from cryptography.hazmat.primitives.kdf import scrypt
+
+    calls: list[tuple[int, int, int]] = []
+    real = scrypt.Scrypt
+
+    def counting(*, salt: bytes, length: int, n: int, r: int, p: int) -> object:
+        calls.append((n, r, p))
+        return real(salt=salt, length=length, n=n, r=r, p=p)
+
+    monkeypatch.setattr(scrypt, "Scrypt", counting)
+    return calls
+
+
+def plant(store: MemoryStore, key_id: str, passphrase: str = "theirs", *,
+          master: Crypto | None = None, **kdf: int) -> Crypto:
+    """A key file under ``keys/<key_id>`` wrapping another master key (or ``master``);
+    ``kdf`` overrides its scrypt parameters after the fact (its tag then fails)."""
+    crypto = master or Crypto(new_master())
+    raw = wrap(crypto, passphrase, key_id, f"keys/{key_id}", n=CHEAP)
+    if kdf:
+        doc = json.loads(raw)
+        doc["kdf"].update(kdf)
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    store.put(f"keys/{key_id}", raw)
+    return crypto
+
+
+class Recording(MemoryStore):
+    """A MemoryStore that records every GET as (key, start, length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[tuple[str, int, int | None]] = []
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        self.gets.append((key, start, length))
+        return super().get(key, start, length)
+
+
+def test_planted_expensive_key_files_are_refused_without_deriving(
+        derives: list[tuple[int, int, int]], caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore()
+    real = init_encryption(store, "pw", n=CHEAP)
+    # Sorted before the real key file, so tried first without a hint.
+    plant(store, "0000", "pw", n=1 << 22, r=8, p=SCRYPT_P)
+    plant(store, "0001", "pw", n=1 << 22, r=32, p=16)
+    derives.clear()
+    with caplog.at_level(logging.WARNING, logger="syncd.keys"):
+        got = unlock(store, "pw")
+    assert got.master == real.master
+    assert derives == [(CHEAP, SCRYPT_R, SCRYPT_P)]  # the real key file only
+    refused = [r.getMessage() for r in caplog.records]
+    assert refused == [
+        f"refusing key file memory://keys/0000: scrypt parameters beyond syncd's bounds "
+        f"(n={1 << 22}, r=8, p={SCRYPT_P}; at most 128 MiB and n*r*p <= 1572864)",
+        f"refusing key file memory://keys/0001: scrypt parameters beyond syncd's bounds "
+        f"(n={1 << 22}, r=32, p=16; at most 128 MiB and n*r*p <= 1572864)"]
+    listed = dict(list_keys(store))
+    assert isinstance(listed["keys/0001"], str) and "beyond syncd's bounds" in listed["keys/0001"]
+    store.delete_many([f"keys/{real.key_id}"])
+    derives.clear()
+    with pytest.raises(BadPassphrase, match=r"opens none .*; refusing key file memory://keys/0000"):
+        unlock(store, "pw")
+    assert derives == []
+
+
+def test_the_remembered_key_file_is_tried_first(derives: list[tuple[int, int, int]]) -> None:
+    store = MemoryStore()
+    real = init_encryption(store, "pw", n=CHEAP)
+    for i in range(5):  # other masters, other passphrases, all before the real one
+        plant(store, f"000{i}")
+    derives.clear()
+    assert unlock(store, "pw").master == real.master
+    assert len(derives) == 6  # in key order: every planted one, then the real one
+    derives.clear()
+    assert unlock(store, "pw", hint=KeyHint(real.key_id, real.fingerprint)).key_id == real.key_id
+    assert len(derives) == 1
+    # A state that only remembers the master key (written before key ids were kept):
+    # key files naming it go first.
+    derives.clear()
+    assert unlock(store, "pw", hint=KeyHint(None, real.fingerprint)).master == real.master
+    assert len(derives) == 1
+    # The remembered key file is gone (its passphrase was removed): the rest still open.
+    derives.clear()
+    got = unlock(store, "pw", hint=KeyHint("gone", real.fingerprint))
+    assert got.master == real.master and len(derives) == 1
+
+
+def test_one_unlock_tries_a_bounded_number_of_key_files(
+        derives: list[tuple[int, int, int]]) -> None:
+    store = MemoryStore()
+    real = init_encryption(store, "pw", n=CHEAP)
+    planted = 3 * MAX_TRIES
+    for i in range(planted):
+        plant(store, f"{i:04x}")
+    derives.clear()
+    with pytest.raises(BadPassphrase, match=(
+            rf"keys/0000, keys/0001, keys/0002, keys/0003, keys/0004 and {planted - 4} more\)"
+            rf".*gave up after trying {MAX_TRIES} of {planted + 1} key files")):
+        unlock(store, "pw")
+    assert len(derives) == MAX_TRIES
+    derives.clear()
+    assert unlock(store, "pw", hint=KeyHint(real.key_id)).master == real.master
+    assert len(derives) == 1  # the remembered one is tried outside the cap
+
+
+def test_one_unlock_reads_a_bounded_number_of_key_files(
+        derives: list[tuple[int, int, int]]) -> None:
+    store = Recording()
+    real = init_encryption(store, "pw", n=CHEAP)
+    for i in range(2 * MAX_READS):
+        store.put(f"keys/{i:04x}", b"garbage")  # refused unread by scrypt, but each is a GET
+    store.gets.clear()
+    derives.clear()
+    with pytest.raises(BadPassphrase, match=r"unreadable key file.*gave up after trying 0 of"):
+        unlock(store, "pw")
+    assert len(store.gets) == MAX_READS and derives == []
+    store.gets.clear()
+    assert unlock(store, "pw", hint=KeyHint(real.key_id)).master == real.master
+    assert store.gets == [(f"keys/{real.key_id}", 0, KEY_FILE_MAX_BYTES + 1)]
+
+
+def test_key_files_are_read_size_capped(derives: list[tuple[int, int, int]]) -> None:
+    store = Recording()
+    real = init_encryption(store, "pw", n=CHEAP)
+    store.put("keys/0000", b"{" + b" " * (1 << 20))
+    store.put("keys/0001", b"")
+    store.gets.clear()
+    derives.clear()
+    assert unlock(store, "pw").master == real.master
+    # The LIST said too big (or empty): never fetched at all.
+    assert store.gets == [(f"keys/{real.key_id}", 0, KEY_FILE_MAX_BYTES + 1)]
+    assert len(derives) == 1
+    listed = dict(list_keys(store))
+    assert listed["keys/0000"] == (f"refusing key file memory://keys/0000: more than "
+                                   f"{KEY_FILE_MAX_BYTES} bytes (a key file holds ~400)")
+    assert listed["keys/0001"] == "memory://keys/0001: unreadable key file (empty)"
+    # An object that grew after the LIST: one capped GET tells, nothing more is read.
+    store.gets.clear()
+    with pytest.raises(BadPassphrase, match=r"refusing key file memory://keys/0000: more than"):
+        unlock(store, "pw", [ObjectInfo("keys/0000", 400)])
+    assert store.gets == [("keys/0000", 0, KEY_FILE_MAX_BYTES + 1)]
+    with pytest.raises(BadPassphrase, match=r"keys/gone: removed while it was being read"):
+        unlock(store, "pw", [ObjectInfo("keys/gone", 400)])
+
+
+def test_a_writer_tries_its_key_first_and_never_switches_master(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        derives: list[tuple[int, int, int]]) -> None:
+    s = make_settings(tmp_path)
+    store = open_store(s.store)
+    real = init_encryption(store, "pw", n=CHEAP)
+    monkeypatch.setenv("SYNCD_PASSPHRASE", "pw")
+    engine = Engine(s)
+    engine.close()
+    assert remembered_key(s.state_file) == KeyHint(real.key_id, real.fingerprint)
+    # Someone who knows the passphrase plants another master key, first in key order.
+    rival = Crypto(new_master())
+    store.put("keys/0000", wrap(rival, "pw", "0000", "keys/0000", n=CHEAP))
+    derives.clear()
+    engine = Engine(s)
+    try:
+        assert engine.crypto is not None and engine.crypto.fingerprint == real.fingerprint
+    finally:
+        engine.close()
+    assert len(derives) == 1
+    # Readers with this machine's state use the same hint.
+    derives.clear()
+    _, crypto = store_and_key(s)
+    assert crypto is not None and crypto.fingerprint == real.fingerprint and len(derives) == 1
+    # Only the rival is left: the writer refuses it rather than switching.
+    store.delete_many([f"keys/{real.key_id}"])
+    with pytest.raises(CryptoError, match=rf"encrypted with key {real.fingerprint}, but the "
+                                          rf"store now holds key {rival.fingerprint}"):
+        Engine(s)
+    state = State(s.state_file, readonly=True)
+    try:
+        assert state.meta("key_fingerprint") == real.fingerprint
+        assert state.meta("key_id") == real.key_id
+    finally:
+        state.close()
+
+
+def test_no_state_gives_no_hint(tmp_path: Path) -> None:
+    assert remembered_key(tmp_path / "missing.sqlite") is None
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"not a database" * 100)
+    assert remembered_key(bad) is None
