@@ -134,14 +134,15 @@ def load_backup(store: Store, machine: str, at: float | None = None,
     their groups of the snapshot are read. ``seen``: what this host saw of the store
     before; a backup that ends before that is reported (lost segments, a rollback).
     """
+    errors = []
     try:
         info = machine_info(store, machine, crypto)
     except (StoreError, CryptoError) as e:
+        if crypto is None and isinstance(e, CryptoError):
+            raise  # a sealed store read without its key: nothing in it can be read
         # Its home is unknown (no home rule when remapping); the data may still restore.
         info = {"machine": machine}
-        errors = [str(e)]
-    else:
-        errors = []
+        errors.append(str(e))
     b = Backup(machine, info, errors=errors)
     snaps = current(list_snapshots(store, machine))
     newest = newest_manifest(store, machine, crypto, b.errors) if snaps else None

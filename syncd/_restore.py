@@ -165,6 +165,12 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
             raise RestoreError(f"{opts.target}: cannot create: {e.strerror}") from e
         if not os.access(opts.target, os.W_OK | os.X_OK):
             raise RestoreError(f"{opts.target}: not writable")
+        # Sizes are what the backup claims: a disk that cannot hold them is said at once.
+        need = sum(f.size for f in files.values())
+        fs = os.statvfs(opts.target)
+        if need > fs.f_bavail * fs.f_frsize:
+            raise RestoreError(f"{opts.target}: the restore needs {need / 1e6:.1f} MB, the "
+                               f"filesystem has {fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free")
     staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
                                     dir=None if opts.dry_run else opts.target))
     installer = Installer()
@@ -533,8 +539,11 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     mtime_ns = _sane_mtime(f, report)
     transform = (_remapped(f.path) and not remap.identity) or (
         f.path == b"history.jsonl" and history_sids is not None)
-    if st is None and not transform:
-        # The common case, streamed: nothing local, nothing to rewrite.
+    if st is None:
+        # The common case, streamed: nothing local; rewritten a chunk of lines at a time
+        # (a file's size never decides memory).
+        if transform:
+            staged, size = _rewrite(staged, f, remap, history_sids)
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
             _make_parents(opts.target, rel)
@@ -581,6 +590,51 @@ def _sane_mtime(f: Entry, report: RestoreReport) -> int:
     report.notes.append(f"{os.fsdecode(f.path)}: impossible mtime {f.mtime_ns} ns in the "
                         "backup; restored with the time of the restore")
     return now
+
+
+# Lines are rewritten CHUNK bytes at a time; a line longer than LINE_MAX is copied as it
+# is (remapping it in pieces could cut a protected thinking block).
+CHUNK = 8 << 20
+LINE_MAX = 64 << 20
+
+
+def _rewrite(staged: Path, f: Entry, remap: Remapper,
+             history_sids: set[str] | None) -> tuple[Path, int]:
+    """``staged`` remapped (and a history filtered) into a new staged file; its size."""
+    history = f.path == b"history.jsonl" and history_sids is not None
+    out_path = staged.with_name(staged.name + ".out")
+    size = 0
+    with open(staged, "rb") as src, open(out_path, "wb") as out:
+        os.fchmod(out.fileno(), 0o600)
+        carry, untouched = b"", False
+        while chunk := src.read(CHUNK):
+            if history and f.sparse:
+                chunk = chunk.replace(b"\0", b"")  # holes: other sessions' lines
+            buf = carry + chunk
+            if untouched:  # the rest of an overlong line, up to its end
+                end = buf.find(b"\n") + 1
+                text, carry = (buf, b"") if end == 0 else (buf[:end], buf[end:])
+                untouched = end == 0
+            else:
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0 and len(buf) > LINE_MAX:
+                    text, carry, untouched = buf, b"", True
+                else:
+                    text, carry = _lines_out(buf[:cut], remap, history_sids if history
+                                             else None), buf[cut:]
+            out.write(text)
+            size += len(text)
+        if carry:  # a last line without its newline
+            text = carry if untouched else _lines_out(carry, remap, history_sids if history
+                                                      else None)
+            out.write(text)
+            size += len(text)
+    staged.unlink()
+    return out_path, size
+
+
+def _lines_out(text: bytes, remap: Remapper, sids: set[str] | None) -> bytes:
+    return remap.lines(text if sids is None else _filter_history(text, sids))
 
 
 def _changed(dest: bytes, before: os.stat_result) -> bool:

@@ -83,3 +83,26 @@ def test_symlinked_parent_in_target_is_refused(tmp_path: Path) -> None:
     r = restore_tree(store, "m1", tmp_path / "out")
     assert r.written == [] and "not a directory" in r.errors[0]
     assert list(outside.iterdir()) == []
+
+
+def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from syncd import _restore
+    from syncd._remap import Remapper, Rule
+    from syncd._snapshot import Entry
+
+    monkeypatch.setattr(_restore, "CHUNK", 64)
+    monkeypatch.setattr(_restore, "LINE_MAX", 100)
+    remap = Remapper([Rule("/home/a", "/home/b")])
+    short = [b'{"cwd":"/home/a/p%d"}\n' % i for i in range(20)]
+    long = b'{"cwd":"/home/a/x","t":"' + b"y" * 300 + b'"}\n'
+    data = b"".join(short[:10]) + long + b"".join(short[10:]) + b'{"cwd":"/home/a/end"}'
+    staged = tmp_path / "f"
+    staged.write_bytes(data)
+    out, size = _restore._rewrite(staged, Entry(b"projects/p/x.jsonl", 1, len(data)), remap,
+                                  None)
+    got = out.read_bytes()
+    assert size == len(got) and not staged.exists()
+    assert got == data.replace(b"/home/a/p", b"/home/b/p").replace(b"/home/a/end",
+                                                                   b"/home/b/end")
+    assert long in got  # longer than LINE_MAX: copied untouched, never cut in pieces
