@@ -181,5 +181,5 @@ def test_restore_never_writes_a_never_list_file(tmp_path: Path) -> None:
     store.put(segment_key("m1", 0), w.finish())
     report = restore_tree(store, "m1", tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["history.jsonl"]
-    skipped = {a.path for a in report.actions if a.action == "skip"}
+    skipped = {a.path for a in report.actions if a.action == "refuse"}
     assert skipped == {".credentials.json", "statsig/x"}
