@@ -489,15 +489,19 @@ def every_bomb(c: Craft) -> dict[str, Machine]:
 # the old mm's high-water mark over execve; posix_spawn shares the parent's mm until
 # then), so the command is started from this small launcher instead.
 LAUNCHER = r"""
-import os, resource, sys
-limit, report, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+import os, resource, signal, sys
+limit, timeout, report, argv = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
 if limit:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 pid = os.posix_spawn(argv[0], argv, os.environ)
+signal.signal(signal.SIGALRM, lambda *_: os.kill(pid, signal.SIGKILL))
+signal.setitimer(signal.ITIMER_REAL, timeout)
 _, status, ru = os.wait4(pid, 0)
 with open(report, "w") as f:
     f.write(f"{os.waitstatus_to_exitcode(status)} {ru.ru_maxrss * 1024}")
 """
+# Exit code of a command the launcher killed at its timeout.
+KILLED = -9
 
 
 @dataclass
@@ -524,13 +528,15 @@ class Result:
 
 def run_syncd(args: Iterable[str], env: Mapping[str, str], *, limit: int = AS_LIMIT,
               timeout: float = 120.0, cwd: Path | None = None) -> Result:
-    """``python -m syncd ARGS`` with ``env``; exit code, output and peak RSS."""
+    """``python -m syncd ARGS`` with ``env``; exit code, output and peak RSS. A command
+    still running after ``timeout`` seconds is killed (exit code ``KILLED``)."""
     args = tuple(args)
     with tempfile.NamedTemporaryFile("r", prefix="syncd-rss-", suffix=".txt") as rep:
-        p = subprocess.run([sys.executable, "-I", "-S", "-c", LAUNCHER, str(limit), rep.name,
-                            sys.executable, "-m", "syncd", *args],
-                           env=dict(env), capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, cwd=cwd, check=False)
+        p = subprocess.run([sys.executable, "-I", "-S", "-c", LAUNCHER, str(limit),
+                            str(timeout), rep.name, sys.executable, "-m", "syncd", *args],
+                           env=dict(env), capture_output=True, text=True,
+                           timeout=timeout + 60, stdin=subprocess.DEVNULL, cwd=cwd,
+                           check=False)
         words = Path(rep.name).read_text().split()
     if p.returncode != 0 or len(words) != 2:
         raise RuntimeError(f"launcher failed ({p.returncode}): {p.stderr[-2000:]}")

@@ -37,6 +37,7 @@ from tests.hostile import (
     CHEAP,
     GB,
     HERE,
+    KILLED,
     MACHINE_JSON_BOMBS,
     MB,
     PASSPHRASE,
@@ -533,6 +534,23 @@ def test_huge_machine_json(world: World, clean: Callable[[str, bool], Result],
     bomb = good_machine(world.craft, "mid")
     key = machine_json_bomb(world.craft, "mid", kind)
     _reads_go_on(world, key, clean, good, bomb)
+
+
+def test_machine_json_that_is_a_fifo(world: World,
+                                     clean: Callable[[str, bool], Result]) -> None:
+    """A ``file://`` store in a shared directory: machine.json is a named pipe nobody
+    writes (opening it for reading blocks until someone does)."""
+    good = world.good("alpha", "zulu")
+    good_machine(world.craft, "mid")
+    key = layout.machine_key("mid")
+    world.craft.delete(key)
+    os.mkfifo(world.craft.path(key))
+    r = run_syncd(("machines",), world.env(), timeout=20)
+    assert r.rc != KILLED, f"still blocked after 20 s\n{r.describe()}"
+    sane(r)
+    bounded(r, clean("machines", False))
+    one_line(r, key)
+    machines_listed(r, *good)
 
 
 def test_huge_dictionary(world: World, clean: Callable[[str, bool], Result]) -> None:
