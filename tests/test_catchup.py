@@ -179,7 +179,7 @@ def test_a_stop_reaches_the_child_without_waiting_for_a_poll(
 
         wait_for(found, what="the catch-up child")
         assert child is not None
-        os.kill(child, signal.SIGSTOP)
+        _freeze(child)
         stop.set()
         wakeup.set()
         wait_for(lambda: _sigterm_pending(child), what="SIGTERM passed to the child")
@@ -208,6 +208,22 @@ def _catchup_child(parent: int) -> int | None:
         if int(stat[1]) == parent and b"spawn_main" in cmdline:
             return int(name)
     return None
+
+
+def _freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped: a thread still on its
+    way to the stop could take a signal sent meanwhile, which would then never show as
+    pending."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that just ended
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        return bool(states) and all(s == "T" for s in states)
+
+    wait_for(stopped, what=f"process {pid} stopped")
 
 
 def _sigterm_pending(pid: int) -> bool:
@@ -252,7 +268,7 @@ def test_sigterm_during_the_catch_up_exits_0_and_loses_nothing(tmp_path: Path) -
         assert child is not None
         wait_for(lambda: _committed(s) >= 1, what="the child's first segment")
         # Hold the child where it is until the daemon has passed our SIGTERM on to it.
-        os.kill(child, signal.SIGSTOP)
+        _freeze(child)
         held = _committed(s)
         p.send_signal(signal.SIGTERM)
         wait_for(lambda: _sigterm_pending(child), what="SIGTERM passed to the child")
