@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,21 +140,40 @@ class _StopAtSecondFile:
             self.stop.set()
 
 
-def test_sync_once_stops_at_a_segment_boundary(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["between files", "after a committed segment"])
+def test_sync_once_stops_at_a_segment_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               when: str) -> None:
     # The catch-up child's body: the stop its SIGTERM sets ends the pass after the
     # segment in flight, which is committed; the rest waits for the next run.
     s = settings(tmp_path, segment_max_bytes=1 << 20)
-    rels = [f"file-history/s/{i}" for i in range(4)]
+    rels = [f"file-history/s/{i}" for i in range(3)]  # one segment each
     for rel in rels:
         write(s.source, rel, os.urandom(700_000))
     stop = threading.Event()
+    meter = None
+    if when == "between files":
+        meter = _StopAtSecondFile(stop)  # set before the third file is looked at
+        expect = [700_000, -1, -1]
+    else:
+        # Set when segment 0 is committed: that is in the middle of the third file's
+        # staging, after it was found not to fit, right before segment 1 is uploaded.
+        commit = State.commit
+
+        def commit_then_stop(self: State, seq: int, *args: Any, **kw: Any) -> None:
+            commit(self, seq, *args, **kw)
+            if seq == 0:
+                stop.set()
+
+        monkeypatch.setattr(State, "commit", commit_then_stop)
+        expect = [700_000, 700_000, -1]
     with pytest.raises(SyncStopped):
-        sync_once(s, _StopAtSecondFile(stop), stop=stop)
-    assert _committed(s) == 1
-    assert [shipped(s, rel) for rel in rels] == [700_000, -1, -1, -1]
+        sync_once(s, meter, stop=stop)
+    monkeypatch.undo()
+    assert [shipped(s, rel) for rel in rels] == expect
+    assert _committed(s) == sum(n > 0 for n in expect)  # nothing shipped twice
     # It stopped cleanly: its lease is released, not left to expire.
     assert not (tmp_path / "store" / "machines" / "m1" / "lease.json").exists()
-    assert len(sync_once(s).segments) == 3
+    assert len(sync_once(s).segments) == expect.count(-1)
     out = tmp_path / "out"
     restore_tree(open_store(s.store), "m1", out)
     assert tree_bytes(out) == tree_bytes(s.source)
