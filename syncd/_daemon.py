@@ -160,6 +160,8 @@ class Engine:
     def flush(self, paths: set[bytes]) -> FlushResult:
         try:
             result = ship_with_restart(self.shipper, paths)  # connects before its first PUT
+        except InterruptedError:
+            raise  # a stop (an OSError too), not an error
         except (StoreError, OSError, RuntimeError, LeaseError, CryptoError) as e:
             record_error(self.state, str(e))
             raise

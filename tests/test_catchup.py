@@ -171,6 +171,7 @@ def test_sync_once_stops_at_a_segment_boundary(tmp_path: Path, monkeypatch: pyte
     monkeypatch.undo()
     assert [shipped(s, rel) for rel in rels] == expect
     assert _committed(s) == sum(n > 0 for n in expect)  # nothing shipped twice
+    assert _last_error(s) is None  # a stop is not an error (`syncd status` counts those)
     # It stopped cleanly: its lease is released, not left to expire.
     assert not (tmp_path / "store" / "machines" / "m1" / "lease.json").exists()
     assert len(sync_once(s).segments) == expect.count(-1)
@@ -316,6 +317,14 @@ def test_sigterm_during_the_catch_up_exits_0_and_loses_nothing(tmp_path: Path) -
     out = tmp_path / "out"
     restore_tree(open_store(s.store), "m1", out)
     assert tree_bytes(out) == tree_bytes(s.source)
+
+
+def _last_error(s: Settings) -> str | None:
+    st = State(s.state_file, readonly=True)
+    try:
+        return st.meta("last_error")
+    finally:
+        st.close()
 
 
 def _rels(s: Settings) -> list[str]:
