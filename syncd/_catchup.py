@@ -19,18 +19,18 @@ import multiprocessing
 import os
 import resource
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from types import FrameType
+from multiprocessing.connection import Connection, wait
 from typing import Literal
 
 from ._claude import Selection
 from ._config import Settings
-from ._daemon import sync_once
+from ._daemon import SyncStopped, sync_once
 from ._lock import Locked, ProcessLock
 from ._logging import setup as setup_logging
 from ._redact import redact
@@ -45,10 +45,12 @@ log = logging.getLogger("syncd.catchup")
 # seed of a real ~/.claude (thousands of files) is well above it.
 MIN_FILES = 1000
 MIN_BYTES = 32 << 20
-# SIGTERM to a child lets it close its state and release its lease; one still running
-# this long after is killed (safe: state advances only after a segment PUT is confirmed).
+# SIGTERM to a child makes it finish the segment in flight, close its state and release
+# its lease; one still running this long after is killed (safe: state advances only after
+# a segment PUT is confirmed).
 TERM_GRACE = 10.0
-# How often the parent looks at ``stop`` and calls ``on_wait`` while the child works.
+# How often the parent calls ``on_wait`` while the child works (and looks at ``stop``,
+# when no ``Wakeup`` tells it at once).
 POLL = 1.0
 
 Outcome = Literal["skipped", "done", "failed", "stopped"]
@@ -62,15 +64,38 @@ class _Report:
     peak_rss: int  # bytes
     result: FlushResult | None = None
     error: str = ""
+    stopped: bool = False  # by a signal, at a segment boundary
+
+
+class Wakeup:
+    """Ends the catch-up's wait for its child at once. ``set`` may be called from a signal
+    handler or any thread: one send on a socket pair, no lock to deadlock on."""
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._w.setblocking(False)
+
+    def set(self) -> None:
+        with contextlib.suppress(OSError):  # already full of wake-ups, or closed
+            self._w.send(b"\0")
+
+    def fileno(self) -> int:
+        return self._r.fileno()
+
+    def close(self) -> None:
+        self._w.close()
+        self._r.close()
 
 
 def catch_up(settings: Settings, stop: threading.Event, *, takeover: bool,
-             on_wait: Callable[[], None]) -> Outcome:
+             on_wait: Callable[[], None], wakeup: Wakeup | None = None) -> Outcome:
     """Ship a big start-up backlog in a child process; never raises for the child's sake.
 
     Call it before the daemon takes the state's lock and the store's lease: the child
     needs both. ``on_wait`` is called about every second while the child works (the
-    watchdog); when ``stop`` is set the child is stopped and "stopped" returned.
+    watchdog); when ``stop`` is set the child is stopped at its next segment boundary and
+    "stopped" returned. Whoever sets ``stop`` should also set ``wakeup``: the stop then
+    reaches the child at once, not at the next ``POLL``.
     """
     if not settings.catchup_child or stop.is_set():
         return "skipped"
@@ -86,7 +111,13 @@ def catch_up(settings: Settings, stop: threading.Event, *, takeover: bool,
     log.info("start-up catch-up: %d files, %s pending: shipping them in a child process",
              len(found.dirty), _mb(found.pending_bytes))
     del found
-    return _run_child(settings, stop, takeover, on_wait)
+    if wakeup is not None:
+        return _run_child(settings, stop, takeover, on_wait, wakeup)
+    own = Wakeup()  # nobody sets it: the stop is seen at the next POLL
+    try:
+        return _run_child(settings, stop, takeover, on_wait, own)
+    finally:
+        own.close()
 
 
 def backlog(settings: Settings) -> ScanResult:
@@ -106,7 +137,7 @@ def backlog(settings: Settings) -> ScanResult:
 
 
 def _run_child(settings: Settings, stop: threading.Event, takeover: bool,
-               on_wait: Callable[[], None]) -> Outcome:
+               on_wait: Callable[[], None], wakeup: Wakeup) -> Outcome:
     # spawn, not fork: a fresh interpreter owes nothing to our heap, and cannot inherit a
     # lock that another thread (an embedder's) held at the fork.
     ctx = multiprocessing.get_context("spawn")
@@ -124,20 +155,7 @@ def _run_child(settings: Settings, stop: threading.Event, takeover: bool,
             return "failed"
         finally:
             sender.close()  # the child's end: a child that dies leaves EOF, not a hang
-        stopped = False
-        try:
-            while proc.exitcode is None:
-                proc.join(POLL)
-                if proc.exitcode is not None:
-                    break
-                if stop.is_set():
-                    _terminate(proc)
-                    stopped = True
-                else:
-                    on_wait()
-        finally:
-            if proc.exitcode is None:  # on_wait raised
-                _terminate(proc)
+        stopped = _wait(proc, stop, on_wait, wakeup)
         report = _receive(receiver)
     finally:
         receiver.close()
@@ -156,6 +174,8 @@ def _run_child(settings: Settings, stop: threading.Event, takeover: bool,
         return "done"
     if report is not None and report.error:
         reason = report.error
+    elif report is not None and report.stopped:
+        reason = "it was stopped by a signal"  # not ours: we are not stopping
     elif code is not None and code < 0:
         reason = f"killed by signal {-code}"
     else:
@@ -163,6 +183,35 @@ def _run_child(settings: Settings, stop: threading.Event, takeover: bool,
     log.warning("start-up catch-up in a child process failed (%s); shipping in this process "
                 "instead", reason)
     return "failed"
+
+
+def _wait(proc: multiprocessing.process.BaseProcess, stop: threading.Event,
+          on_wait: Callable[[], None], wakeup: Wakeup) -> bool:
+    """Wait for the child to exit, feeding ``on_wait``; pass ``stop`` on to it as soon as
+    ``wakeup`` says so (SIGTERM: it finishes the segment in flight and exits), and kill it
+    if it is still running ``TERM_GRACE`` later. True when it was stopped."""
+    sentinel = proc.sentinel
+    kill_at: float | None = None  # set once the stop is passed on
+    try:
+        while True:
+            if kill_at is None:
+                wait([sentinel, wakeup.fileno()], POLL)
+            else:
+                # The wake-up stays readable: from here on only the child's exit counts.
+                wait([sentinel], min(POLL, max(0.0, kill_at - time.monotonic())))
+            if proc.exitcode is not None:
+                return kill_at is not None
+            if kill_at is None and stop.is_set():
+                proc.terminate()
+                kill_at = time.monotonic() + TERM_GRACE
+            elif kill_at is not None and time.monotonic() >= kill_at:
+                proc.kill()
+                proc.join()
+                return True
+            on_wait()
+    finally:
+        if proc.exitcode is None:  # on_wait raised
+            _terminate(proc)
 
 
 def _terminate(proc: multiprocessing.process.BaseProcess) -> None:
@@ -202,23 +251,41 @@ def _mb(n: int) -> str:
 
 def _child(settings: Settings, takeover: bool, level: int, parent: int,
            conn: Connection) -> None:
-    """The child's body: ship everything pending, send a ``_Report``, exit 0 (or 1)."""
+    """The child's body: ship everything pending, send a ``_Report``, exit 0 (or 1).
+
+    SIGTERM and SIGINT stop it the way they stop the daemon: the shipper sees the stop
+    between files and after each committed segment, its upload in flight is committed,
+    the state closed and the lease released; what was not shipped waits for the next
+    start."""
     setup_logging(level)
-    # Stopping: raise out of wherever the flush is, so sync_once closes the state and
-    # releases the lease; the store keeps only what was confirmed, and state says so.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_on_signal)
+    stopping = _stop_on_signals()
     _die_with(parent)
     try:
-        result = sync_once(settings, takeover=takeover)
+        result = sync_once(settings, takeover=takeover, stop=stopping)
+    except SyncStopped:
+        conn.send(_Report(os.getpid(), _peak_rss(), stopped=True))
+        return
     except Exception as e:
         conn.send(_Report(os.getpid(), _peak_rss(), error=redact(str(e))[:500]))
         sys.exit(1)
     conn.send(_Report(os.getpid(), _peak_rss(), result))
 
 
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+def _stop_on_signals() -> threading.Event:
+    """An Event set by SIGTERM or SIGINT. The signals are blocked in every thread (those
+    started later inherit the mask) and taken by one thread in ``sigwait``: a Python
+    handler would run in the main thread between any two bytecodes, where setting an
+    Event can deadlock on the lock that thread may be holding (a retry's ``stop.wait``)."""
+    stopping = threading.Event()
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+
+    def take() -> None:
+        signal.sigwait(sigs)
+        stopping.set()
+
+    threading.Thread(target=take, name="syncd-signals", daemon=True).start()
+    return stopping
 
 
 def _die_with(parent: int) -> None:

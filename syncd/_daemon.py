@@ -40,6 +40,11 @@ class SyncError(Exception):
     """Not everything could be made durable; the message says what and why."""
 
 
+class SyncStopped(SyncError):
+    """``sync_once`` was stopped (its ``stop`` was set) at a segment boundary: what was
+    committed stays, the rest waits for the next run."""
+
+
 @dataclass
 class _Dirty:
     """Paths awaiting a flush, with the times that decide when it happens."""
@@ -165,6 +170,8 @@ class Engine:
     def flush(self, paths: set[bytes]) -> FlushResult:
         try:
             result = ship_with_restart(self.shipper, paths)  # connects before its first PUT
+        except InterruptedError:
+            raise  # a stop (an OSError too), not an error
         except (StoreError, OSError, RuntimeError, LeaseError, CryptoError) as e:
             record_error(self.state, str(e))
             raise
@@ -199,6 +206,7 @@ class Daemon:
         self._failing: str | None = None
         self.stop = threading.Event()
         self.wake = threading.Event()
+        self._stop_hook: Callable[[], None] | None = None  # the catch-up's wake-up
         self._lock = threading.Lock()
         self._dirty = _Dirty()
         self._scan_due = True
@@ -235,6 +243,9 @@ class Daemon:
         self.notify.stopping()
         self.stop.set()
         self.wake.set()
+        hook = self._stop_hook
+        if hook is not None:
+            hook()
 
     def _on_lease_lost(self, message: str) -> None:
         """From the lease thread: another writer took over. Stop; ``run`` raises."""
@@ -273,11 +284,18 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.request_stop)
             signal.signal(signal.SIGHUP, self.request_reload)
-        from ._catchup import catch_up
+        from ._catchup import Wakeup, catch_up
 
-        # Before the Engine: the child takes the state's lock and the lease itself.
-        catch_up(self.settings, self.stop, takeover=self.takeover,
-                 on_wait=lambda: self._on_progress(0))
+        # Before the Engine: the child takes the state's lock and the lease itself. A stop
+        # wakes its wait at once, so the child is told without waiting for a poll.
+        wakeup = Wakeup()
+        self._stop_hook = wakeup.set
+        try:
+            catch_up(self.settings, self.stop, takeover=self.takeover,
+                     on_wait=lambda: self._on_progress(0), wakeup=wakeup)
+        finally:
+            self._stop_hook = None
+            wakeup.close()
         if self.stop.is_set():
             self.notify.close()
             log.info("syncd stopped")
@@ -514,17 +532,19 @@ def _release_memory() -> None:
 
 
 def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bool = False,
-              prompt: bool = False) -> FlushResult:
+              prompt: bool = False, stop: threading.Event | None = None) -> FlushResult:
     """Scan, ship everything pending, return when it is durable; raise SyncError otherwise.
 
     ``progress`` is told the bytes to read, then every frame read (a first seed's bar).
     The machine's lease is held for the duration (``takeover``: from a dead holder).
+    ``stop``, once set, ends the pass at the next segment boundary (the segment in flight
+    is committed) with ``SyncStopped``.
     """
     # The store is connected to before the first upload, so the seed reads and compresses
     # while the S3 client is built; but a passphrase prompt comes first, not mid-progress.
     may_prompt = prompt and sys.stdin.isatty() and not passphrase_configured(
         settings.passphrase_file)
-    engine = Engine(settings, progress=progress.advance if progress is not None else None,
+    engine = Engine(settings, stop, progress=progress.advance if progress is not None else None,
                     takeover=takeover, prompt=prompt, connect=may_prompt)
     try:
         found = scan(engine.root, engine.selection, engine.state)
@@ -533,7 +553,13 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
         total = FlushResult()
         pending = found.dirty
         for _ in range(5):
-            result = engine.flush(pending)
+            try:
+                result = engine.flush(pending)
+            except InterruptedError:
+                if not engine.stop.is_set():
+                    raise
+                raise SyncStopped("stopped: what was not shipped waits for the next run") \
+                    from None
             total.segments += result.segments
             total.raw_bytes += result.raw_bytes
             total.stored_bytes += result.stored_bytes

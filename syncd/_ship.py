@@ -433,6 +433,8 @@ class Shipper:
             return batch
         try:
             return self._stage_open(rel, fd, prev, batch, result)
+        except InterruptedError:
+            raise  # a stop (an OSError too), not a read error
         except OSError as e:
             result.problems[rel] = f"{text}: {e.strerror}"
             log.error("cannot read %s: %s", text, e.strerror)

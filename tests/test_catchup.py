@@ -12,12 +12,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from syncd import _catchup
 from syncd._catchup import catch_up
 from syncd._config import Settings
+from syncd._daemon import SyncStopped, sync_once
 from syncd._lock import ProcessLock
 from syncd._restore import restore_tree
 from syncd._state import State
@@ -119,6 +121,99 @@ def test_no_child_while_another_process_holds_the_state(tmp_path: Path,
     assert _catchup.backlog(s).pending_bytes > 0  # nothing was shipped
 
 
+# -- stopping ---------------------------------------------------------------------------
+
+class _StopAtSecondFile:
+    """A progress meter that sets ``stop`` while the second file is read: by then the
+    first file's segment is uploading (the second does not fit in it)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.frames = 0
+
+    def start(self, total: int) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        self.frames += 1
+        if self.frames == 2:
+            self.stop.set()
+
+
+@pytest.mark.parametrize("when", ["between files", "after a committed segment"])
+def test_sync_once_stops_at_a_segment_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               when: str) -> None:
+    # The catch-up child's body: the stop its SIGTERM sets ends the pass after the
+    # segment in flight, which is committed; the rest waits for the next run.
+    s = settings(tmp_path, segment_max_bytes=1 << 20)
+    rels = [f"file-history/s/{i}" for i in range(3)]  # one segment each
+    for rel in rels:
+        write(s.source, rel, os.urandom(700_000))
+    stop = threading.Event()
+    meter = None
+    if when == "between files":
+        meter = _StopAtSecondFile(stop)  # set before the third file is looked at
+        expect = [700_000, -1, -1]
+    else:
+        # Set when segment 0 is committed: that is in the middle of the third file's
+        # staging, after it was found not to fit, right before segment 1 is uploaded.
+        commit = State.commit
+
+        def commit_then_stop(self: State, seq: int, *args: Any, **kw: Any) -> None:
+            commit(self, seq, *args, **kw)
+            if seq == 0:
+                stop.set()
+
+        monkeypatch.setattr(State, "commit", commit_then_stop)
+        expect = [700_000, 700_000, -1]
+    with pytest.raises(SyncStopped):
+        sync_once(s, meter, stop=stop)
+    monkeypatch.undo()
+    assert [shipped(s, rel) for rel in rels] == expect
+    assert _committed(s) == sum(n > 0 for n in expect)  # nothing shipped twice
+    assert _last_error(s) is None  # a stop is not an error (`syncd status` counts those)
+    # It stopped cleanly: its lease is released, not left to expire.
+    assert not (tmp_path / "store" / "machines" / "m1" / "lease.json").exists()
+    assert len(sync_once(s).segments) == expect.count(-1)
+    out = tmp_path / "out"
+    restore_tree(open_store(s.store), "m1", out)
+    assert tree_bytes(out) == tree_bytes(s.source)
+
+
+def test_a_stop_reaches_the_child_without_waiting_for_a_poll(
+        tmp_path: Path, low_threshold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A poll that never comes in this test: only the wake-up can pass the stop on.
+    monkeypatch.setattr(_catchup, "POLL", 3600.0)
+    s = settings(tmp_path)
+    tree(s, 60)
+    stop, wakeup = threading.Event(), _catchup.Wakeup()
+    outcome: list[str] = []
+    t = threading.Thread(target=lambda: outcome.append(
+        catch_up(s, stop, takeover=False, on_wait=lambda: None, wakeup=wakeup)))
+    t.start()
+    child = None
+    try:
+        def found() -> bool:
+            nonlocal child
+            child = _catchup_child(os.getpid())
+            return child is not None
+
+        wait_for(found, what="the catch-up child")
+        assert child is not None
+        _freeze(child)
+        stop.set()
+        wakeup.set()
+        wait_for(lambda: _sigterm_pending(child), what="SIGTERM passed to the child")
+    finally:
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGCONT)
+        t.join(60)
+        wakeup.close()
+    assert not t.is_alive() and outcome == ["stopped"]
+    assert not (tmp_path / "store" / "machines" / "m1" / "lease.json").exists()
+
+
 # -- the CLI: SIGTERM while the child ships ---------------------------------------------
 
 def _catchup_child(parent: int) -> int | None:
@@ -134,6 +229,22 @@ def _catchup_child(parent: int) -> int | None:
         if int(stat[1]) == parent and b"spawn_main" in cmdline:
             return int(name)
     return None
+
+
+def _freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped: a thread still on its
+    way to the stop could take a signal sent meanwhile, which would then never show as
+    pending."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that just ended
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        return bool(states) and all(s == "T" for s in states)
+
+    wait_for(stopped, what=f"process {pid} stopped")
 
 
 def _sigterm_pending(pid: int) -> bool:
@@ -178,7 +289,8 @@ def test_sigterm_during_the_catch_up_exits_0_and_loses_nothing(tmp_path: Path) -
         assert child is not None
         wait_for(lambda: _committed(s) >= 1, what="the child's first segment")
         # Hold the child where it is until the daemon has passed our SIGTERM on to it.
-        os.kill(child, signal.SIGSTOP)
+        _freeze(child)
+        held = _committed(s)
         p.send_signal(signal.SIGTERM)
         wait_for(lambda: _sigterm_pending(child), what="SIGTERM passed to the child")
         os.kill(child, signal.SIGCONT)
@@ -192,7 +304,10 @@ def test_sigterm_during_the_catch_up_exits_0_and_loses_nothing(tmp_path: Path) -
             p.wait()
     text = err.read_text()
     assert "start-up catch-up stopped" in text and "Traceback" not in text, text
+    assert "shipping in this process" not in text, text
     assert not Path(f"/proc/{child}").exists()
+    # At a segment boundary: the upload in flight and the segment being read, no more.
+    assert _committed(s) <= held + 2
     assert 0 < sum(shipped(s, rel) > 0 for rel in _rels(s)) < n  # stopped half-way
     # It stopped cleanly: its lease is released, not left to expire.
     assert not (tmp_path / "store" / "machines" / "m1" / "lease.json").exists()
@@ -202,6 +317,14 @@ def test_sigterm_during_the_catch_up_exits_0_and_loses_nothing(tmp_path: Path) -
     out = tmp_path / "out"
     restore_tree(open_store(s.store), "m1", out)
     assert tree_bytes(out) == tree_bytes(s.source)
+
+
+def _last_error(s: Settings) -> str | None:
+    st = State(s.state_file, readonly=True)
+    try:
+        return st.meta("last_error")
+    finally:
+        st.close()
 
 
 def _rels(s: Settings) -> list[str]:

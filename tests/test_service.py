@@ -7,6 +7,7 @@ service manager does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -31,6 +32,7 @@ from syncd._daemon import Daemon
 from syncd._metrics import METRICS
 from syncd._state import State
 from tests.helpers import tree_bytes, wait_for, write
+from tests.test_catchup import _catchup_child, _freeze, _sigterm_pending
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "systemd" / "syncd.service"
@@ -309,13 +311,29 @@ def test_sighup_reloads_flush_timings_without_restart(tmp_path: Path,
 
 # -- graceful stop ---------------------------------------------------------------------------
 
+@pytest.fixture
+def fast_store(tmp_path: Path) -> Iterator[Path]:
+    """A store directory on tmpfs where there is one: a seed goes as fast as this machine
+    can make it, which is what a stop has to keep up with."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
+    path = Path(tempfile.mkdtemp(prefix="syncd-store-", dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def test_sigterm_during_a_large_flush_exits_in_time_and_loses_nothing(
-        tmp_path: Path, notify: NotifySocket) -> None:
+        tmp_path: Path, notify: NotifySocket, fast_store: Path) -> None:
     src = tmp_path / "src"
     for i in range(64):
         write(src, f"file-history/big/{i:03d}", os.urandom(2 << 20))
     total = sum(len(v) for v in tree_bytes(src).values())
-    env = base_env(tmp_path, SYNCD_SEGMENT_MAX_BYTES=str(1 << 20))
+    # 128 MiB pending: the start-up catch-up ships it in a child process, one 2 MiB file
+    # per segment, and the stop must reach that child.
+    env = base_env(tmp_path, SYNCD_SEGMENT_MAX_BYTES=str(1 << 20),
+                   SYNCD_STORE=fast_store.as_uri())
 
     def next_seq() -> int:
         path = state_file(env)
@@ -328,25 +346,49 @@ def test_sigterm_during_a_large_flush_exits_in_time_and_loses_nothing(
             st.close()
 
     p = start(env, notify)
+    child = None
     try:
+        def found() -> bool:
+            nonlocal child
+            child = _catchup_child(p.pid)
+            return child is not None or p.poll() is not None
+
+        wait_for(found, timeout=60, what="the catch-up child")
+        assert child is not None, "no catch-up child"
         deadline = time.monotonic() + 60
         while next_seq() < 2 and time.monotonic() < deadline and p.poll() is None:
-            time.sleep(0.005)
-        assert next_seq() >= 2, "the seed never started"
+            time.sleep(0.002)
+        # Hold the child where it is, mid-seed, until the stop has reached it: however fast
+        # it ships, what it does after the stop is then all that is measured.
+        _freeze(child)
+        held = next_seq()
+        assert 2 <= held < 64, f"the child was not caught mid-seed (segment {held})"
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
         notify.wait_for(lambda m: m.get("STOPPING") == "1", what="STOPPING=1")
+        # Passed on at once, not at the daemon's next look at its child.
+        wait_for(lambda: _sigterm_pending(child), what="SIGTERM passed to the child")
+        os.kill(child, signal.SIGCONT)
         p.wait(timeout=seconds(unit_value("TimeoutStopSec")))
         took = time.monotonic() - t0
     finally:
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGCONT)
         err = stop(p)
     assert p.returncode == 0, err
     assert took < 30, f"stop took {took:.1f}s"
-    # It was stopped mid-seed: part shipped and committed, part left for the next run.
+    assert "start-up catch-up stopped" in err, err
+    assert not re.search(r"Traceback| (WARNING|ERROR) ", err), err
+    # Stopped at a segment boundary: the upload in flight and the segment being read were
+    # committed, no more; and the daemon did not ship the rest itself.
+    assert next_seq() <= held + 2
     st = State(state_file(env), readonly=True)
     done = sum(f.offset for f in st.files())
     st.close()
     assert 0 < done < total
+    # The child released the lease on its way out, rather than leaving it to expire.
+    assert not (fast_store / "machines" / "m1" / "lease.json").exists()
     r = syncd("sync", env=env)
     assert r.returncode == 0, r.stderr
     r = syncd("restore", "--to", str(tmp_path / "out"), env=env)
