@@ -42,7 +42,8 @@ Shell completion (add to your shell's rc file):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="syncd")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
-              help="Config file (default ~/.config/syncd/config.toml or $SYNCD_CONFIG).")
+              help="Config file (default $SYNCD_CONFIG, else ~/.config/syncd/config.toml); "
+                   "one named here or in $SYNCD_CONFIG must exist.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log more: every flush and scan (debug detail for run).")
 @click.pass_context
@@ -78,8 +79,8 @@ def run(ctx: click.Context, takeover: bool) -> None:
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     config = ctx.obj["config"]
     try:
-        Daemon(settings, reload=lambda: load_settings(config), takeover=takeover,
-               prompt=True).run()
+        Daemon(settings, reload=lambda: load_settings(config, config_required=config is not None),
+               takeover=takeover, prompt=True).run()
     except EXPECTED as e:
         fail(e)
 

@@ -4,13 +4,12 @@ one-line failures (secrets masked)."""
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
-from pydantic import ValidationError
 
 from ._archive import ScheduleError
-from ._config import Settings, load_settings
+from ._config import ConfigError, Settings, load_settings
 from ._crypto import Crypto, CryptoError
 from ._daemon import SyncError
 from ._keys import open_crypto
@@ -28,14 +27,21 @@ EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked
             CryptoError, LeaseError, ScheduleError)
 
 
+class UsageFail(click.UsageError):
+    """Bad usage or configuration: one ``syncd: …`` line, exit 2 (no usage text: the
+    line says what is wrong)."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(redact(f"syncd: {self.format_message()}"), err=True)
+
+
 def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
+    config = ctx.obj["config"]
     try:
-        return load_settings(ctx.obj["config"], **{k: v for k, v in overrides.items()
-                                                   if v is not None})
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise click.UsageError(f"configuration: {where}: {first['msg']}") from None
+        return load_settings(config, config_required=config is not None,
+                             **{k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as e:
+        raise UsageFail(str(e)) from None
 
 
 def store_of(settings: Settings) -> RetryStore:

@@ -73,7 +73,7 @@ def test_unwritable_target_is_a_clear_error(tmp_path: Path) -> None:
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(tmp_path / "home"), "SYNCD_SOURCE": str(tmp_path / "dst"),
            "SYNCD_STORE": (tmp_path / "store").as_uri(), "SYNCD_MACHINE_ID": "laptop",
-           "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_CONFIG": str(tmp_path / "no.toml")}
+           "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_CONFIG": os.devnull}
     return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
                           text=True, timeout=60)
 
