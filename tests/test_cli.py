@@ -171,13 +171,14 @@ def test_an_unreachable_store_fails_a_command_with_one_line(tmp_path: Path) -> N
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL)
             for name, args in [("sync", ["sync"]), ("machines", ["machines"]),
+                               ("check-store", ["check-store"]),
                                ("restore", ["restore", "--dry-run"]),
                                ("verbose", ["-v", "sessions"])]}
     out = {}
     for name, p in runs.items():
         stdout, stderr = p.communicate(timeout=120)
         out[name] = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
-    for name in ("sync", "machines", "restore"):
+    for name in ("sync", "machines", "check-store", "restore"):
         line = one_line(out[name], 1)
         assert "s3://bucket/p/" in line and "127.0.0.1:9" in line, line
         assert out[name].stdout == "", name
