@@ -86,10 +86,9 @@ def store_of(settings: Settings, *, create: bool = False) -> RetryStore:
         raise UsageFail(f"{e}{hint}") from None
 
 
-def store_and_key(settings: Settings, *,
-                  create: bool = False) -> tuple[RetryStore, Crypto | None]:
+def store_and_key(settings: Settings) -> tuple[RetryStore, Crypto | None]:
     """The store, unlocked when it is encrypted (prompting on a terminal); fails closed."""
-    store = store_of(settings, create=create)
+    store = store_of(settings)
     return store, open_crypto(store, settings.passphrase_file, prompt=True)
 
 
