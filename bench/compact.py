@@ -193,7 +193,7 @@ class Bench(BenchBase):
                 "SYNCD_STORE": f"s3://syncd/{prefix}",
                 "SYNCD_STATE_DIR": str(self.work / f"state-{state}"),
                 "SYNCD_MACHINE_ID": machine, "SYNCD_S3_ENDPOINT_URL": endpoint,
-                "SYNCD_CONFIG": str(self.work / "no-config.toml")}
+                "SYNCD_CONFIG": os.devnull}
 
     def main_env(self) -> dict[str, str]:
         return self.syncd_env(self.tree.root, PREFIX, MACHINE, "main")

@@ -663,7 +663,7 @@ class Bench(BenchBase):
         return {**self.base_env(), "SYNCD_SOURCE": str(source), "SYNCD_STORE": store,
                 "SYNCD_STATE_DIR": str(self.work / f"state-{name}"),
                 "SYNCD_MACHINE_ID": f"bench-{name}", "SYNCD_S3_ENDPOINT_URL": self.sw.endpoint,
-                "SYNCD_CONFIG": str(self.work / "no-config.toml")}
+                "SYNCD_CONFIG": os.devnull}
 
     def restic_env(self, bucket: str = "restic") -> dict[str, str]:
         assert self.sw is not None

@@ -335,7 +335,7 @@ class Bench(BenchBase):
                 "SYNCD_STATE_DIR": str(self.work / f"state-{name}"),
                 "SYNCD_MACHINE_ID": MACHINE if backup else "bench-restorer",
                 "SYNCD_S3_ENDPOINT_URL": self.proxy.endpoint if proxied else self.sw.endpoint,
-                "SYNCD_CONFIG": str(self.work / "no-config.toml")}
+                "SYNCD_CONFIG": os.devnull}
 
     def restic_env(self, *, proxied: bool, fresh_cache: bool = True) -> dict[str, str]:
         """A fresh cache directory by default: a new machine has none."""

@@ -137,8 +137,13 @@ class _Checker:
 
 
 def check_store(store: Store) -> list[Verdict]:
-    """Run every check; one verdict per feature."""
+    """Run every check; one verdict per feature.
+
+    ``StoreError`` when the store cannot be reached at all (nor with these credentials):
+    one read decides that before any check, which would each run into the deadline.
+    """
     c = _Checker(store)
+    store.head(c.k("obj"))
     try:
         if c.run("PUT, GET and HEAD (size, etag)", c.put_get):
             c.run("conditional create (If-None-Match: *)", c.conditional_create)

@@ -15,14 +15,15 @@ from . import __version__
 from ._cli_archive import COMMANDS as ARCHIVE_COMMANDS
 from ._cli_keys import COMMANDS as KEY_COMMANDS
 from ._cli_restore import COMMANDS
-from ._cliutil import EXPECTED, fail, settings_of
+from ._cliutil import EXPECTED, fail, interactive, settings_of
 from ._config import load_settings
 from ._daemon import Daemon, sync_once
 from ._logging import set_level
 from ._logging import setup as setup_logging
 from ._progress import meter
 from ._redact import redact
-from ._status import format_status, status
+from ._status import STORE_CHECK_TIMEOUT, format_status, status
+from .store import RetryStore, StoreError, open_store
 
 EPILOG = """\b
 Exit codes:
@@ -42,7 +43,8 @@ Shell completion (add to your shell's rc file):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="syncd")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
-              help="Config file (default ~/.config/syncd/config.toml or $SYNCD_CONFIG).")
+              help="Config file (default $SYNCD_CONFIG, else ~/.config/syncd/config.toml); "
+                   "one named here or in $SYNCD_CONFIG must exist.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log more: every flush and scan (debug detail for run).")
 @click.pass_context
@@ -55,6 +57,8 @@ def cli(ctx: click.Context, config: Path | None, verbose: bool) -> None:
     ctx.obj = {"config": config, "verbose": verbose}
     # One line per event; under systemd with <N> priority prefixes for the journal.
     setup_logging(logging.INFO if verbose else logging.WARNING)
+    if ctx.invoked_subcommand != "run":
+        RetryStore.retry_log_level = logging.INFO
 
 
 TAKEOVER = click.option(
@@ -78,8 +82,8 @@ def run(ctx: click.Context, takeover: bool) -> None:
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     config = ctx.obj["config"]
     try:
-        Daemon(settings, reload=lambda: load_settings(config), takeover=takeover,
-               prompt=True).run()
+        Daemon(settings, reload=lambda: load_settings(config, config_required=config is not None),
+               takeover=takeover, prompt=True).run()
     except EXPECTED as e:
         fail(e)
 
@@ -90,7 +94,8 @@ def run(ctx: click.Context, takeover: bool) -> None:
 def sync(ctx: click.Context, takeover: bool) -> None:
     """One pass: scan, ship everything pending, exit 0 once it is durable (holding the
     machine's lease meanwhile)."""
-    settings = settings_of(ctx)
+    # Run by hand: an unreachable store fails it within seconds, not the daemon's minute.
+    settings = interactive(settings_of(ctx))
     try:
         with meter("shipping") as m:
             r = sync_once(settings, progress=m, takeover=takeover, prompt=True)
@@ -111,7 +116,16 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     settings = settings_of(ctx)
     try:
-        s = status(settings, probe_store=True)
+        try:
+            # A local store that is not there is reported, not created.
+            probe = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
+                               region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
+                               timeout=STORE_CHECK_TIMEOUT, create=False)
+        except StoreError as e:
+            s = status(settings)
+            s["store_reachable"], s["store_error"] = False, str(e)
+        else:
+            s = status(settings, probe_store=True, store=probe)
     except EXPECTED as e:
         fail(e)
     click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))

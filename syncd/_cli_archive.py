@@ -15,7 +15,7 @@ from ._archive import (
     policy_of,
     record_job,
 )
-from ._cliutil import EXPECTED, fail, settings_of, store_and_key
+from ._cliutil import EXPECTED, BadValue, fail, settings_of, store_and_key
 from ._compact import CompactError, CompactReport, compact
 from ._progress import meter
 from ._prune import prune
@@ -119,28 +119,34 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except PolicyError as e:
+        raise BadValue(str(e)) from None
+
+
 @click.command("verify", short_help="Check the backup is whole (exit 1 on any problem).")
 @click.option("--machine", default=None, help="Another machine's backup (default: this one).")
 @click.option("--read-data", type=click.FloatRange(0, 100), default=0.0, show_default=True,
               help="Also read and checksum this percentage of the stored data.")
-@click.option("--max-duration", default=None,
+@click.option("--max-duration", default=None, callback=_duration,
               help="Stop reading data after this long (90s, 10m, 1h).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
-               max_duration: str | None, as_json: bool) -> None:
+               max_duration: float | None, as_json: bool) -> None:
     """Check that the backup is whole: manifests, objects, seq ranges, sampled checksums.
 
     Exit 0 when no problem was found, 1 when any was (each printed on one line).
     """
     settings = settings_of(ctx)
     try:
-        limit = parse_duration(max_duration) if max_duration else None
         store, crypto = store_and_key(settings)
         with meter("verifying") as m:
             mine = (machine or settings.machine_id) == settings.machine_id
             r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
-                       max_duration=limit, progress=m,
+                       max_duration=max_duration, progress=m,
                        acknowledged=acknowledged_seq(settings) if mine else None)
         if r.ok and (machine or settings.machine_id) == settings.machine_id:
             record_job(settings, "verify")

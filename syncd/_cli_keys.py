@@ -48,7 +48,7 @@ def init(ctx: click.Context, encrypt: bool) -> None:
     """
     settings = settings_of(ctx)
     try:
-        store = store_of(settings)
+        store = store_of(settings, create=True)  # prepares the store: may make it
         if not encrypt:
             n = len(key_files(store))
             click.echo(f"{store.url}: " + (f"encrypted ({n} key file(s))" if n else

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -14,14 +13,23 @@ import click
 
 from ._backup import BackupError
 from ._claude import Selection
-from ._cliutil import EXPECTED, fail, settings_of, store_and_key
+from ._cliutil import (
+    EXPECTED,
+    UsageFail,
+    fail,
+    resume_line,
+    session_ids,
+    session_prefix,
+    settings_of,
+    store_and_key,
+    time_option,
+)
 from ._config import Settings
 from ._listing import (
     ListingError,
     find_session,
     load_all,
     machines_table,
-    parse_time,
     sessions_table,
 )
 from ._progress import meter
@@ -119,19 +127,19 @@ def _problems(lines: list[str]) -> None:
 
 
 def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ...],
-             projects: tuple[str, ...], at: str | None, maps: tuple[str, ...],
+             projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
              worktrees: str, dry_run: bool) -> RestoreOptions:
     rules = []
     for m in maps:
         old, sep, new = m.partition("=")
         if not sep or not old or not new:
-            raise click.UsageError(f"--map takes OLD=NEW, got {m!r}")
+            raise UsageFail(f"--map takes OLD=NEW, got {m!r}")
         rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
     rules += [Rule(o, str(Path(n).expanduser()), "config remap")
               for o, n in settings.remap.items()]
     return RestoreOptions(
         target=target or settings.source, sessions=sessions, projects=projects,
-        at=parse_time(at) if at else None, maps=tuple(rules), worktrees=worktrees,
+        at=at, maps=tuple(rules), worktrees=worktrees,
         dry_run=dry_run, local_root=None if target else str(settings.source),
         project_roots=tuple(settings.project_roots),
         conflicts_dir=settings.state_dir / "conflicts",
@@ -172,10 +180,12 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
 @click.command("restore")
 @click.option("--machine", default=None,
               help="Machine whose backup to restore (default: this one).")
-@click.option("--session", "sessions_", multiple=True, help="Only this session (repeatable).")
+@click.option("--session", "sessions_", multiple=True, callback=session_ids,
+              help="Only this session (repeatable).")
 @click.option("--project", "projects", multiple=True,
               help="Only this project's sessions (repeatable).")
-@click.option("--at", default=None, help="As of this time: ISO 8601 or a duration ago (2h, 3d).")
+@click.option("--at", default=None, callback=time_option,
+              help="As of this time: ISO 8601 or a duration ago (2h, 3d).")
 @click.option("--map", "maps", multiple=True, metavar="OLD=NEW",
               help="Map a path prefix (repeatable; longest first).")
 @click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
@@ -191,7 +201,7 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
-                projects: tuple[str, ...], at: str | None, maps: tuple[str, ...],
+                projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
                 worktrees: str, target: Path | None, instructions: bool, dry_run: bool,
                 as_json: bool) -> None:
     """Restore a machine's backup (or some sessions) into the local Claude tree.
@@ -219,7 +229,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 
 
 @click.command()
-@click.argument("session_id")
+@click.argument("session_id", callback=session_prefix)
 @click.option("--machine", default=None, help="The machine to take it from, when several have it.")
 @click.option("--map", "maps", multiple=True, metavar="OLD=NEW", help="Map a path prefix.")
 @click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map")
@@ -248,10 +258,14 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     cwd = report.sessions.get(session.session_id)
     if cwd is None:
         fail(RuntimeError(f"session {session.session_id} has no recorded project path"))
+    try:
+        line = resume_line(cwd, session.session_id)
+    except ValueError as e:
+        fail(e)
     if not Path(cwd).is_dir():
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)
-    click.echo(f"cd {shlex.quote(cwd)} && claude --resume {session.session_id}")
+    click.echo(line)
 
 
 COMMANDS = (machines, sessions, restore_cmd, resume)

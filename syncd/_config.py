@@ -2,26 +2,55 @@
 
 from __future__ import annotations
 
+import difflib
+import errno
 import hashlib
 import os
 import re
 import socket
+import tomllib
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 from ._claude import DEFAULT_INCLUDE, default_root
 from ._retention import PolicyError, parse_duration
 
-_config_file: ContextVar[Path | None] = ContextVar("syncd_config_file", default=None)
 MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message (one line) names the file or variable."""
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A config file as read: its path, its keys and its text (for line numbers)."""
+
+    path: Path
+    data: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+
+    def where(self, key: str) -> str:
+        """``<path>, line <n>`` for a top-level key (or table) of the file."""
+        pattern = re.compile(rf"""^\s*(\[\s*)?["']?{re.escape(key)}["']?\s*[=\]]""")
+        for n, line in enumerate(self.text.splitlines(), 1):
+            if pattern.match(line):
+                return f"{self.path}, line {n}"
+        return str(self.path)
+
+
+_config: ContextVar[ConfigFile | None] = ContextVar("syncd_config", default=None)
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -31,6 +60,40 @@ def _xdg(var: str, fallback: str) -> Path:
 def default_config_file() -> Path:
     env = os.environ.get("SYNCD_CONFIG")
     return Path(env) if env else _xdg("XDG_CONFIG_HOME", ".config") / "syncd" / "config.toml"
+
+
+def read_config(path: Path | None = None, *, required: bool = False) -> ConfigFile:
+    """The config file, parsed. Missing is fine for the default location only: a file the
+    user named (``required``, or ``$SYNCD_CONFIG``) that is not there is a typo, and running
+    on defaults would back up somewhere else than they think.
+    """
+    how = ""
+    if path is None:
+        env = os.environ.get("SYNCD_CONFIG")
+        path, required = default_config_file(), required or bool(env)
+        how = " ($SYNCD_CONFIG)" if env else ""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if required:
+                raise ConfigError(f"config file {path}{how} does not exist") from None
+            return ConfigFile(path)
+        raise ConfigError(f"config file {path}: cannot read: {e.strerror}") from None
+    try:
+        text = raw.decode()
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path}: not UTF-8") from None
+    except tomllib.TOMLDecodeError as e:  # its message ends "(at line L, column C)"
+        raise ConfigError(f"config file {path}: invalid TOML: {e}") from None
+    cfg = ConfigFile(path, data, text)
+    for key in data:
+        if key not in Settings.model_fields:
+            close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise ConfigError(f"config file {cfg.where(key)}: unknown key `{key}`{hint}")
+    return cfg
 
 
 def default_store() -> str:
@@ -152,7 +215,17 @@ class Settings(BaseSettings):
     @classmethod
     def _store(cls, v: str) -> str:
         # A bare absolute path is a local store.
-        return Path(v).as_uri() if v.startswith("/") else v
+        if v.startswith(("/", "~")):
+            return Path(v).expanduser().as_uri()
+        url = urlparse(v)
+        if url.scheme == "file" and url.netloc not in ("", "localhost"):
+            raise ValueError("file URLs take an absolute path (file:///path)")
+        if url.scheme == "s3" and not url.netloc:
+            raise ValueError("missing bucket (s3://bucket/prefix)")
+        if url.scheme not in ("file", "s3", "memory"):
+            raise ValueError(f"unsupported store URL {v!r}: use file:///path, an absolute "
+                             "path, or s3://bucket/prefix")
+        return v
 
     @field_validator("source", "state_dir", "passphrase_file")
     @classmethod
@@ -168,8 +241,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = _config_file.get() or default_config_file()
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml)
+        cfg = _config.get() or read_config()
+        return init_settings, env_settings, InitSettingsSource(settings_cls, cfg.data)
 
     @property
     def state_file(self) -> Path:
@@ -178,9 +251,35 @@ class Settings(BaseSettings):
         return self.state_dir / f"{self.machine_id}@{tag}.sqlite"
 
 
-def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
-    token = _config_file.set(config_file)
+def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object]) -> str:
+    """Where a setting's value came from (the variable, or the file and line), as a
+    prefix; empty for an argument."""
+    if name in overrides:
+        return ""
+    var = f"SYNCD_{name}".upper()
+    if any(k.upper() == var for k in os.environ):
+        return f"${var}: "
+    return f"config file {cfg.where(name)}: " if name in cfg.data else ""
+
+
+def load_settings(config_file: Path | None = None, *, config_required: bool = False,
+                  **overrides: object) -> Settings:
+    """Settings from ``config_file`` (default: ``$SYNCD_CONFIG`` or the XDG location)
+    overlaid by ``SYNCD_*`` variables and ``overrides``.
+
+    ``ConfigError`` (one line naming the file, line or variable) on any problem. A missing
+    ``config_file`` is an empty one unless ``config_required``.
+    """
+    cfg = read_config(config_file, required=config_required)
+    token = _config.set(cfg)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        key = ".".join(str(p) for p in first["loc"]) or "configuration"
+        msg = first["msg"].removeprefix("Value error, ")
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ConfigError(f"{_origin(name, cfg, overrides)}{key}: {msg}{more}") from None
     finally:
-        _config_file.reset(token)
+        _config.reset(token)

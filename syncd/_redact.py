@@ -4,6 +4,11 @@ The values that matter (the passphrase, S3 secret keys and session tokens) are
 registered here when they are read; ``redact`` replaces each with ``***``, and URLs
 lose any ``user:password@``. The log formatter, ``syncd status`` and every one-line
 error go through it: a secret that slips into an exception message is still masked.
+
+Only secrets of ``MIN_LENGTH`` characters or more are masked. A shorter one (a passphrase
+like "wrong") matches words of syncd's own messages: masking those garbles them and, in
+a known sentence, shows the secret to whoever reads the line. S3 secret keys (40
+characters) and session tokens are far longer.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import threading
 _ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
                 "SYNCD_PASSPHRASE", "SYNCD_NEW_PASSPHRASE")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-MIN_LENGTH = 4
+MIN_LENGTH = 8
 
 _lock = threading.Lock()
 _secrets: set[str] = set()

@@ -312,7 +312,7 @@ def syncd_env(home: Path, store: Path, machine: str) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
            "LANG": "C.UTF-8", "SYNCD_SOURCE": str(home / ".claude"),
            "SYNCD_STORE": store.as_uri(), "SYNCD_STATE_DIR": str(home / "state"),
-           "SYNCD_MACHINE_ID": machine, "SYNCD_CONFIG": str(home / "no-such-syncd.toml")}
+           "SYNCD_MACHINE_ID": machine, "SYNCD_CONFIG": os.devnull}
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return env

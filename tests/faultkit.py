@@ -141,7 +141,7 @@ def cli(settings: Settings, *args: str, env: dict[str, str] | None = None,
 
 def cli_env(settings: Settings) -> dict[str, str]:
     """The ``SYNCD_*`` variables that make a ``syncd`` subprocess use ``settings``."""
-    env = {"SYNCD_CONFIG": str(settings.state_dir.parent / "none.toml"),
+    env = {"SYNCD_CONFIG": os.devnull,
            "SYNCD_SOURCE": str(settings.source), "SYNCD_STORE": settings.store,
            "SYNCD_STATE_DIR": str(settings.state_dir), "SYNCD_MACHINE_ID": settings.machine_id,
            "SYNCD_FLUSH_QUIET": str(settings.flush_quiet),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from syncd._checkstore import check_store
-from syncd.store import AlreadyExists, LocalStore, MemoryStore, Store
+from syncd.store import AlreadyExists, LocalStore, MemoryStore, Store, TransientError
 from tests.seaweed import Seaweed
 
 FEATURES = ["PUT, GET and HEAD", "conditional create", "conditional replace (If-Match, current",
@@ -70,7 +70,7 @@ def test_a_provider_that_drops_conditional_replace_fails() -> None:
 
 def test_cli_on_seaweedfs(tmp_path: Path, seaweed: Seaweed, bucket: str) -> None:
     env = {**os.environ, "SYNCD_STORE": f"s3://{bucket}/some/prefix",
-           "SYNCD_S3_ENDPOINT_URL": seaweed.endpoint, "SYNCD_CONFIG": str(tmp_path / "none"),
+           "SYNCD_S3_ENDPOINT_URL": seaweed.endpoint, "SYNCD_CONFIG": os.devnull,
            "SYNCD_STATE_DIR": str(tmp_path / "state")}
     r = subprocess.run([sys.executable, "-m", "syncd", "check-store"], env=env,
                        capture_output=True, text=True, timeout=120,
@@ -83,14 +83,53 @@ def test_cli_on_seaweedfs(tmp_path: Path, seaweed: Seaweed, bucket: str) -> None
     assert "Contents" not in seaweed.client().list_objects_v2(Bucket=bucket)
 
 
+class Unreachable(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def head(self, key: str) -> None:
+        self.calls += 1
+        raise TransientError(f"{key}: ConnectionRefused")
+
+
+def test_an_unreachable_store_stops_before_any_check() -> None:
+    store = Unreachable()
+    with pytest.raises(TransientError, match="ConnectionRefused"):
+        check_store(store)
+    assert store.calls == 1
+
+
+def _check_store_cli(tmp_path: Path, *pre: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")},
+            "SYNCD_CONFIG": os.devnull, "SYNCD_STATE_DIR": str(tmp_path / "state"), **env}
+    return subprocess.run([sys.executable, *pre, "check-store"], env=full,
+                          capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_cli_exits_1_with_one_line_when_the_store_cannot_be_reached(tmp_path: Path) -> None:
+    r = _check_store_cli(tmp_path, "-m", "syncd", SYNCD_STORE="s3://bucket/x",
+                         SYNCD_S3_ENDPOINT_URL="http://127.0.0.1:9", AWS_ACCESS_KEY_ID="x",
+                         AWS_SECRET_ACCESS_KEY="y")
+    assert r.returncode == 1 and r.stdout == ""
+    [line] = r.stderr.splitlines()
+    assert line.startswith("syncd: s3://bucket/x/check-store/") and "127.0.0.1:9" in line
+
+
 def test_cli_exits_1_when_a_required_feature_fails(tmp_path: Path) -> None:
-    env = {**os.environ, "SYNCD_STORE": "s3://bucket/x", "SYNCD_S3_ENDPOINT_URL":
-           "http://127.0.0.1:9", "SYNCD_CONFIG": str(tmp_path / "none"),
-           "SYNCD_STORE_RETRY_DEADLINE": "0.5", "AWS_ACCESS_KEY_ID": "x",
-           "AWS_SECRET_ACCESS_KEY": "y"}
-    r = subprocess.run([sys.executable, "-m", "syncd", "check-store"], env=env,
-                       capture_output=True, text=True, timeout=120,
-                       stdin=subprocess.DEVNULL)
-    assert r.returncode == 1
-    assert r.stdout.splitlines()[0].startswith("FAIL  PUT, GET and HEAD")
-    assert "NOT usable by syncd" in r.stdout
+    (tmp_path / "st").mkdir()
+    # The command as installed, with a provider that ignores If-None-Match and If-Match.
+    run = ("import sys, syncd._cli_keys as k, syncd._checkstore as c\n"
+           "from tests.test_checkstore import IgnoresConditions\n"
+           "k.check_store = lambda store: c.check_store(IgnoresConditions())\n"
+           "from syncd._cli import main\n"
+           "sys.argv[0] = 'syncd'\n"
+           "main()\n")
+    r = _check_store_cli(tmp_path, "-c", run, SYNCD_STORE=(tmp_path / "st").as_uri(),
+                         PYTHONPATH=str(Path(__file__).parent.parent))
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ok  ") and lines[1].startswith("FAIL  conditional create")
+    assert lines[-1] == f"{(tmp_path / 'st').as_uri()}/: NOT usable by syncd (2 required " \
+                        "feature(s) failed)"

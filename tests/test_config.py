@@ -3,9 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
-from syncd._config import load_settings
+from syncd._config import ConfigError, load_settings
 
 
 def test_toml_then_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,15 +43,75 @@ def test_bare_path_store_is_a_file_url(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["", "../x", "a/b", "-lead", "x" * 65])
 def test_machine_id_is_validated(tmp_path: Path, bad: str) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match=r"^machine_id: machine id must be"):
         load_settings(tmp_path / "x.toml", machine_id=bad)
 
 
-def test_unknown_key_is_an_error(tmp_path: Path) -> None:
+def test_unknown_key_is_an_error_with_a_suggestion(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text("flush_quite = 1\n")
-    with pytest.raises(ValidationError):
+    cfg.write_text("# timings\nflush_quite = 1\n")
+    with pytest.raises(ConfigError) as e:
         load_settings(cfg)
+    assert str(e.value) == (f"config file {cfg}, line 2: unknown key `flush_quite` "
+                            "(did you mean `flush_quiet`?)")
+    cfg.write_text('[remapp]\n"/a" = "/b"\n')
+    with pytest.raises(ConfigError, match=r"line 1: unknown key `remapp` \(did you mean `remap`"):
+        load_settings(cfg)
+
+
+def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('store = "s3://b/p"\nkeep_daily = = 3\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(cfg)
+    assert str(e.value).startswith(f"config file {cfg}: invalid TOML: ")
+    assert "(at line 2, column 14)" in str(e.value) and "\n" not in str(e.value)
+    cfg.write_bytes(b"store = '\xff'\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_settings(cfg)
+
+
+def test_a_named_config_file_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "nope.toml"
+    assert load_settings(missing).keep_daily == 30  # a library caller's "no file"
+    with pytest.raises(ConfigError) as e:
+        load_settings(missing, config_required=True)
+    assert str(e.value) == f"config file {missing} does not exist"
+    monkeypatch.setenv("SYNCD_CONFIG", str(missing))
+    with pytest.raises(ConfigError, match=r"\(\$SYNCD_CONFIG\) does not exist"):
+        load_settings()
+    monkeypatch.setenv("SYNCD_CONFIG", "/dev/null")  # explicitly no configuration
+    assert load_settings().keep_daily == 30
+    monkeypatch.delenv("SYNCD_CONFIG")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # the default: may be absent
+    assert load_settings().keep_daily == 30
+    (tmp_path / "dir.toml").mkdir()
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "dir.toml")
+
+
+def test_a_bad_value_names_its_file_line_or_variable(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('store = "s3://b/p"\n\n  keep_daily = "many"\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(cfg)
+    assert str(e.value).startswith(f"config file {cfg}, line 3: keep_daily: ")
+    cfg.write_text("")
+    monkeypatch.setenv("SYNCD_FLUSH_QUIET", "-1")
+    with pytest.raises(ConfigError, match=r"^\$SYNCD_FLUSH_QUIET: flush_quiet: .*greater than 0"):
+        load_settings(cfg)
+
+
+@pytest.mark.parametrize(("store", "why"), [("ftp://h/x", "use file:///path"),
+                                            ("s3:///prefix", "missing bucket"),
+                                            ("file://host/x", "absolute path"),
+                                            ("relative/dir", "use file:///path")])
+def test_store_urls_are_validated(tmp_path: Path, store: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=f"^store: .*{why}"):
+        load_settings(tmp_path / "x.toml", store=store)
+    home = str(Path.home())
+    assert load_settings(tmp_path / "x.toml", store="~/b").store == Path(home, "b").as_uri()
 
 
 @pytest.mark.parametrize(("key", "bad"), [("keep_within", "two days"),
@@ -62,7 +121,7 @@ def test_unknown_key_is_an_error(tmp_path: Path) -> None:
                                           ("prune_schedule", "0 3 * *")])
 def test_archive_durations_and_schedules_are_validated(tmp_path: Path, key: str,
                                                        bad: str) -> None:
-    with pytest.raises(ValidationError, match=key):
+    with pytest.raises(ConfigError, match=key):
         load_settings(config_file=tmp_path / "none.toml", **{key: bad})
 
 

@@ -117,7 +117,7 @@ def test_deleted_file_keeps_its_backup(daemon: tuple[Daemon, Settings], tmp_path
 def _env(s: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "SYNCD_SOURCE": str(s.source), "SYNCD_STORE": s.store,
            "SYNCD_STATE_DIR": str(s.state_dir), "SYNCD_MACHINE_ID": s.machine_id,
-           "SYNCD_CONFIG": str(s.state_dir.parent / "none.toml"),
+           "SYNCD_CONFIG": os.devnull,
            "SYNCD_FLUSH_QUIET": "0.2", "SYNCD_FLUSH_MAX_DELAY": "1"}
     env.update(extra or {})
     return env

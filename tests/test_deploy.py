@@ -182,7 +182,7 @@ def test_seaweedfs_script_serves_a_bucket_syncd_can_use(tmp_path: Path) -> None:
                     "SYNCD_S3_ENDPOINT_URL": f"http://127.0.0.1:{base}",
                     "SYNCD_SOURCE": str(tmp_path / "src"),
                     "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_MACHINE_ID": "m1",
-                    "SYNCD_CONFIG": str(tmp_path / "none.toml")}
+                    "SYNCD_CONFIG": os.devnull}
         write(tmp_path / "src", "projects/-p/s.jsonl", b'{"x":1}\n' * 50)
         r = subprocess.run([sys.executable, "-m", "syncd", "sync"], env=sync_env,
                            capture_output=True, text=True, timeout=120)

@@ -99,6 +99,17 @@ def test_redact_masks_registered_secrets_and_url_credentials() -> None:
     assert redact("s3://AKIA:wJalr@bucket/x and http://u:p@h:1/") == \
         "s3://***@bucket/x and http://***@h:1/"
     assert redact("ab cd") == "ab cd"
+    add_secret("8-chars!")  # the shortest masked anywhere
+    assert redact("key=8-chars!;") == "key=***;"
+
+
+def test_a_short_secret_does_not_garble_our_own_words() -> None:
+    """Masking "wrong" would turn our text into "*** passphrase": unreadable, and in a
+    known sentence it points at the secret."""
+    add_secret("wrong")
+    add_secret(" pass\n")
+    message = "keys/k1: does not open with this passphrase (wrong passphrase, or altered)"
+    assert redact(message) == message
 
 
 def test_logs_and_the_error_log_never_hold_a_secret(tmp_path: Path,

@@ -73,7 +73,7 @@ def test_unwritable_target_is_a_clear_error(tmp_path: Path) -> None:
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(tmp_path / "home"), "SYNCD_SOURCE": str(tmp_path / "dst"),
            "SYNCD_STORE": (tmp_path / "store").as_uri(), "SYNCD_MACHINE_ID": "laptop",
-           "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_CONFIG": str(tmp_path / "no.toml")}
+           "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_CONFIG": os.devnull}
     return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -81,16 +81,19 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     _backup(tmp_path, store, "desk", "/home/a/app")
+    other = "aaaaaaaa-0000-0000-0000-00000000000f"
     cases = [
-        (("restore", "--machine", "desk", "--at", "2001-01-01T00:00"), "no backup at or before"),
-        (("restore", "--machine", "desk", "--session", "nope"), "session nope is not in"),
-        (("resume", "nope"), "session nope is in no backup"),
-        (("restore", "--machine", "ghost"), "no backup for machine 'ghost'"),
-        (("restore", "--machine", "desk", "--at", "yesterday-ish"), "cannot read time"),
+        (("restore", "--machine", "desk", "--at", "2001-01-01T00:00"), "no backup at or before", 1),
+        (("restore", "--machine", "desk", "--session", other), f"session {other} is not in", 1),
+        (("resume", other), f"session {other} is in no backup", 1),
+        (("restore", "--machine", "ghost"), "no backup for machine 'ghost'", 1),
+        (("restore", "--machine", "desk", "--session", "nope"), "'nope' is not a session id", 2),
+        (("resume", "nope"), "'nope' is not a session id", 2),
+        (("restore", "--machine", "desk", "--at", "yesterday-ish"), "cannot read time", 2),
     ]
-    for args, message in cases:
+    for args, message, code in cases:
         r = _cli(tmp_path, *args)
-        assert r.returncode == 1, (args, r.stderr)
+        assert r.returncode == code, (args, r.stderr)
         assert message in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
     assert not (tmp_path / "dst").exists()
 

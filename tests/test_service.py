@@ -93,6 +93,7 @@ def notify() -> Iterator[NotifySocket]:
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    (tmp_path / "config.toml").touch()  # a config file named by $SYNCD_CONFIG must exist
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SYNCD_", "NOTIFY_", "WATCHDOG_", "JOURNAL_"))}
     env.update({"SYNCD_SOURCE": str(tmp_path / "src"),

@@ -18,7 +18,7 @@ from ._base import (
     check_key,
     get_small,
 )
-from ._local import LocalStore
+from ._local import LocalStore, NoSuchStore
 from ._memory import MemoryStore
 from ._retry import RetryStore
 from ._s3 import S3Store
@@ -28,6 +28,7 @@ __all__ = [
     "InvalidKey",
     "LocalStore",
     "MemoryStore",
+    "NoSuchStore",
     "NotFound",
     "ObjectInfo",
     "PreconditionFailed",
@@ -44,22 +45,29 @@ __all__ = [
 
 def open_store(url: str, *, endpoint_url: str | None = None, region: str | None = None,
                retry_deadline: float = 60.0, stop: threading.Event | None = None,
-               timeout: float | None = None) -> RetryStore:
+               timeout: float | None = None, connect_timeout: float | None = None,
+               create: bool = True) -> RetryStore:
     """``file:///path`` or ``s3://bucket/prefix``, wrapped in retries.
 
     ``timeout`` bounds one S3 request (connect and read; default S3Store's 30 s);
-    ``syncd status`` uses a short one.
+    ``syncd status`` uses a short one. ``connect_timeout`` bounds only the connection
+    (default the smaller of ``timeout`` and 10 s). ``create=False``: a missing local
+    store is ``NoSuchStore`` instead of a new empty directory.
     """
     parsed = urlparse(url)
     inner: Store
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise StoreError(f"{url}: file URLs take an absolute path (file:///path)")
-        inner = LocalStore(Path(unquote(parsed.path)))
+        inner = LocalStore(Path(unquote(parsed.path)), create=create)
     elif parsed.scheme == "s3":
         if not parsed.netloc:
             raise StoreError(f"{url}: missing bucket (s3://bucket/prefix)")
-        extra = {} if timeout is None else {"timeout": timeout}
+        extra: dict[str, float] = {}
+        if timeout is not None:
+            extra["timeout"] = timeout
+        if connect_timeout is not None:
+            extra["connect_timeout"] = connect_timeout
         inner = S3Store(parsed.netloc, unquote(parsed.path), endpoint_url=endpoint_url,
                         region=region, **extra)
     elif parsed.scheme == "memory":

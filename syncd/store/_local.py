@@ -11,6 +11,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,10 +28,25 @@ def _etag(st: os.stat_result) -> str:
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
+class NoSuchStore(StoreError):
+    """The store's directory is missing and was not to be created (a command that only
+    reads it: a typo in the URL must not leave an empty store behind)."""
+
+
 class LocalStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, create: bool = True) -> None:
         self.root = root
         self.url = root.as_uri() + "/"
+        if not create:
+            try:
+                st = root.stat()
+            except FileNotFoundError:
+                raise NoSuchStore(f"store {root.as_uri()} does not exist") from None
+            except OSError as e:
+                raise StoreError(f"{self.url}: {e.strerror}") from e
+            if not stat.S_ISDIR(st.st_mode):
+                raise NoSuchStore(f"store {root.as_uri()} is not a directory")
+            return
         try:
             private_dir(root)
         except OSError as e:

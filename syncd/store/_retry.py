@@ -21,6 +21,10 @@ class RetryStore:
     ``stop`` (an Event) cuts the wait short so a shutting-down daemon does not hang.
     """
 
+    # How loud each retry is: WARNING in the daemon. A command run by hand lowers it to
+    # INFO (shown with -v): its one-line failure says what outlasted the retries.
+    retry_log_level = logging.WARNING
+
     def __init__(self, inner: Store, *, deadline: float = 60.0, base: float = 0.2,
                  cap: float = 10.0, stop: threading.Event | None = None) -> None:
         self.inner = inner
@@ -41,8 +45,8 @@ class RetryStore:
                 delay = random.uniform(0, min(self.cap, self.base * 2**attempt))
                 if time.monotonic() + delay > give_up or self.stop.is_set():
                     raise
-                log.warning("store %s failed (attempt %d), retrying in %.1fs: %s",
-                            what, attempt, delay, e)
+                log.log(self.retry_log_level, "store %s failed (attempt %d), retrying in "
+                        "%.1fs: %s", what, attempt, delay, e)
                 if self.stop.wait(delay):
                     raise
 

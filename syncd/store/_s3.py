@@ -28,7 +28,8 @@ _TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestT
 
 class S3Store:
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 region: str | None = None, timeout: float = 30.0) -> None:
+                 region: str | None = None, timeout: float = 30.0,
+                 connect_timeout: float = 10.0) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}"
@@ -36,10 +37,12 @@ class S3Store:
         # it while the caller goes on (a first seed reads and compresses meanwhile), and
         # the first request waits for it.
         self._client: Future[S3Client] = Future()
-        threading.Thread(target=self._build, args=(endpoint_url, region, timeout),
+        threading.Thread(target=self._build,
+                         args=(endpoint_url, region, timeout, min(timeout, connect_timeout)),
                          name="syncd-s3-client", daemon=True).start()
 
-    def _build(self, endpoint_url: str | None, region: str | None, timeout: float) -> None:
+    def _build(self, endpoint_url: str | None, region: str | None, timeout: float,
+               connect_timeout: float) -> None:
         try:
             # boto3 is imported here, not at module load: the local store never pays for it.
             import boto3
@@ -51,9 +54,9 @@ class S3Store:
                 request_checksum_calculation="when_required",
                 response_checksum_validation="when_required",
                 # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
-                # in outages.
-                retries={"max_attempts": 1, "mode": "standard"},
-                connect_timeout=min(timeout, 10.0),
+                # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=connect_timeout,
                 read_timeout=timeout,
             )
             # A session of its own: boto3's default session is not safe across threads.

@@ -1,0 +1,232 @@
+"""The command line's exit codes and one-line errors: configuration, arguments, stores
+that are missing or cannot be reached, and the shell line `resume` prints."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from syncd._cliutil import (
+    INTERACTIVE_CONNECT_TIMEOUT,
+    INTERACTIVE_DEADLINE,
+    interactive,
+    resume_line,
+    store_of,
+)
+from syncd._config import load_settings
+from syncd._keys import init_encryption
+from syncd.store import LocalStore, S3Store
+from tests.helpers import write
+
+SID = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
+UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+def env_of(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SYNCD_", "AWS_"))}
+    env.update({"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+                "SYNCD_SOURCE": str(tmp_path / "src"), "SYNCD_STATE_DIR": str(tmp_path / "state"),
+                "SYNCD_MACHINE_ID": "m1", "SYNCD_STORE": (tmp_path / "store").as_uri(),
+                "SYNCD_CONFIG": os.devnull})
+    env.update(extra)
+    return env
+
+
+def syncd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def one_line(r: subprocess.CompletedProcess[str], code: int) -> str:
+    """The single ``syncd: …`` line on stderr of a run that exited with ``code``."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncd: "), r.stderr
+    return lines[0]
+
+
+# -- configuration --------------------------------------------------------------------------
+
+def test_a_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('store = "s3://b/p"\nkeep_daily = = 3\n')
+    line = one_line(syncd(env_of(tmp_path), "--config", str(cfg), "machines"), 2)
+    assert str(cfg) in line and "invalid TOML" in line and "line 2" in line
+    assert "Traceback" not in line
+
+
+def test_an_unknown_key_names_the_file_and_suggests_the_close_one(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("keep_hourly = 1\nkeep_dialy = 3\n")
+    line = one_line(syncd(env_of(tmp_path, SYNCD_CONFIG=str(cfg)), "sessions"), 2)
+    assert line == (f"syncd: config file {cfg}, line 2: unknown key `keep_dialy` "
+                    "(did you mean `keep_daily`?)")
+    cfg.write_text("zzzz = 1\n")
+    line = one_line(syncd(env_of(tmp_path, SYNCD_CONFIG=str(cfg)), "sessions"), 2)
+    assert line.endswith("unknown key `zzzz`")
+
+
+def test_a_named_config_file_must_exist_the_default_one_need_not(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    nope = tmp_path / "nope.toml"
+    line = one_line(syncd(env_of(tmp_path), "--config", str(nope), "sessions"), 2)
+    assert line == f"syncd: config file {nope} does not exist"
+    line = one_line(syncd(env_of(tmp_path, SYNCD_CONFIG=str(nope)), "sessions"), 2)
+    assert line == f"syncd: config file {nope} ($SYNCD_CONFIG) does not exist"
+    env = env_of(tmp_path)
+    del env["SYNCD_CONFIG"]  # and $XDG_CONFIG_HOME/syncd/config.toml does not exist
+    r = syncd(env, "sessions", "--json")
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+
+
+def test_a_bad_value_names_where_it_came_from(tmp_path: Path) -> None:
+    line = one_line(syncd(env_of(tmp_path, SYNCD_KEEP_DAILY="many"), "machines"), 2)
+    assert line.startswith("syncd: $SYNCD_KEEP_DAILY: keep_daily: ")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('\nflush_quiet = -1\n')
+    line = one_line(syncd(env_of(tmp_path), "--config", str(cfg), "machines"), 2)
+    assert line.startswith(f"syncd: config file {cfg}, line 2: flush_quiet: ")
+    line = one_line(syncd(env_of(tmp_path, SYNCD_STORE="ftp://host/x"), "machines"), 2)
+    assert "$SYNCD_STORE: store: " in line and "s3://bucket/prefix" in line
+
+
+# -- a local store that is not there ----------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("machines",), ("sessions",), ("restore", "--dry-run"),
+                                  ("resume", SID), ("verify",), ("compact",), ("prune",),
+                                  ("key", "list"), ("key", "add"), ("check-store",)])
+def test_commands_that_read_never_create_a_missing_local_store(tmp_path: Path,
+                                                               args: tuple[str, ...]) -> None:
+    typo = tmp_path / "typo"
+    line = one_line(syncd(env_of(tmp_path, SYNCD_STORE=typo.as_uri()), *args), 2)
+    assert line == f"syncd: store {typo.as_uri()} does not exist"
+    assert not typo.exists()
+
+
+def test_the_default_store_missing_says_nothing_is_backed_up_yet(tmp_path: Path) -> None:
+    env = env_of(tmp_path, XDG_DATA_HOME=str(tmp_path / "data"))
+    del env["SYNCD_STORE"]
+    line = one_line(syncd(env, "machines"), 2)
+    assert "does not exist (nothing is backed up yet" in line
+    assert not (tmp_path / "data").exists()
+
+
+def test_status_reports_a_missing_store_without_creating_it(tmp_path: Path) -> None:
+    typo = tmp_path / "typo"
+    r = syncd(env_of(tmp_path, SYNCD_STORE=typo.as_uri()), "status")
+    assert r.returncode == 0, r.stderr
+    assert f"UNREACHABLE: store {typo.as_uri()} does not exist" in r.stdout
+    assert not typo.exists()
+
+
+def test_sync_and_init_make_a_new_local_store(tmp_path: Path) -> None:
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    r = syncd(env_of(tmp_path, SYNCD_STORE=(tmp_path / "a").as_uri()), "sync")
+    assert r.returncode == 0 and (tmp_path / "a" / "machines").is_dir(), r.stderr
+    r = syncd(env_of(tmp_path, SYNCD_STORE=(tmp_path / "b").as_uri()), "init")
+    assert r.returncode == 0 and "not encrypted" in r.stdout and (tmp_path / "b").is_dir()
+
+
+# -- arguments ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("restore", "--at", "notatime"), "syncd: --at: cannot read time 'notatime'"),
+    (("restore", "--at", "2026-13-45"), "syncd: --at: cannot read time"),
+    (("restore", "--session", "deadbeef"), "syncd: --session: 'deadbeef' is not a session id"),
+    (("restore", "--session", SID + "0"), "is not a session id"),
+    (("resume", "deadbee"), "syncd: SESSION_ID: 'deadbee' is not a session id"),
+    (("resume", "deadbeef;echo INJECTED"), "is not a session id"),
+    (("resume", "../../../etc/x"), "is not a session id"),
+    (("resume", "deadbeefdead"), "is not a session id"),  # no dash after 8 digits
+    (("restore", "--map", "nomapping"), "syncd: --map takes OLD=NEW"),
+    (("verify", "--max-duration", "soon"), "syncd: --max-duration: bad duration 'soon'"),
+])
+def test_bad_arguments_are_usage_errors(tmp_path: Path, args: tuple[str, ...],
+                                        says: str) -> None:
+    (tmp_path / "store").mkdir()
+    line = one_line(syncd(env_of(tmp_path), *args), 2)
+    assert line.startswith(says) or says in line, line
+    assert not (tmp_path / "src").exists()
+
+
+@pytest.mark.parametrize("sid", [SID, SID[:8], SID[:13], SID.upper()])
+def test_session_ids_and_prefixes_are_accepted(tmp_path: Path, sid: str) -> None:
+    (tmp_path / "store").mkdir()
+    line = one_line(syncd(env_of(tmp_path), "resume", sid), 1)
+    assert line == f"syncd: session {sid} is in no backup (no machines)"
+
+
+# -- a store that cannot be reached -------------------------------------------------------------
+
+def test_an_unreachable_store_fails_a_command_with_one_line(tmp_path: Path) -> None:
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    env = env_of(tmp_path, SYNCD_STORE="s3://bucket/p", SYNCD_S3_ENDPOINT_URL=UNREACHABLE,
+                 AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y")
+    runs = {name: subprocess.Popen([sys.executable, "-m", "syncd", *args], env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL)
+            for name, args in [("sync", ["sync"]), ("machines", ["machines"]),
+                               ("check-store", ["check-store"]),
+                               ("restore", ["restore", "--dry-run"]),
+                               ("verbose", ["-v", "sessions"])]}
+    out = {}
+    for name, p in runs.items():
+        stdout, stderr = p.communicate(timeout=120)
+        out[name] = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+    for name in ("sync", "machines", "check-store", "restore"):
+        line = one_line(out[name], 1)
+        assert "s3://bucket/p/" in line and "127.0.0.1:9" in line, line
+        assert out[name].stdout == "", name
+    # The retries are there for whoever asks (-v), below WARNING.
+    lines = out["verbose"].stderr.splitlines()
+    assert out["verbose"].returncode == 1 and lines[-1].startswith("syncd: s3://bucket/p/")
+    retries = lines[:-1]
+    assert retries and all(" INFO syncd.store: " in ln and "retrying in" in ln
+                           for ln in retries), lines
+
+
+def test_commands_get_the_interactive_store_budget(tmp_path: Path) -> None:
+    s = load_settings(Path(os.devnull), store="s3://bucket/p", s3_endpoint_url=UNREACHABLE,
+                      store_retry_deadline=60.0)
+    assert s.store_retry_deadline == 60.0  # the daemon's
+    assert interactive(s).store_retry_deadline == INTERACTIVE_DEADLINE
+    store = store_of(s)
+    assert store.deadline == INTERACTIVE_DEADLINE and isinstance(store.inner, S3Store)
+    assert store.inner._s3.meta.config.connect_timeout == INTERACTIVE_CONNECT_TIMEOUT
+    assert store.inner._s3.meta.config.retries["total_max_attempts"] == 1
+    quick = load_settings(Path(os.devnull), store_retry_deadline=2.0)
+    assert interactive(quick).store_retry_deadline == 2.0
+
+
+# -- what resume prints --------------------------------------------------------------------------
+
+def test_the_resume_line_runs_nothing_but_cd_and_claude(tmp_path: Path) -> None:
+    cwd = tmp_path / "it's a $(dir)"
+    cwd.mkdir()
+    evil = "deadbeef;echo INJECTED-$(id -un);#"
+    line = resume_line(str(cwd), evil)
+    assert shlex.split(line) == ["cd", str(cwd), "&&", "claude", "--resume", evil]
+    # Pasted into a shell whose `claude` prints its arguments: one call, nothing injected.
+    r = subprocess.run(["sh", "-c", 'claude() { printf "[%s]" "$@"; pwd; }\n' + line],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == f"[--resume][{evil}]{cwd}\n", r.stdout
+    assert resume_line("/home/a/app", SID) == f"cd /home/a/app && claude --resume {SID}"
+
+
+@pytest.mark.parametrize("bad", ["/home/a\n rm -rf ~", "/home/\x1b[2Ka", "/home/\u202ea"])
+def test_the_resume_line_refuses_control_characters(bad: str) -> None:
+    with pytest.raises(ValueError, match="control characters"):
+        resume_line(bad, SID)
+
+
+# -- secrets in messages ------------------------------------------------------------------------
+
+def test_a_short_wrong_passphrase_leaves_the_message_readable(tmp_path: Path) -> None:
+    init_encryption(LocalStore(tmp_path / "store"), "correct horse battery", n=1 << 10)
+    line = one_line(syncd(env_of(tmp_path, SYNCD_PASSPHRASE="wrong"), "machines"), 1)
+    assert line.endswith(": wrong passphrase, or tampered key files") and "***" not in line
