@@ -34,7 +34,8 @@ def compact_options(settings: Settings, *, dry_run: bool = False) -> CompactOpti
         level=settings.compact_level, pack_target=settings.pack_target_bytes,
         tombstone_keep=_duration("tombstone_keep", settings.tombstone_keep),
         dry_run=dry_run, spool_dir=settings.state_dir,
-        lock=settings.state_dir / f"compact-{settings.machine_id}.lock")
+        lock=settings.state_dir / f"compact-{settings.machine_id}.lock",
+        acknowledged=acknowledged_seq(settings))
 
 
 def policy_of(settings: Settings) -> Policy:

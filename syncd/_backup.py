@@ -157,9 +157,14 @@ def load_backup(store: Store, machine: str, at: float | None = None,
                 for folder in base.folders_of(sid) or newest.folders_of(sid):
                     names |= session_groups(sid, folder)
                 names |= session_groups(sid, "")
+        def lost(name: str, err: FormatError) -> None:
+            # That group's files are missing from this view; the others are whole.
+            b.errors.append(str(err))
+
         try:
-            groups = read_groups(store, base, names, crypto)
-            where = groups if base is newest else read_groups(store, newest, names, crypto)
+            groups = read_groups(store, base, names, crypto, lost)
+            where = groups if base is newest else read_groups(store, newest, names, crypto,
+                                                               lost)
         except (FormatError, StoreError) as e:
             raise BackupError(f"cannot read the snapshot: {e}") from e
         _from_snapshot(b, base, groups, where)

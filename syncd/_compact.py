@@ -81,6 +81,9 @@ class CompactOptions:
     progress: Meter | None = None  # told the raw bytes to rewrite, then each frame written
     # Checked between files: the daemon is stopping (nothing is deleted then).
     should_stop: Callable[[], bool] = lambda: False
+    # The newest seq the store confirmed to this machine's writer (None: unknown). A newest
+    # manifest beyond it is no compaction's of ours: building on it would delete segments.
+    acknowledged: int | None = None
 
 
 @dataclass
@@ -182,6 +185,10 @@ def _compact(store: Store, machine: str, crypto: Crypto | None,
         except (FormatError, StoreError) as err:
             raise CompactError(f"the newest snapshot is unreadable, not building on it "
                                f"(run syncd verify): {err}") from err
+        if opts.acknowledged is not None and newest.seq > opts.acknowledged:
+            raise CompactError(f"{store.url}{newest.key}: a snapshot beyond seq "
+                               f"{opts.acknowledged:016x}, the newest this machine wrote: "
+                               "not building on it (planted or foreign; remove it)")
         for g in groups.values():
             for e in g.entries:
                 if e.retained:

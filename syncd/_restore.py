@@ -592,43 +592,48 @@ def _sane_mtime(f: Entry, report: RestoreReport) -> int:
     return now
 
 
-# Lines are rewritten CHUNK bytes at a time; a line longer than LINE_MAX is copied as it
-# is (remapping it in pieces could cut a protected thinking block).
+# Lines are rewritten about CHUNK bytes at a time; a line longer than LINE_MAX is copied
+# as it is (remapping it in pieces could cut a protected thinking block), so memory holds
+# at most one batch of lines whatever the file holds.
 CHUNK = 8 << 20
-LINE_MAX = 64 << 20
+LINE_MAX = 16 << 20
 
 
 def _rewrite(staged: Path, f: Entry, remap: Remapper,
              history_sids: set[str] | None) -> tuple[Path, int]:
     """``staged`` remapped (and a history filtered) into a new staged file; its size."""
-    history = f.path == b"history.jsonl" and history_sids is not None
+    sids = history_sids if f.path == b"history.jsonl" else None
+    holes = sids is not None and f.sparse  # zero bytes where other sessions' lines were
     out_path = staged.with_name(staged.name + ".out")
     size = 0
     with open(staged, "rb") as src, open(out_path, "wb") as out:
         os.fchmod(out.fileno(), 0o600)
-        carry, untouched = b"", False
-        while chunk := src.read(CHUNK):
-            if history and f.sparse:
-                chunk = chunk.replace(b"\0", b"")  # holes: other sessions' lines
-            buf = carry + chunk
-            if untouched:  # the rest of an overlong line, up to its end
-                end = buf.find(b"\n") + 1
-                text, carry = (buf, b"") if end == 0 else (buf[:end], buf[end:])
-                untouched = end == 0
-            else:
-                cut = buf.rfind(b"\n") + 1
-                if cut == 0 and len(buf) > LINE_MAX:
-                    text, carry, untouched = buf, b"", True
-                else:
-                    text, carry = _lines_out(buf[:cut], remap, history_sids if history
-                                             else None), buf[cut:]
+
+        def emit(text: bytes) -> None:
+            nonlocal size
             out.write(text)
             size += len(text)
-        if carry:  # a last line without its newline
-            text = carry if untouched else _lines_out(carry, remap, history_sids if history
-                                                      else None)
-            out.write(text)
-            size += len(text)
+
+        batch: list[bytes] = []
+        held = 0
+        while line := src.readline(LINE_MAX + 1):
+            if holes:
+                line = line.replace(b"\0", b"")
+            if len(line) > LINE_MAX and not line.endswith(b"\n"):
+                emit(_lines_out(b"".join(batch), remap, sids))
+                batch, held = [], 0
+                if sids is None:  # a history line that long is no one's: dropped
+                    emit(line)
+                while not line.endswith(b"\n") and (line := src.readline(CHUNK)):
+                    if sids is None:
+                        emit(line)
+                continue
+            batch.append(line)
+            held += len(line)
+            if held >= CHUNK and line.endswith(b"\n"):
+                emit(_lines_out(b"".join(batch), remap, sids))
+                batch, held = [], 0
+        emit(_lines_out(b"".join(batch), remap, sids))
     staged.unlink()
     return out_path, size
 

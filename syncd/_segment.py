@@ -461,7 +461,7 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
         ix.extra = {k: v for k, v in doc.items() if k not in _KNOWN}
     except FormatError:
         raise
-    except (zstandard.ZstdError, ValueError, KeyError, TypeError) as e:
+    except (zstandard.ZstdError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise FormatError(f"{where}: unreadable segment index: {e}") from e
     return ix
 

@@ -41,6 +41,8 @@ log = logging.getLogger("syncd.ship")
 
 # A state row whose bytes the store lost: the next flush ships a new generation.
 LOST = b"lost"
+# A snapshot this many seqs ahead of the state is no writer's: years of flushes.
+MAX_AHEAD = 1 << 32
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
 # transcripts are append-only, and a rewrite touches the head or the tail.
 CHECK_HEAD = 4 << 10
@@ -269,6 +271,13 @@ class Shipper:
         if m.machine != self.machine:
             raise RuntimeError(f"{self.store.url}{key}: written by machine {m.machine!r}, "
                                "not by us; refusing to continue")
+        if m.seq - self.state.next_seq > MAX_AHEAD or m.time > self.clock() + 86400:
+            # Adopting it would move this machine's seqs there, and the next compaction
+            # would delete every segment below it: a manifest no writer of ours made.
+            raise FormatError(f"{self.store.url}{key}: a snapshot at seq {m.seq:016x} (time "
+                              f"{m.time:.0f}) far beyond this machine's seq "
+                              f"{self.state.next_seq:016x}: refusing to adopt it (planted "
+                              "or foreign; remove it from the store)")
         updates: list[FileState] = []
         for g in read_groups(self.store, m, None, self.crypto).values():
             for e in g.entries:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,7 +177,7 @@ def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manif
                      [str(k) for k in x["objects"]], sids={str(k): str(v) for k, v in
                                                            x.get("sids", {}).items()},
                      projects=ix.projects)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise FormatError(f"{where}: unreadable manifest index: {e}") from e
     if layout.snapshot_id(key) != (m.seq, m.rev):
         raise FormatError(f"{where}: manifest says seq {m.seq} rev {m.rev}, "
@@ -190,35 +190,53 @@ def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manif
 
 
 def read_groups(store: Store, m: Manifest, names: Iterable[str] | None = None,
-                crypto: Crypto | None = None) -> dict[str, Group]:
+                crypto: Crypto | None = None,
+                on_error: Callable[[str, FormatError], None] | None = None
+                ) -> dict[str, Group]:
     """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped.
 
     Each group is parsed as soon as its frames are in, so memory holds one group's JSON
     at a time; a group that claims more than GROUP_MAX bytes is refused unread.
+    ``on_error``: told of each group that cannot be read, and the others still come;
+    without it the first one raises.
     """
     where = f"{store.url}{m.key}"
+    bad: dict[str, FormatError] = {}
     wanted = sorted(m.groups) if names is None else sorted(set(names) & set(m.groups))
     for name in wanted:
         size = sum(e.end - e.start for e in m.groups[name])
         if size > GROUP_MAX:
-            raise FormatError(f"{where}: group {name!r} claims {size} bytes, more than the "
-                              f"{GROUP_MAX} a reader accepts (refusing it)")
-    left = {_GROUP_PREFIX + os.fsencode(n): len(m.groups[n]) for n in wanted}
+            bad[name] = FormatError(f"{where}: group {name!r} claims {size} bytes, more than "
+                                    f"the {GROUP_MAX} a reader accepts (refusing it)")
+    wanted = [n for n in wanted if n not in bad]
+    by_path = {_GROUP_PREFIX + os.fsencode(n): n for n in wanted}
+    left = {p: len(m.groups[n]) for p, n in by_path.items()}
     parts: dict[bytes, list[tuple[int, bytes]]] = {}
     out = {}
-    for e, data in read_extents(store, m.key, [e for n in wanted for e in m.groups[n]], crypto):
+
+    def damaged(x: Extent, err: FormatError) -> None:
+        bad.setdefault(by_path[x.path], err)
+
+    for e, data in read_extents(store, m.key, [e for n in wanted for e in m.groups[n]], crypto,
+                                damaged if on_error is not None else None):
+        name = by_path[e.path]
+        if name in bad:
+            continue
         parts.setdefault(e.path, []).append((e.start, data))
         left[e.path] -= 1
         if left[e.path]:
             continue
-        name = os.fsdecode(e.path[len(_GROUP_PREFIX):])
         text = b"".join(c for _, c in sorted(parts.pop(e.path)))
         try:
             doc = json.loads(text)
             del text
             out[name] = _group(doc, m, where)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-            raise FormatError(f"{where}: unreadable group {name!r}: {e}") from e
+            bad[name] = FormatError(f"{where}: unreadable group {name!r}: {e}")
+    for name, problem in sorted(bad.items()):
+        if on_error is None:
+            raise problem
+        on_error(name, problem)
     return out
 
 

@@ -119,11 +119,14 @@ class LocalStore:
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         path = self._path(key)
         try:
-            with open(path, "rb") as f:
-                if start < 0:
-                    f.seek(max(0, os.fstat(f.fileno()).st_size + start))
-                else:
-                    f.seek(start)
+            # Objects are regular files: a symlink or a pipe planted in a shared directory
+            # is refused, never followed or read (a pipe would block, /dev/zero never end).
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as f:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise StoreError(f"{self.url}{key}: not a regular file (refusing it)")
+                f.seek(max(0, st.st_size + start) if start < 0 else start)
                 return f.read() if length is None else f.read(length)
         except FileNotFoundError:
             raise NotFound(f"{self.url}{key}: not found") from None
@@ -132,11 +135,13 @@ class LocalStore:
 
     def head(self, key: str) -> ObjectInfo | None:
         try:
-            st = self._path(key).stat()
+            st = os.lstat(self._path(key))
         except FileNotFoundError:
             return None
         except OSError as e:
             raise StoreError(f"{self.url}{key}: {e.strerror or e}") from e
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{self.url}{key}: not a regular file (refusing it)")
         return ObjectInfo(key, st.st_size, _etag(st))
 
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
@@ -153,10 +158,11 @@ class LocalStore:
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix) and key > start_after:
                     try:
-                        st = os.stat(os.path.join(dirpath, name))
+                        st = os.lstat(os.path.join(dirpath, name))
                     except FileNotFoundError:
                         continue  # deleted while we listed
-                    found.append(ObjectInfo(key, st.st_size, _etag(st)))
+                    if stat.S_ISREG(st.st_mode):  # no writer makes anything else
+                        found.append(ObjectInfo(key, st.st_size, _etag(st)))
         yield from sorted(found, key=lambda o: o.key.encode())
 
     def delete_many(self, keys: Iterable[str]) -> None:
