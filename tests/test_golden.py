@@ -1,0 +1,248 @@
+"""Golden stores: stores written once by an earlier version's code (tests/golden, built by
+tests/golden/make.py), which today's reader must still restore byte for byte, list and
+verify. docs/FORMAT.md: a newer reader reads every older store.
+
+Each store is copied to a temporary directory first: the fixtures are never written to.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from syncd._backup import machine_info
+from syncd._catalog import is_session_id
+from syncd._crypto import Crypto, describe
+from syncd._dictionary import fetch
+from syncd._keys import key_files, read_key_file, unlock
+from syncd._listing import load_all, sessions_table
+from syncd._restore import RestoreOptions, restore
+from syncd._segreader import read_extents, read_index
+from syncd._snapshot import read_groups, read_manifest
+from syncd._verify import verify
+from syncd.store import LocalStore, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+MACHINE = "golden-laptop"
+HOME = "/home/golden"  # machine.json's home; mapped to itself, so restores are byte-exact
+PASSPHRASE = "golden fixture passphrase, not a secret 4b1d"
+CHEAP_SCRYPT_N = 1 << 12  # the encrypted store's key file: unlocking costs ~5 ms
+T0 = 1_767_258_000.0  # 2026-01-01T09:00:00Z: flush k of the story is at T0 + k * STEP
+STEP = 600.0
+STORES = {"v1-plain": False, "v2-encrypted": True}  # name → encrypted
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    flush: int  # the last flush of the story it holds
+    at: float | None
+    what: str
+
+
+POINTS = (
+    Point("newest", 6, None, "the newest manifest (seq 4) and the two segments after it"),
+    Point("seg5", 5, T0 + 5.5 * STEP, "the newest manifest and the first segment after it"),
+    Point("snap4", 4, T0 + 4.5 * STEP, "the newest manifest alone"),
+    Point("snap2", 2, T0 + 2.5 * STEP, "the older manifest (seq 2), its bytes found through "
+          "the newest one (retained generations, a tombstone)"),
+)
+CASES = [pytest.param(s, p, id=f"{s}-{p.name}") for s in STORES for p in POINTS]
+
+
+def open_golden(path: Path, encrypted: bool) -> tuple[Store, Crypto | None]:
+    """A golden store (a copy of it) and its unlocked key when it is encrypted."""
+    store = LocalStore(path)
+    if not encrypted:
+        assert key_files(store) == [], "a plain golden store has key files"
+        return store, None
+    return store, unlock(store, PASSPHRASE)
+
+
+def restored_files(root: Path) -> dict[bytes, tuple[str, int]]:
+    """Every file under ``root``: relative path → (sha256, size)."""
+    out = {}
+    base = os.fsencode(root)
+    for dirpath, _dirs, names in os.walk(base):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as f:
+                data = f.read()
+            out[os.path.relpath(full, base)] = (hashlib.sha256(data).hexdigest(), len(data))
+    return out
+
+
+def session_titles(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What the expected files say of each session, from `syncd sessions` rows."""
+    return {r["session_id"]: {"title": r["title"], "project": r["project"],
+                              "deleted": r["deleted_locally_at"] is not None} for r in rows}
+
+
+def expected(store: str, point: Point) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((GOLDEN / "expected" / store / f"{point.name}.json")
+                                     .read_text())
+    assert (doc["store"], doc["point"], doc["at"], doc["machine"], doc["home"]) == (
+        store, point.name, point.at, MACHINE, HOME)
+    return doc
+
+
+def expected_files(doc: dict[str, Any]) -> dict[bytes, tuple[str, int]]:
+    out = {}
+    for f in doc["files"]:
+        path = base64.b64decode(f["path_b64"]) if "path_b64" in f else f["path"].encode()
+        out[path] = (f["sha256"], f["size"])
+    return out
+
+
+@pytest.fixture
+def copy(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """A copy of the golden store named by the test's ``store`` parameter."""
+    name: str = request.node.callspec.params["store"]
+    out = tmp_path / "store"
+    shutil.copytree(GOLDEN / name, out)
+    return out
+
+
+# -- restore, listing, verify ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("store", "point"), CASES)
+def test_restores_byte_for_byte(store: str, point: Point, copy: Path, tmp_path: Path) -> None:
+    s, crypto = open_golden(copy, STORES[store])
+    want = expected_files(expected(store, point))
+    out = tmp_path / "out"
+    report = restore(s, MACHINE, RestoreOptions(target=out, at=point.at, local_home=HOME,
+                                                crypto=crypto))
+    assert report.errors == []
+    assert {a.action for a in report.actions} == {"create"}
+    got = restored_files(out)
+    assert sorted(set(got) ^ set(want)) == [], "files missing from or extra in the restore"
+    assert [p for p in want if got[p] != want[p]] == [], "files restored with other bytes"
+
+
+@pytest.mark.parametrize(("store", "point"), CASES)
+def test_sessions_are_listed_with_their_titles(store: str, point: Point, copy: Path,
+                                               tmp_path: Path) -> None:
+    s, crypto = open_golden(copy, STORES[store])
+    backups, problems = load_all(s, None, point.at, crypto)
+    assert problems == []
+    assert [b.machine for b in backups] == [MACHINE]
+    assert backups[0].info.get("home") == HOME
+    rows = sessions_table(backups, tmp_path / "no-local-tree")
+    want = {d["session_id"]: {k: v for k, v in d.items() if k != "session_id"}
+            for d in expected(store, point)["sessions"]}
+    assert session_titles(rows) == want
+    assert all(is_session_id(r["session_id"]) and not r["local"] for r in rows)
+
+
+@pytest.mark.parametrize("store", sorted(STORES))
+def test_verify_finds_no_problem(store: str, copy: Path) -> None:
+    s, crypto = open_golden(copy, STORES[store])
+    rep = verify(s, MACHINE, crypto, read_data=100.0)
+    assert rep.problems == []
+    assert (rep.snapshots, rep.segments, rep.unreferenced) == (2, 2, [])
+    assert rep.packs >= 1 and rep.extents_read > 0 and rep.sampled_share == 1.0
+
+
+# -- the objects themselves ---------------------------------------------------------------------
+
+def _format_versions() -> tuple[int, int]:
+    """The versions docs/FORMAT.md names for plain and sealed stores."""
+    text = (ROOT / "docs" / "FORMAT.md").read_text()
+    m = re.search(r"Format versions: \*\*(\d+)\*\* \(plain\) and \*\*(\d+)\*\* \(sealed", text)
+    assert m, "docs/FORMAT.md no longer names its format versions where it did"
+    return int(m.group(1)), int(m.group(2))
+
+
+# As docs/FORMAT.md draws them: a segment container's header and trailer, a sealed box's header.
+HEADER = struct.Struct("<8sHHI")
+TRAILER = struct.Struct("<QI4x32s8s")
+
+
+@pytest.mark.parametrize("store", sorted(STORES))
+def test_objects_parse_with_todays_reader(store: str, copy: Path) -> None:
+    """Every object is one the format names, parses with today's reader primitives, holds
+    frames that decompress to their checksums, and carries the version FORMAT.md gives
+    its kind of store (1 plain, 2 sealed)."""
+    encrypted = STORES[store]
+    s, crypto = open_golden(copy, encrypted)
+    plain_v, sealed_v = _format_versions()
+    version = sealed_v if encrypted else plain_v
+    prefix = f"machines/{MACHINE}/"
+    kinds: dict[str, list[str]] = {}
+    for info in s.list(""):
+        key = info.key
+        m = re.fullmatch(r"keys/[0-9a-f]{16}|machines/[^/]+/(machine\.json|seg|pack|snap|dict)"
+                         r"(/.+)?", key)
+        assert m and key.startswith((prefix, "keys/")), f"unknown object {key}"
+        kind = "keys" if key.startswith("keys/") else key[len(prefix):].split("/")[0]
+        kinds.setdefault(kind, []).append(key)
+        raw = (copy / key).read_bytes()
+        if kind in ("seg", "pack", "snap"):
+            magic, v, flags, reserved = HEADER.unpack_from(raw)
+            assert (magic, v, flags, reserved) == (b"SYNCDSEG", version, int(encrypted), 0), key
+            end = TRAILER.unpack_from(raw, len(raw) - TRAILER.size)[3]
+            assert end == (b"SYNCDEN2" if encrypted else b"SYNCDEND"), key
+            ix = read_index(s, key, crypto=crypto)
+            assert ix.machine == MACHINE
+            assert ix.extra.get("kind") == {"seg": None, "pack": "pack", "snap": "snapshot"}[kind]
+            got = list(read_extents(s, key, ix.extents, crypto))
+            assert len(got) == len(ix.extents) > 0, key
+        if kind == "snap":
+            man = read_manifest(s, key, crypto)
+            assert read_groups(s, man, None, crypto), key
+        if kind == "dict":
+            assert is_box(raw) == encrypted
+            assert fetch(s, MACHINE, key.rsplit("/", 1)[1], crypto).data
+        if kind == "machine.json":
+            assert is_box(raw) == encrypted
+            if encrypted:
+                assert HEADER.unpack_from(raw)[1:] == (sealed_v, 1, 0)
+            info_doc = machine_info(s, MACHINE, crypto)
+            assert (info_doc["format"], info_doc["home"], info_doc["hostname"]) == (
+                version, HOME, MACHINE)
+        if kind == "keys":
+            kf = describe(read_key_file(s, info), key)
+            assert crypto is not None and (kf.n, kf.master) == (CHEAP_SCRYPT_N,
+                                                                crypto.fingerprint)
+    counts = {k: len(v) for k, v in kinds.items()}
+    assert counts.pop("keys", 0) == (1 if encrypted else 0)
+    assert counts.pop("pack") >= 1
+    assert counts == {"machine.json": 1, "seg": 2, "snap": 2, "dict": 1}
+    # The segments after the last compaction use the trained dictionary, by name.
+    dict_id = kinds["dict"][0].rsplit("/", 1)[1]
+    for key in kinds["seg"]:
+        assert dict_id in {e.dict_id for e in read_index(s, key, crypto=crypto).extents}, key
+
+
+def is_box(raw: bytes) -> bool:
+    return raw.startswith(b"SYNCDBOX")
+
+
+# -- the fixtures --------------------------------------------------------------------------------
+
+def test_every_golden_store_is_tested_and_small() -> None:
+    stores = {p.name for p in GOLDEN.iterdir() if p.is_dir()} - {"expected", "__pycache__"}
+    assert stores == set(STORES)
+    assert {p.name for p in (GOLDEN / "expected").iterdir()} == set(STORES)
+    for name in STORES:
+        assert sorted(p.name for p in (GOLDEN / "expected" / name).iterdir()) == sorted(
+            f"{p.name}.json" for p in POINTS)
+    docs = [expected(s, p) for s in STORES for p in POINTS]
+    # What the fixtures cover: a name that is not UTF-8, an empty file, deleted sessions.
+    assert all(any("path_b64" in f for f in d["files"]) for d in docs)
+    assert all(any(f["size"] == 0 for f in d["files"]) for d in docs)
+    assert any(s["deleted"] for d in docs for s in d["sessions"])
+    size = sum(p.stat().st_size for p in GOLDEN.rglob("*") if p.is_file()
+               and "__pycache__" not in p.parts)
+    assert size < 1 << 20, f"tests/golden holds {size} bytes"
