@@ -258,7 +258,7 @@ def _child(settings: Settings, takeover: bool, level: int, parent: int,
     the state closed and the lease released; what was not shipped waits for the next
     start."""
     setup_logging(level)
-    stopping = _stop_on_signals()
+    stopping = stop_on_signals()
     _die_with(parent)
     try:
         result = sync_once(settings, takeover=takeover, stop=stopping)
@@ -271,9 +271,10 @@ def _child(settings: Settings, takeover: bool, level: int, parent: int,
     conn.send(_Report(os.getpid(), _peak_rss(), result))
 
 
-def _stop_on_signals() -> threading.Event:
-    """An Event set by SIGTERM or SIGINT. The signals are blocked in every thread (those
-    started later inherit the mask) and taken by one thread in ``sigwait``: a Python
+def stop_on_signals() -> threading.Event:
+    """An Event set by SIGTERM or SIGINT (a second one exits). The signals are blocked in
+    every thread (those started later inherit the mask) and taken by one thread in
+    ``sigwait``: a Python
     handler would run in the main thread between any two bytecodes, where setting an
     Event can deadlock on the lock that thread may be holding (a retry's ``stop.wait``)."""
     stopping = threading.Event()
@@ -283,6 +284,9 @@ def _stop_on_signals() -> threading.Event:
     def take() -> None:
         signal.sigwait(sigs)
         stopping.set()
+        # A second one ends the process at once (a prompt waiting for input, an impatient
+        # Ctrl-C): safe, the state only ever holds what the store confirmed.
+        os._exit(128 + signal.sigwait(sigs))
 
     threading.Thread(target=take, name="syncd-signals", daemon=True).start()
     return stopping

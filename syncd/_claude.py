@@ -54,7 +54,10 @@ def is_never(rel: str) -> bool:
 # writes them from a store without an explicit opt-in, whatever the include set says.
 INSTRUCTION_DIRS = frozenset({"commands", "agents", "skills", "plugins", "hooks",
                               "output-styles"})
-_INSTRUCTION_NAMES = (re.compile(r"settings(\..*)?\.json", re.I), re.compile(r"claude\.md", re.I))
+# At any depth: a project's own files too (a folder under projects/ could become a cwd).
+_INSTRUCTION_NAMES = (re.compile(r"settings(\..*)?\.json", re.I),
+                      re.compile(r"claude(\.local)?\.md", re.I),
+                      re.compile(r"\.mcp\.json", re.I))
 
 
 def carries_instructions(rel: str, *, foreign: bool) -> bool:
@@ -67,6 +70,8 @@ def carries_instructions(rel: str, *, foreign: bool) -> bool:
     if parts[0].lower() in INSTRUCTION_DIRS:
         return True
     if any(p.fullmatch(parts[-1]) for p in _INSTRUCTION_NAMES):
+        return True
+    if any(p.lower() == ".claude" for p in parts[:-1]):  # a project's .claude/ directory
         return True
     return foreign and len(parts) > 3 and parts[0] == "projects" and \
         parts[2].lower() == "memory"

@@ -96,9 +96,13 @@ def sync(ctx: click.Context, takeover: bool) -> None:
     machine's lease meanwhile)."""
     # Run by hand: an unreachable store fails it within seconds, not the daemon's minute.
     settings = interactive(settings_of(ctx))
+    # SIGTERM and Ctrl-C end it at a segment boundary, as they end the daemon's flush.
+    from ._catchup import stop_on_signals
+
+    stop = stop_on_signals()
     try:
         with meter("shipping") as m:
-            r = sync_once(settings, progress=m, takeover=takeover, prompt=True)
+            r = sync_once(settings, progress=m, takeover=takeover, prompt=True, stop=stop)
     except EXPECTED as e:
         fail(e)
     click.echo(f"synced: {r.files} files, {r.tombstones} deletions, {r.raw_bytes} bytes in "

@@ -20,6 +20,7 @@ from ._keys import (
     key_files,
     list_keys,
     open_crypto,
+    remembered_key,
     remove_key,
 )
 from .store import Store, StoreError
@@ -71,7 +72,8 @@ def key() -> None:
 
 def _unlock(store: Store, settings: Settings) -> Crypto:
     """The store's key, opened with the current passphrase; an error if it is plain."""
-    crypto = open_crypto(store, settings.passphrase_file, prompt=True)
+    crypto = open_crypto(store, settings.passphrase_file, prompt=True,
+                         hint=remembered_key(settings.state_file))
     if crypto is None:
         raise CryptoError(f"{store.url}: not encrypted (syncd init --encrypt first)")
     return crypto

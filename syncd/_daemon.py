@@ -84,9 +84,11 @@ class Engine:
         self.crypto: Crypto | None = None
         self.connected = False
         try:
+            # One connection attempt takes at most half the retry budget (sync's is short).
             self.store: RetryStore = open_store(
                 settings.store, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
-                retry_deadline=settings.store_retry_deadline, stop=self.stop)
+                retry_deadline=settings.store_retry_deadline, stop=self.stop,
+                connect_timeout=min(10.0, settings.store_retry_deadline / 2))
             self.state = State(settings.state_file)
         except Exception:
             self.lock.release()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import zstandard
@@ -86,8 +87,10 @@ def publish(store: Store, machine: str, d: Dictionary, crypto: Crypto | None) ->
     return key
 
 
-_cache: dict[tuple[str, str], Dictionary] = {}
+# A store's indexes can name any number of dictionaries: the cache keeps the last few.
+_cache: OrderedDict[tuple[str, str], Dictionary] = OrderedDict()
 _cache_lock = threading.Lock()
+_CACHE_MAX = 8
 
 
 def fetch(store: Store, machine: str, dict_id: str, crypto: Crypto | None) -> Dictionary:
@@ -111,6 +114,8 @@ def fetch(store: Store, machine: str, dict_id: str, crypto: Crypto | None) -> Di
         raise FormatError(f"{where}: dictionary content does not match its id (corrupted)")
     with _cache_lock:
         _cache[(store.url, key)] = d
+        while len(_cache) > _CACHE_MAX:
+            _cache.popitem(last=False)
     return d
 
 

@@ -66,7 +66,8 @@ class RetryStore:
                 conditional = isinstance(e, AlreadyExists) or if_match is not None
                 if conditional and attempts > 1:
                     info = self.inner.head(key)
-                    if info is not None and self.inner.get(key) == data:
+                    if info is not None and info.size == len(data) and \
+                            self.inner.get(key, 0, len(data)) == data:
                         return info.etag
                 raise
 
