@@ -56,6 +56,19 @@ def test_full_disk_leaves_nothing_half_written(tmp_path: Path, tiny_fs: Path,
     target = tiny_fs / "claude"
     write(target, "history.jsonl", b"local history\n")
     before = tree_bytes(target)
+    # Said before anything is fetched: the backup's sizes do not fit.
+    with pytest.raises(RestoreError, match="needs 2.1 MB, the filesystem has"):
+        restore(store, "desk", RestoreOptions(target=target, local_home="/home/a"))
+    assert tree_bytes(target) == before
+    # And when the disk fills up all the same (the free space was misjudged).
+    real = os.statvfs
+
+    def roomy(path: str | bytes | os.PathLike[str] | int) -> os.statvfs_result:
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, st.f_bfree,
+                                  1 << 40, *st[5:]))
+
+    monkeypatch.setattr(os, "statvfs", roomy)
     with pytest.raises(RestoreError, match="No space left on device"):
         restore(store, "desk", RestoreOptions(target=target, local_home="/home/a"))
     assert tree_bytes(target) == before
