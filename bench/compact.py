@@ -52,16 +52,15 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
 )
 from restore import CountingProxy, Req, Results, fmt_kb, is_list, tree_files
 
-from syncd import _layout as layout
-from syncd._archive import compact_options, policy_of
-from syncd._claude import Selection
-from syncd._compact import CompactOptions, CompactReport, compact
-from syncd._config import Settings, load_settings
-from syncd._prune import PruneReport, prune
-from syncd._ship import Shipper
-from syncd._snapshot import list_snapshots, read_manifest
-from syncd._state import State
-from syncd.store import Store, open_store
+from syncd.archive.compact import CompactOptions, CompactReport, compact
+from syncd.archive.options import compact_options, policy_of
+from syncd.archive.prune import PruneReport, prune
+from syncd.backup.ship import Shipper
+from syncd.backup.state import State
+from syncd.claude import Selection
+from syncd.config import Settings, load_settings
+from syncd.format.snapshot import list_snapshots, read_manifest
+from syncd.store import Store, layout, open_store
 
 MACHINE = "bench-main"
 BIG_MACHINE = "bench-big"

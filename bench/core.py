@@ -43,10 +43,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from syncd import _layout as layout  # noqa: E402
-from syncd._config import Settings  # noqa: E402
-from syncd._crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R  # noqa: E402
-from syncd._segment import TRAILER  # noqa: E402
-from syncd._segreader import read_index  # noqa: E402
+from syncd.config import Settings  # noqa: E402
+from syncd.format.reader import read_index  # noqa: E402
+from syncd.format.segment import TRAILER  # noqa: E402
+from syncd.security.crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R  # noqa: E402
 from syncd.store import open_store  # noqa: E402
 from tests.seaweed import Seaweed, start_seaweed  # noqa: E402
 

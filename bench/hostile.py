@@ -35,8 +35,8 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     workdir,
 )
 
-from syncd._crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R
-from syncd._keys import init_encryption
+from syncd.security.crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R
+from syncd.security.keys import init_encryption
 from tests.hostile import (
     CHEAP,
     GB,

@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from syncd._crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R, Crypto, new_master, wrap  # noqa: E402
-from syncd._keys import MAX_TRIES  # noqa: E402
+from syncd.security.crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R, Crypto, new_master, wrap  # noqa: E402
+from syncd.security.keys import MAX_TRIES  # noqa: E402
 
 PASSPHRASE = "bench passphrase 4d1e"
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None

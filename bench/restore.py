@@ -44,11 +44,10 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     sanitize,
 )
 
-from syncd import _layout as layout
-from syncd._backup import Backup, load_backup
-from syncd._segment import TAIL_READ, TRAILER
-from syncd._snapshot import Entry
-from syncd.store import open_store
+from syncd.format.segment import TAIL_READ, TRAILER
+from syncd.format.snapshot import Entry
+from syncd.store import layout, open_store
+from syncd.view import Backup, load_backup
 
 MACHINE = "bench-main"
 SYNCD_PREFIX = "bench"

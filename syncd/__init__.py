@@ -4,13 +4,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._claude import Selection, default_root
-from ._config import Settings, load_settings
-from ._daemon import Daemon, Engine, SyncError, sync_once
-from ._restore import RestoreError, RestoreReport, restore_tree
-from ._segment import FormatError
-from ._ship import FlushResult, Shipper
-from ._state import FileState, State
+from syncd.backup.ship import FlushResult, Shipper
+from syncd.backup.state import FileState, State
+from syncd.claude import Selection, default_root
+from syncd.config import Settings, load_settings
+from syncd.format.segment import FormatError
+from syncd.restore.restorer import RestoreError, RestoreReport, restore_tree
+from syncd.service.daemon import Daemon, Engine, SyncError, sync_once
 
 __all__ = [
     "Daemon",

@@ -1,3 +1,3 @@
-from ._cli import main
+from syncd.cli.main import main
 
 main()

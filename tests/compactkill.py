@@ -20,9 +20,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from syncd._compact import CompactOptions, compact
-from syncd._prune import prune
-from syncd._retention import Policy
+from syncd.archive.compact import CompactOptions, compact
+from syncd.archive.prune import prune
+from syncd.archive.retention import Policy
 from syncd.store import LocalStore
 
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from syncd._backup import segment_keys
-from syncd._claude import Selection
-from syncd._config import Settings, load_settings
-from syncd._restore import RestoreReport, restore_tree
-from syncd._segment import SegmentIndex
-from syncd._segreader import read_index
-from syncd._state import State
+from syncd.backup.state import State
+from syncd.claude import Selection
+from syncd.config import Settings, load_settings
+from syncd.format.reader import read_index
+from syncd.format.segment import SegmentIndex
+from syncd.restore.restorer import RestoreReport, restore_tree
 from syncd.store import Store, open_store
+from syncd.view import segment_keys
 
 MACHINE = "m1"
 

@@ -10,14 +10,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncd._claude import Selection
-from syncd._config import Settings
-from syncd._daemon import Daemon
-from syncd._layout import segment_key
-from syncd._segreader import read_index
-from syncd._ship import Shipper
-from syncd._state import State
+from syncd.backup.ship import Shipper
+from syncd.backup.state import State
+from syncd.claude import Selection
+from syncd.config import Settings
+from syncd.format.reader import read_index
+from syncd.service.daemon import Daemon
 from syncd.store import MemoryStore, Store, TransientError
+from syncd.store.layout import segment_key
 
 
 def write(root: Path, rel: str | bytes, data: bytes, mode: str = "wb") -> Path:

@@ -26,14 +26,13 @@ from typing import Any
 
 import zstandard
 
-from syncd import _layout as layout
-from syncd._catalog import Session
-from syncd._claude import project_folder
-from syncd._crypto import PAD_BLOCK, Crypto, ObjectCipher, pad, unpad, wrap
-from syncd._segment import END_MAGIC, HEADER, TRAILER, SegmentWriter
-from syncd._segment import MAGIC as SEG_MAGIC
-from syncd._snapshot import Entry, build
-from syncd.store import LocalStore
+from syncd.claude import project_folder
+from syncd.format.catalog import Session
+from syncd.format.segment import END_MAGIC, HEADER, TRAILER, SegmentWriter
+from syncd.format.segment import MAGIC as SEG_MAGIC
+from syncd.format.snapshot import Entry, build
+from syncd.security.crypto import PAD_BLOCK, Crypto, ObjectCipher, pad, unpad, wrap
+from syncd.store import LocalStore, layout
 
 MB = 1_000_000
 GB = 1 << 30

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from syncd._catalog import MetaScanner, Session, session_of
+from syncd.format.catalog import MetaScanner, Session, session_of
 
 
 def _scan(data: bytes, chunk: int = 1000, at_line_start: bool = True) -> dict[str, str]:

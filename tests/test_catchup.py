@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from syncd import _catchup
-from syncd._catchup import catch_up
-from syncd._config import Settings
-from syncd._daemon import SyncStopped, sync_once
-from syncd._lock import ProcessLock
-from syncd._restore import restore_tree
-from syncd._state import State
+from syncd.backup.state import State
+from syncd.config import Settings
+from syncd.restore.restorer import restore_tree
+from syncd.security.lock import ProcessLock
+from syncd.service import catchup as _catchup
+from syncd.service.catchup import catch_up
+from syncd.service.daemon import SyncStopped, sync_once
 from syncd.store import open_store
 from tests.helpers import running, tree_bytes, wait_for, write
 from tests.test_daemon import _env, settings, shipped

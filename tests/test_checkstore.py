@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from syncd._checkstore import check_store
 from syncd.store import AlreadyExists, LocalStore, MemoryStore, Store, TransientError
+from syncd.store.check import check_store
 from tests.seaweed import Seaweed
 
 FEATURES = ["PUT, GET and HEAD", "conditional create", "conditional replace (If-Match, current",
@@ -120,10 +120,10 @@ def test_cli_exits_1_with_one_line_when_the_store_cannot_be_reached(tmp_path: Pa
 def test_cli_exits_1_when_a_required_feature_fails(tmp_path: Path) -> None:
     (tmp_path / "st").mkdir()
     # The command as installed, with a provider that ignores If-None-Match and If-Match.
-    run = ("import sys, syncd._cli_keys as k, syncd._checkstore as c\n"
+    run = ("import sys, syncd.cli.keys as k, syncd.store.check as c\n"
            "from tests.test_checkstore import IgnoresConditions\n"
            "k.check_store = lambda store: c.check_store(IgnoresConditions())\n"
-           "from syncd._cli import main\n"
+           "from syncd.cli.main import main\n"
            "sys.argv[0] = 'syncd'\n"
            "main()\n")
     r = _check_store_cli(tmp_path, "-c", run, SYNCD_STORE=(tmp_path / "st").as_uri(),

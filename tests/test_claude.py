@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncd._claude import Selection, default_root
+from syncd.claude import Selection, default_root
 
 
 @pytest.mark.parametrize("rel", [
@@ -77,13 +77,13 @@ def test_default_root_honours_claude_config_dir(monkeypatch: pytest.MonkeyPatch)
     ("/home/a/repo/.claude/worktrees/feat", "-home-a-repo--claude-worktrees-feat"),
 ])
 def test_project_folder(path: str, folder: str) -> None:
-    from syncd._claude import project_folder
+    from syncd.claude import project_folder
 
     assert project_folder(path) == folder
 
 
 def test_long_project_folder_matches_the_real_cli() -> None:
-    from syncd._claude import project_folder
+    from syncd.claude import project_folder
 
     path = "/home/alice/code/" + "a-very-long-directory-name/" * 9 + "project"
     name = project_folder(path)

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from syncd._cliutil import (
+from syncd.cli.util import (
     INTERACTIVE_CONNECT_TIMEOUT,
     INTERACTIVE_DEADLINE,
     interactive,
     resume_line,
     store_of,
 )
-from syncd._config import load_settings
-from syncd._keys import init_encryption
+from syncd.config import load_settings
+from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
 from tests.helpers import write
 

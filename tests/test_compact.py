@@ -20,19 +20,26 @@ from pathlib import Path
 
 import pytest
 
-from syncd._backup import load_backup
-from syncd._claude import Selection
-from syncd._compact import CompactError, CompactOptions, compact
-from syncd._crypto import Crypto, CryptoError, new_master
-from syncd._layout import segment_key
-from syncd._lock import ProcessLock
-from syncd._restore import RestoreError, RestoreOptions, restore, restore_tree
-from syncd._segment import END_MAGIC_SEALED, FormatError, check_header
-from syncd._segreader import read_index
-from syncd._ship import Shipper
-from syncd._snapshot import Entry, Manifest, current, list_snapshots, read_groups, read_manifest
-from syncd._state import State
+from syncd.archive.compact import CompactError, CompactOptions, compact
+from syncd.backup.ship import Shipper
+from syncd.backup.state import State
+from syncd.claude import Selection
+from syncd.format.reader import read_index
+from syncd.format.segment import END_MAGIC_SEALED, FormatError, check_header
+from syncd.format.snapshot import (
+    Entry,
+    Manifest,
+    current,
+    list_snapshots,
+    read_groups,
+    read_manifest,
+)
+from syncd.restore.restorer import RestoreError, RestoreOptions, restore, restore_tree
+from syncd.security.crypto import Crypto, CryptoError, new_master
+from syncd.security.lock import ProcessLock
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, open_store
+from syncd.store.layout import segment_key
+from syncd.view import load_backup
 from tests.helpers import shipper, tree_bytes, write
 from tests.seaweed import Seaweed
 

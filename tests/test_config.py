@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from syncd._config import ConfigError, load_settings
+from syncd.config import ConfigError, load_settings
 
 
 def test_toml_then_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

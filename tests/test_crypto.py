@@ -9,7 +9,16 @@ import struct
 import pytest
 import zstandard
 
-from syncd._crypto import (
+from syncd.format.reader import extent_bytes, parse_segment
+from syncd.format.segment import (
+    END_MAGIC,
+    HEADER,
+    MAGIC,
+    TRAILER,
+    FormatError,
+    SegmentWriter,
+)
+from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
     MAX_SCRYPT_MEMORY,
     MAX_SCRYPT_WORK,
@@ -28,15 +37,6 @@ from syncd._crypto import (
     unwrap,
     wrap,
 )
-from syncd._segment import (
-    END_MAGIC,
-    HEADER,
-    MAGIC,
-    TRAILER,
-    FormatError,
-    SegmentWriter,
-)
-from syncd._segreader import extent_bytes, parse_segment
 
 KEY = "machines/m1/seg/0000000000000000"
 CHEAP = 1 << 10  # scrypt N for unit tests: the format is the same, the cost is not

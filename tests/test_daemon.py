@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from syncd._config import Settings, load_settings
-from syncd._daemon import Daemon
-from syncd._restore import restore_tree
-from syncd._state import State
+from syncd.backup.state import State
+from syncd.config import Settings, load_settings
+from syncd.restore.restorer import restore_tree
+from syncd.service.daemon import Daemon
 from syncd.store import open_store
 from tests.helpers import running, start_daemon, tree_bytes, wait_for, write
 from tests.seaweed import Seaweed
@@ -185,7 +185,7 @@ def test_cli_sync_status_restore_on_seaweed(tmp_path: Path, seaweed: Seaweed,
 ])
 def test_flush_deadline(tmp_path: Path, first: float, last: float, busy: float,
                         expected: float) -> None:
-    from syncd._daemon import _Dirty
+    from syncd.service.daemon import _Dirty
 
     d = Daemon(settings(tmp_path, flush_quiet=2.0, flush_max_delay=10.0,
                         flush_busy_interval=busy))

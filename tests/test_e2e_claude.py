@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from syncd._claude import project_folder
+from syncd.claude import project_folder
 from tests.claude_fixtures import (
     Claude,
     Run,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from syncd._config import Settings
-from syncd._keys import init_encryption
-from syncd._segment import HEADER, TRAILER
+from syncd.config import Settings
+from syncd.format.segment import HEADER, TRAILER
+from syncd.security.keys import init_encryption
 from syncd.store import open_store
 from tests.faultkit import (
     MACHINE,

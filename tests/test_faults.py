@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import zstandard
 
-import syncd._daemon
-import syncd._ship
-from syncd._config import Settings
-from syncd._daemon import Engine, SyncError, sync_once
-from syncd._layout import segment_key
-from syncd._restore import RestoreError, restore_tree
-from syncd._segment import FRAME_MAX, HEADER, TRAILER, SegmentWriter
-from syncd._status import status
+import syncd.backup.ship
+import syncd.service.daemon
+from syncd.config import Settings
+from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, SegmentWriter
+from syncd.restore.restorer import RestoreError, restore_tree
+from syncd.service.daemon import Engine, SyncError, sync_once
+from syncd.service.status import status
 from syncd.store import open_store
+from syncd.store.layout import segment_key
 from tests.faultkit import (
     MACHINE,
     A,
@@ -188,7 +188,7 @@ def test_file_changes_under_the_shipper(tmp_path: Path, monkeypatch: pytest.Monk
     target = A if kind in ("delete", "symlink") else B
     full = os.path.join(os.fsencode(s.source), target)
     if when == "after-scan":
-        real_scan = syncd._daemon.scan
+        real_scan = syncd.service.daemon.scan
 
         def scan_then_change(*args: object, **kw: object) -> object:
             found = real_scan(*args, **kw)  # type: ignore[arg-type]
@@ -197,7 +197,7 @@ def test_file_changes_under_the_shipper(tmp_path: Path, monkeypatch: pytest.Monk
                 _mutate(kind, s.source, outside)
             return found
 
-        monkeypatch.setattr(syncd._daemon, "scan", scan_then_change)
+        monkeypatch.setattr(syncd.service.daemon, "scan", scan_then_change)
     elif when == "before-open":
         real_open = os.open
 
@@ -276,7 +276,7 @@ def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.Monkey
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
         return real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(syncd._ship.os, "open", open_denied)
+    monkeypatch.setattr(syncd.backup.ship.os, "open", open_denied)
     with pytest.raises(SyncError) as err:
         sync_once(s)
     msg = str(err.value)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import syncd.store
-from syncd._config import Settings
-from syncd._layout import segment_key
-from syncd._state import State
-from syncd._status import status
+from syncd.backup.state import State
+from syncd.config import Settings
+from syncd.service.status import status
 from syncd.store import S3Store
+from syncd.store.layout import segment_key
 from tests.faultkit import (
     MACHINE,
     A,

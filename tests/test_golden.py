@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
-from syncd._backup import machine_info
-from syncd._catalog import is_session_id
-from syncd._crypto import Crypto, describe
-from syncd._dictionary import fetch
-from syncd._keys import key_files, read_key_file, unlock
-from syncd._listing import load_all, sessions_table
-from syncd._restore import RestoreOptions, restore
-from syncd._segreader import read_extents, read_index
-from syncd._snapshot import read_groups, read_manifest
-from syncd._verify import verify
+from syncd.archive.verify import verify
+from syncd.format.catalog import is_session_id
+from syncd.format.dictionary import fetch
+from syncd.format.reader import read_extents, read_index
+from syncd.format.snapshot import read_groups, read_manifest
+from syncd.restore.listing import load_all, sessions_table
+from syncd.restore.restorer import RestoreOptions, restore
+from syncd.security.crypto import Crypto, describe
+from syncd.security.keys import key_files, read_key_file, unlock
 from syncd.store import LocalStore, Store
+from syncd.view import machine_info
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from syncd import _layout as layout
-from syncd._claude import DEFAULT_INCLUDE, project_folder
-from syncd._keys import init_encryption
-from syncd._segment import FRAME_MAX, HEADER, TRAILER
+from syncd.claude import DEFAULT_INCLUDE, project_folder
+from syncd.format.segment import FRAME_MAX, HEADER, TRAILER
+from syncd.security.keys import init_encryption
+from syncd.store import layout
 from tests.hostile import (
     BOMB_FILE,
     CHEAP,

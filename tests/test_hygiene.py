@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from syncd._claude import NEVER_DIRS, Selection, is_never
-from syncd._daemon import sync_once
-from syncd._health import record_error
-from syncd._layout import segment_key
-from syncd._logging import PLAIN_FORMAT, OneLine
-from syncd._redact import add_env_secrets, add_secret, redact
-from syncd._restore import RestoreOptions, restore, restore_tree
-from syncd._scan import scan
-from syncd._segment import HEADER, TRAILER, SegmentWriter
-from syncd._state import State
+from syncd.backup.errorlog import record_error
+from syncd.backup.scan import scan
+from syncd.backup.state import State
+from syncd.claude import NEVER_DIRS, Selection, is_never
+from syncd.format.segment import HEADER, TRAILER, SegmentWriter
+from syncd.redact import add_env_secrets, add_secret, redact
+from syncd.restore.restorer import RestoreOptions, restore, restore_tree
+from syncd.service.daemon import sync_once
+from syncd.service.log import PLAIN_FORMAT, OneLine
 from syncd.store import LocalStore, MemoryStore
+from syncd.store.layout import segment_key
 from tests.faultkit import make_settings, store_of, write
 from tests.helpers import shipper
 

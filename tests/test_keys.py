@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from syncd._cliutil import store_and_key
-from syncd._crypto import (
+from syncd.backup.state import State
+from syncd.cli.util import store_and_key
+from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
     SCRYPT_P,
     SCRYPT_R,
@@ -19,8 +20,7 @@ from syncd._crypto import (
     new_master,
     wrap,
 )
-from syncd._daemon import Engine
-from syncd._keys import (
+from syncd.security.keys import (
     MAX_READS,
     MAX_TRIES,
     KeyHint,
@@ -34,7 +34,7 @@ from syncd._keys import (
     remove_key,
     unlock,
 )
-from syncd._state import State
+from syncd.service.daemon import Engine
 from syncd.store import MemoryStore, ObjectInfo, open_store
 from tests.faultkit import make_settings
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from syncd._config import Settings, load_settings
-from syncd._daemon import Engine, sync_once
-from syncd._lease import Holder, Lease, LeaseHeld, LeaseLost, LeaseStale
+from syncd.config import Settings, load_settings
+from syncd.security.lease import Holder, Lease, LeaseHeld, LeaseLost, LeaseStale
+from syncd.service.daemon import Engine, sync_once
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, TransientError
 from tests.helpers import LosesAnswers, start_daemon, wait_for, write
 
@@ -191,7 +191,7 @@ def test_store_down_at_start_then_the_lease_is_taken_while_idle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that is down at boot does not fail the start; once it is back the daemon
     takes its lease even though nothing changed (so a second writer is still refused)."""
-    import syncd._daemon
+    import syncd.service.daemon
     from syncd.store import RetryStore
 
     down = threading.Event()
@@ -206,7 +206,7 @@ def test_store_down_at_start_then_the_lease_is_taken_while_idle(
     def fake_open(url: str, **kw: object) -> RetryStore:
         return RetryStore(Flaky(tmp_path / "store"), deadline=0.2)
 
-    monkeypatch.setattr(syncd._daemon, "open_store", fake_open)
+    monkeypatch.setattr(syncd.service.daemon, "open_store", fake_open)
     s = settings(tmp_path, "state-a")
     dt = start_daemon(s)
     try:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from syncd._merge import decide
+from syncd.restore.merge import decide
 
 
 def _t(uuid: str, ts: str, parent: str = "") -> bytes:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from syncd._compact import CompactError, CompactOptions, compact
-from syncd._lock import ProcessLock
-from syncd._prune import prune
-from syncd._retention import Policy
-from syncd._verify import verify
+from syncd.archive.compact import CompactError, CompactOptions, compact
+from syncd.archive.prune import prune
+from syncd.archive.retention import Policy
+from syncd.archive.verify import verify
+from syncd.security.lock import ProcessLock
 from syncd.store import LocalStore, MemoryStore, Store
 from tests.helpers import tree_bytes, write
 from tests.test_compact import (

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from syncd._remap import Remapper, Rule
+from syncd.restore.remap import Remapper, Rule
 
 
 def test_prefix_is_boundary_aware() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from syncd._restore import RestoreError, restore_tree
+from syncd.restore.restorer import RestoreError, restore_tree
 from syncd.store import MemoryStore
 from tests.helpers import shipper, tree_bytes, write
 
@@ -87,9 +87,9 @@ def test_symlinked_parent_in_target_is_refused(tmp_path: Path) -> None:
 
 def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from syncd import _restore
-    from syncd._remap import Remapper, Rule
-    from syncd._snapshot import Entry
+    from syncd.format.snapshot import Entry
+    from syncd.restore import restorer as _restore
+    from syncd.restore.remap import Remapper, Rule
 
     monkeypatch.setattr(_restore, "CHUNK", 64)
     monkeypatch.setattr(_restore, "LINE_MAX", 100)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from syncd._claude import project_folder
-from syncd._restore import RestoreError, RestoreOptions, restore
+from syncd.claude import project_folder
+from syncd.restore.restorer import RestoreError, RestoreOptions, restore
 from syncd.store import LocalStore, MemoryStore
 from tests.helpers import shipper, tree_bytes, write
 
@@ -57,7 +57,7 @@ def test_full_disk_leaves_nothing_half_written(tmp_path: Path, tiny_fs: Path,
     write(target, "history.jsonl", b"local history\n")
     before = tree_bytes(target)
     # Said before anything is fetched: the backup's sizes do not fit.
-    with pytest.raises(RestoreError, match="needs 2.1 MB, the filesystem has"):
+    with pytest.raises(RestoreError, match=r"needs 2\.1 MB, the filesystem has"):
         restore(store, "desk", RestoreOptions(target=target, local_home="/home/a"))
     assert tree_bytes(target) == before
     # And when the disk fills up all the same (the free space was misjudged).

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from syncd._backup import load_backup
-from syncd._claude import project_folder
-from syncd._remap import Rule
-from syncd._restore import RestoreError, RestoreOptions, restore
+from syncd.claude import project_folder
+from syncd.restore.remap import Rule
+from syncd.restore.restorer import RestoreError, RestoreOptions, restore
 from syncd.store import MemoryStore
+from syncd.view import load_backup
 from tests.helpers import shipper, tree_bytes, write
 
 SID = "11111111-2222-3333-4444-555555555555"

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from syncd._retention import (
+from syncd.archive.retention import (
     EMPTY_REASON,
     FORGOTTEN_REASON,
     Policy,

@@ -10,13 +10,13 @@ import pytest
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from syncd._archive import ScheduleError, ensure_dictionary
-from syncd._config import Settings, load_settings
-from syncd._restore import restore_tree
-from syncd._schedule import Archiver, trigger
-from syncd._segreader import read_index
-from syncd._state import State
-from syncd._status import status
+from syncd.archive.options import ScheduleError, ensure_dictionary
+from syncd.backup.state import State
+from syncd.config import Settings, load_settings
+from syncd.format.reader import read_index
+from syncd.restore.restorer import restore_tree
+from syncd.service.schedule import Archiver, trigger
+from syncd.service.status import status
 from syncd.store import LocalStore, open_store
 from tests.helpers import running, tree_bytes, wait_for, write
 

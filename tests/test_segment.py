@@ -4,9 +4,8 @@ import itertools
 
 import pytest
 
-from syncd._crypto import Crypto, new_master
-from syncd._layout import segment_key
-from syncd._segment import (
+from syncd.format.reader import extent_bytes, parse_segment, read_index
+from syncd.format.segment import (
     BATCH_BYTES,
     BATCH_MIN,
     FRAME_MAX,
@@ -14,8 +13,9 @@ from syncd._segment import (
     FormatError,
     SegmentWriter,
 )
-from syncd._segreader import extent_bytes, parse_segment, read_index
+from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore
+from syncd.store.layout import segment_key
 
 
 def _segment(n_files: int = 3, size: int = 1000) -> tuple[bytes, dict[bytes, bytes]]:

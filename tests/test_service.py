@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from syncd._config import load_settings
-from syncd._daemon import Daemon
-from syncd._metrics import METRICS
-from syncd._state import State
+from syncd.backup.state import State
+from syncd.config import load_settings
+from syncd.service.daemon import Daemon
+from syncd.service.metrics import METRICS
 from tests.helpers import tree_bytes, wait_for, write
 from tests.test_catchup import _catchup_child, _freeze, _sigterm_pending
 

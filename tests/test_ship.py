@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from syncd._layout import segment_key
-from syncd._lease import LeaseHeld
-from syncd._restore import restore_tree
-from syncd._segreader import read_index
-from syncd._ship import ship_with_restart
-from syncd._state import State
+from syncd.backup.ship import ship_with_restart
+from syncd.backup.state import State
+from syncd.format.reader import read_index
+from syncd.restore.restorer import restore_tree
+from syncd.security.lease import LeaseHeld
 from syncd.store import MemoryStore, ObjectInfo, StoreError
+from syncd.store.layout import segment_key
 from tests.helpers import all_extents, shipper, tree_bytes, write
 
 S1 = "projects/-home-a/s1.jsonl"

@@ -8,12 +8,10 @@ import json
 
 import pytest
 
-from syncd import _layout as layout
-from syncd._catalog import Session
-from syncd._crypto import Crypto, new_master
-from syncd._segment import FRAME_MAX, Extent, FormatError, SegmentWriter
-from syncd._segreader import read_extents
-from syncd._snapshot import (
+from syncd.format.catalog import Session
+from syncd.format.reader import read_extents
+from syncd.format.segment import FRAME_MAX, Extent, FormatError, SegmentWriter
+from syncd.format.snapshot import (
     ROOT_GROUP,
     Entry,
     build,
@@ -21,7 +19,8 @@ from syncd._snapshot import (
     read_groups,
     read_manifest,
 )
-from syncd.store import MemoryStore
+from syncd.security.crypto import Crypto, new_master
+from syncd.store import MemoryStore, layout
 
 M = "m1"
 SA = "aaaaaaaa-0000-4000-8000-000000000001"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from syncd._compact import compact
-from syncd._crypto import Crypto, new_master
-from syncd._layout import pack_key, segment_key, snapshot_key
-from syncd._segment import Extent
-from syncd._segreader import read_index
-from syncd._snapshot import Entry, build, current, list_snapshots, read_groups, read_manifest
-from syncd._verify import verify
+from syncd.archive.compact import compact
+from syncd.archive.verify import verify
+from syncd.format.reader import read_index
+from syncd.format.segment import Extent
+from syncd.format.snapshot import Entry, build, current, list_snapshots, read_groups, read_manifest
+from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore
+from syncd.store.layout import pack_key, segment_key, snapshot_key
 from tests.helpers import shipper, tree_bytes, write
 
 A = "projects/-home-a/aaaa.jsonl"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent
 
-from syncd._claude import Selection
-from syncd._watch import Watcher
+from syncd.backup.watch import Watcher
+from syncd.claude import Selection
 from tests.helpers import wait_for, write
 
 

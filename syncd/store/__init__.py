@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ._base import (
+from syncd.store.base import (
     AlreadyExists,
     InvalidKey,
     NotFound,
@@ -18,10 +18,10 @@ from ._base import (
     check_key,
     get_small,
 )
-from ._local import LocalStore, NoSuchStore
-from ._memory import MemoryStore
-from ._retry import RetryStore
-from ._s3 import S3Store
+from syncd.store.local import LocalStore, NoSuchStore
+from syncd.store.memory import MemoryStore
+from syncd.store.retry import RetryStore
+from syncd.store.s3 import S3Store
 
 __all__ = [
     "AlreadyExists",

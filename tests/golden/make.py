@@ -50,19 +50,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncd._archive import ensure_dictionary
-from syncd._claude import Selection, project_folder
-from syncd._compact import CompactOptions, compact
-from syncd._config import Settings, load_settings
-from syncd._crypto import Crypto
-from syncd._keys import init_encryption
-from syncd._listing import load_all, sessions_table
-from syncd._restore import RestoreOptions, restore
-from syncd._scan import scan
-from syncd._segreader import read_index
-from syncd._ship import Shipper, ship_with_restart
-from syncd._state import State
-from syncd._verify import verify
+from syncd.archive.compact import CompactOptions, compact
+from syncd.archive.options import ensure_dictionary
+from syncd.archive.verify import verify
+from syncd.backup.scan import scan
+from syncd.backup.ship import Shipper, ship_with_restart
+from syncd.backup.state import State
+from syncd.claude import Selection, project_folder
+from syncd.config import Settings, load_settings
+from syncd.format.reader import read_index
+from syncd.restore.listing import load_all, sessions_table
+from syncd.restore.restorer import RestoreOptions, restore
+from syncd.security.crypto import Crypto
+from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, Store
 from tests.test_golden import (
     CHEAP_SCRYPT_N,

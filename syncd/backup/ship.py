@@ -1,0 +1,584 @@
+"""The shipper: reads the new bytes of dirty files into segments and makes them durable.
+
+Local state advances only after the store confirmed a segment (invariant 1).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import platform
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zstandard
+
+from syncd.backup.state import FileState, State
+from syncd.claude import Selection
+from syncd.format.catalog import MetaScanner, session_of
+from syncd.format.reader import read_index
+from syncd.format.segment import FRAME_MAX, FormatError, SegmentWriter, Tombstone
+from syncd.format.snapshot import Entry, current, list_snapshots, read_groups, read_manifest
+from syncd.gitinfo import project_info
+from syncd.security.crypto import Crypto
+from syncd.security.lease import Lease
+from syncd.store import AlreadyExists, Store, layout
+from syncd.view import Backup, NoBackup, load_backup
+from syncd.worker import worker
+
+log = logging.getLogger("syncd.ship")
+
+# A state row whose bytes the store lost: the next flush ships a new generation.
+LOST = b"lost"
+# A snapshot this many seqs ahead of the state is no writer's: years of flushes.
+MAX_AHEAD = 1 << 32
+# Rewrite detection hashes the first and last shipped bytes, not the whole file:
+# transcripts are append-only, and a rewrite touches the head or the tail.
+CHECK_HEAD = 4 << 10
+CHECK_TAIL = 64 << 10
+
+
+def check_hash(fd: int, length: int) -> bytes:
+    h = hashlib.sha256()
+    h.update(os.pread(fd, min(CHECK_HEAD, length), 0))
+    tail = max(CHECK_HEAD, length - CHECK_TAIL)
+    if tail < length:
+        h.update(os.pread(fd, length - tail, tail))
+    return h.digest()
+
+
+@dataclass
+class FlushResult:
+    segments: list[int] = field(default_factory=list)
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    files: int = 0
+    tombstones: int = 0
+    # Files that could not be read this time: they stay pending, with the reason.
+    problems: dict[bytes, str] = field(default_factory=dict)
+    # Files that changed while being read: shipped as read, to be looked at again.
+    requeue: set[bytes] = field(default_factory=set)
+
+
+class _Batch:
+    """One segment being filled, with the state rows it will commit."""
+
+    def __init__(self, writer: SegmentWriter) -> None:
+        self.writer = writer
+        self.updates: dict[bytes, FileState] = {}
+
+
+class Shipper:
+    def __init__(self, *, root: Path, store: Store, state: State, machine: str,
+                 selection: Selection, level: int = 3, segment_max: int = 64 << 20,
+                 clock: Callable[[], float] = time.time,
+                 should_stop: Callable[[], bool] = lambda: False,
+                 crypto: Crypto | None = None, lease: Lease | None = None,
+                 prepare: Callable[[], None] = lambda: None) -> None:
+        self.root = os.fsencode(root)
+        self.store = store
+        self.state = state
+        self.machine = machine
+        self.selection = selection
+        self.level = level
+        self.segment_max = segment_max
+        self.clock = clock
+        self.should_stop = should_stop
+        # An encrypted store: every segment and machine.json is sealed.
+        self.crypto = crypto
+        # One writer per machine: checked (locally) before every PUT.
+        self.lease = lease
+        # Called before the first PUT (and before anything else touches the store): the
+        # engine connects there (unlock, lease), so reading starts before it is done.
+        self.prepare = prepare
+        # Told the size of every frame read: progress bars, the daemon's watchdog.
+        self.progress: Callable[[int], None] = lambda n: None
+        self._recovered = False
+        # The segment being uploaded: its batch, its size and the PUT's future.
+        self._upload: tuple[_Batch, int, Future[str]] | None = None
+        # Per flush: does the directory lead through a symlink (see _through_symlink).
+        self._dirs: dict[bytes, bool] = {}
+        self._dict: tuple[str, zstandard.ZstdCompressionDict] | None = None
+        self._projects_seen: set[str] = set()
+        # Files whose bytes the store lost (``audit``): shipped again by the next flush.
+        self.repair: set[bytes] = set()
+        self._audited = False
+
+    # -- recovery -----------------------------------------------------------
+    def recover(self) -> int:
+        """Adopt segments the store has beyond our state (a crash after PUT, before commit),
+        then check that what the store confirmed earlier is still there (``audit``).
+
+        Returns how many segments were adopted plus how many files are to be shipped
+        again. Cheap when all is well: one HEAD and two LISTs.
+        """
+        adopted = 0
+        snaps = current(list_snapshots(self.store, self.machine))
+        if snaps and snaps[-1][0] >= self.state.next_seq:
+            self._adopt_snapshot(snaps[-1][2])
+            adopted += 1
+        while self.store.head(layout.segment_key(self.machine, self.state.next_seq)):
+            self._adopt(self.state.next_seq)
+            adopted += 1
+        if not self._audited:
+            adopted += len(self.audit(snaps))
+        if not self.state.meta("machine_json"):
+            self._write_machine_json()
+        self._recovered = True
+        return adopted
+
+    def audit(self, snaps: list[tuple[int, int, str]] | None = None) -> set[bytes]:
+        """Are the segments the store confirmed still there? Returns the files to ship
+        again (also kept in ``repair`` until shipped).
+
+        A segment can be lost in the store (deleted by hand, a lifecycle rule, a provider's
+        fault, a rollback). Its files are noticed here and shipped again from the local
+        tree as new generations. Lost seqs at the end are used again; one lost between two
+        the store holds gets an empty segment in its place, so seqs stay contiguous for
+        readers. Run at start and hourly: two LISTs.
+        """
+        self._audited = True
+        last = self.state.next_seq - 1
+        if snaps is None:
+            snaps = current(list_snapshots(self.store, self.machine))
+        missing, present = self._missing(snaps, last)
+        if missing:
+            # A compaction between the two LISTs deletes the segments its manifest holds.
+            snaps = current(list_snapshots(self.store, self.machine))
+            missing, present = self._missing(snaps, last)
+        if not missing:
+            return set()
+        try:
+            view = load_backup(self.store, self.machine, crypto=self.crypto)
+        except NoBackup:  # everything is gone
+            view = Backup(self.machine, {})
+        marks: list[FileState] = []
+        for row in self.state.files():
+            have = view.files.get(row.path)
+            if row.deleted_at is not None:
+                if have is not None and have.gen == row.gen and have.deleted_at is not None:
+                    continue
+                marks.append(row.but(deleted_at=None))  # its tombstone is shipped again
+            elif have is None or have.gen != row.gen or _reach(have) < row.offset:
+                marks.append(row.but(dev=0, ino=0, check_hash=LOST))
+        self.state.touch(marks)
+        self.repair |= {m.path for m in marks}
+        # The seqs lost at the end are written again by the next flushes; one lost
+        # between two the store holds gets an empty stand-in.
+        newest = max(present | {snaps[-1][0] if snaps else -1})
+        for seq in missing:
+            if seq < newest:
+                self._fill(seq, self._time_before(seq, present, snaps))
+        if newest < last:
+            self.state.set_meta(next_seq=str(newest + 1))
+        note = (f"segments {_seqs(missing)} of machine {self.machine}, confirmed earlier, are "
+                f"missing from {self.store.url}: shipping {len(marks)} files again from the "
+                "local tree")
+        log.warning("%s", note)
+        self.state.set_meta(store_repair=json.dumps({"time": self.clock(), "note": note}))
+        return self.repair
+
+    def _missing(self, snaps: list[tuple[int, int, str]], last: int
+                 ) -> tuple[list[int], set[int]]:
+        """The seqs up to ``last`` after the newest manifest that the store does not hold,
+        and those it holds."""
+        base = snaps[-1][0] if snaps else -1
+        if base >= last:
+            return [], set()
+        start = layout.segment_key(self.machine, base) if base >= 0 else ""
+        present = {seq for info in self.store.list(layout.machine_prefix(self.machine) + "seg/",
+                                                   start_after=start)
+                   if (seq := layout.segment_seq(info.key)) is not None}
+        return [seq for seq in range(base + 1, last + 1) if seq not in present], present
+
+    def _time_before(self, seq: int, present: set[int],
+                     snaps: list[tuple[int, int, str]]) -> float:
+        """The time of what precedes ``seq`` in the store: a filler keeps times growing
+        with seqs, which a point-in-time restore relies on."""
+        before = [s for s in present if s < seq]
+        try:
+            if before:
+                return read_index(self.store, layout.segment_key(self.machine, max(before)),
+                                  crypto=self.crypto).time
+            if snaps:
+                return read_manifest(self.store, snaps[-1][2], self.crypto).time
+        except FormatError:
+            pass
+        return 0.0
+
+    def _fill(self, seq: int, time_: float) -> None:
+        """An empty segment in place of lost ``seq``."""
+        key = layout.segment_key(self.machine, seq)
+        w = SegmentWriter(self.machine, seq, time_,
+                          cipher=None if self.crypto is None else self.crypto.cipher(key))
+        w.index.extra = {"lost": True}
+        if self.lease is not None:
+            self.lease.check()
+        with contextlib.suppress(AlreadyExists):  # another run filled it
+            self.store.put(key, w.finish())
+
+    def _write_machine_json(self) -> None:
+        doc = {"machine": self.machine, "hostname": socket.gethostname(),
+               "os": f"{platform.system()} {platform.release()}", "home": str(Path.home()),
+               "claude_root": os.fsdecode(self.root), "created": self.clock(), "format": 1}
+        key = layout.machine_key(self.machine)
+        blob = json.dumps(doc, indent=1).encode()
+        if self.crypto is not None:
+            # Home and Claude tree are paths: sealed like everything else.
+            doc.update(format=2, key=self.crypto.fingerprint)
+            blob = self.crypto.seal_box(key, "machine.json", json.dumps(doc, indent=1).encode())
+        if self.lease is not None:
+            self.lease.check()
+        with contextlib.suppress(AlreadyExists):  # written by an earlier run
+            self.store.put(key, blob)
+        self.state.set_meta(machine_json="1")
+
+    def _adopt(self, seq: int) -> None:
+        key = layout.segment_key(self.machine, seq)
+        ix = read_index(self.store, key, crypto=self.crypto)
+        if ix.machine != self.machine or ix.seq != seq:
+            raise RuntimeError(f"{self.store.url}{key}: written by machine {ix.machine!r} "
+                               f"seq {ix.seq}, not by us; refusing to continue")
+        ends: dict[bytes, tuple[int, int, int, int]] = {}
+        for e in ix.extents:
+            ends[e.path] = (e.gen, e.end, e.mode, e.mtime_ns)
+        updates: list[FileState] = []
+        for path, (gen, end, mode, mtime_ns) in ends.items():
+            updates.append(self._adopted_state(path, gen, end, mode, mtime_ns))
+        for t in ix.tombstones:
+            prev = self.state.get(t.path)
+            updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
+                           .but(deleted_at=t.time))
+        self.state.commit(seq, updates)
+        log.warning("adopted segment %s already in the store (%d files): a previous run "
+                    "stopped between upload and commit", key, len(updates))
+
+    def _adopt_snapshot(self, key: str) -> None:
+        # Our state is older than the store's newest snapshot (it was lost, or restored
+        # from an old copy) and the segments it would adopt were compacted away.
+        m = read_manifest(self.store, key, self.crypto)
+        if m.machine != self.machine:
+            raise RuntimeError(f"{self.store.url}{key}: written by machine {m.machine!r}, "
+                               "not by us; refusing to continue")
+        if m.seq - self.state.next_seq > MAX_AHEAD or m.time > self.clock() + 86400:
+            # Adopting it would move this machine's seqs there, and the next compaction
+            # would delete every segment below it: a manifest no writer of ours made.
+            raise FormatError(f"{self.store.url}{key}: a snapshot at seq {m.seq:016x} (time "
+                              f"{m.time:.0f}) far beyond this machine's seq "
+                              f"{self.state.next_seq:016x}: refusing to adopt it (planted "
+                              "or foreign; remove it from the store)")
+        updates: list[FileState] = []
+        for g in read_groups(self.store, m, None, self.crypto).values():
+            for e in g.entries:
+                if e.retained:
+                    continue
+                st = self._adopted_state(e.path, e.gen, e.size, e.mode, e.mtime_ns)
+                updates.append(st if e.deleted_at is None else st.but(deleted_at=e.deleted_at))
+        self.state.commit(m.seq, updates)
+        log.warning("adopted snapshot %s (%d files): the local state was behind the store",
+                    key, len(updates))
+
+    def _adopted_state(self, path: bytes, gen: int, end: int, mode: int,
+                       mtime_ns: int) -> FileState:
+        # Trust the local file as the segment's source only if its bytes still match;
+        # otherwise a zero inode forces a fresh generation on the next flush.
+        full = os.path.join(self.root, path)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return FileState(path, gen, end, 0, 0, mtime_ns, mode, None)
+        try:
+            st = os.fstat(fd)
+            prev = self.state.get(path)
+            if st.st_size >= end and (prev is None or prev.gen <= gen):
+                return FileState(path, gen, end, st.st_dev, st.st_ino, st.st_mtime_ns,
+                                 st.st_mode & 0o7777, check_hash(fd, end))
+            return FileState(path, gen, end, 0, 0, mtime_ns, mode, None)
+        finally:
+            os.close(fd)
+
+    # -- shipping -----------------------------------------------------------
+    def ship(self, paths: Iterable[bytes]) -> FlushResult:
+        """Ship the new bytes of ``paths``; one segment unless they exceed ``segment_max``."""
+        result = FlushResult()
+        self._dirs = {}
+        repair = set(self.repair)
+        try:
+            batch = self._new_batch()
+            for rel in sorted(set(paths) | self.repair):
+                if self.should_stop():
+                    raise InterruptedError("stopping: flush abandoned before upload")
+                if batch.writer.full:
+                    # An index names at most MAX_ENTRIES entries (a reader's limit).
+                    batch = self._next_segment(batch, result)
+                batch = self._stage(rel, batch, result)
+            if not batch.writer.empty:
+                self._put(batch, result)
+            else:
+                self._settle(result)
+                # Even with nothing to ship: connected, recovered; and what the store
+                # turned out to have lost is shipped now.
+                if self._ready() and self.repair:
+                    raise _Restart()
+                if batch.updates:
+                    self.state.touch(batch.updates.values())
+        finally:
+            # An upload in flight is waited for and committed, whatever stopped us.
+            self._settle(result)
+        self.repair -= repair
+        return result
+
+    def _ready(self) -> bool:
+        """Connect and recover, once. True when recovery changed the state: what was
+        read before it may be stale."""
+        self.prepare()
+        return not self._recovered and self.recover() > 0
+
+    def _new_batch(self) -> _Batch:
+        # Seq and key come in _put: not known before the store was connected to.
+        return _Batch(SegmentWriter(self.machine, 0, self.clock(), self.level,
+                                    dictionary=self._dictionary()))
+
+    def _dictionary(self) -> tuple[str, zstandard.ZstdCompressionDict] | None:
+        # Adopted by a compaction run (another thread or process) through the state.
+        dict_id = self.state.meta("dict_id")
+        if not dict_id:
+            return None
+        if self._dict is None or self._dict[0] != dict_id:
+            data = base64.b64decode(self.state.meta("dict_data") or "")
+            self._dict = (dict_id, zstandard.ZstdCompressionDict(data))
+        return self._dict
+
+    def _put(self, batch: _Batch, result: FlushResult) -> None:
+        """Start the upload of ``batch``'s segment, once the one before it is committed.
+
+        The upload runs in a worker while the next segment is read and compressed; the
+        state advances only in ``_settle``, after the store confirmed the PUT.
+        """
+        self._settle(result)
+        if self._ready():
+            raise _Restart()
+        seq = self.state.next_seq
+        key = layout.segment_key(self.machine, seq)
+        batch.writer.bind(seq, None if self.crypto is None else self.crypto.cipher(key))
+        blob = batch.writer.finish()
+        if self.lease is not None:
+            self.lease.check()  # no store call: lost or not renewed lately → no PUT
+        self._upload = (batch, len(blob), worker("upload").submit(self.store.put, key, blob))
+
+    def _next_segment(self, batch: _Batch, result: FlushResult) -> _Batch:
+        """Upload ``batch``'s segment and start the next one (a flush cut in several)."""
+        self._put(batch, result)
+        if self.should_stop():
+            # Stopping: the segments uploaded so far are committed (ship's finally), the
+            # rest waits for the next start.
+            raise InterruptedError("stopping: flush cut after a committed segment")
+        return self._new_batch()
+
+    def _settle(self, result: FlushResult) -> None:
+        """Wait for the upload in flight, if any, and commit its segment to the state."""
+        if self._upload is None:
+            return
+        (batch, size, job), self._upload = self._upload, None
+        seq = batch.writer.index.seq
+        try:
+            job.result()
+        except AlreadyExists:
+            # Someone (our own earlier run) wrote this seq: adopt it and start over. Only
+            # while the lease is still ours: a writer that took over is not our past.
+            if self.lease is not None:
+                self.lease.verify()
+            self._adopt(seq)
+            raise _Restart() from None
+        self.state.commit(seq, batch.updates.values())
+        result.segments.append(seq)
+        result.raw_bytes += batch.writer.raw_bytes
+        result.stored_bytes += size
+        files = len({e.path for e in batch.writer.index.extents})
+        result.files += files
+        result.tombstones += len(batch.writer.index.tombstones)
+        log.info("flushed segment %d: %d files, %d bytes -> %d stored", seq, files,
+                 batch.writer.raw_bytes, size)
+
+    def _stage(self, rel: bytes, batch: _Batch, result: FlushResult) -> _Batch:
+        prev = self.state.get(rel)
+        full = os.path.join(self.root, rel)
+        text = os.fsdecode(rel)
+        try:
+            # A path through a symlinked directory has left the tree: treated as gone.
+            st = None if self._through_symlink(rel) else os.lstat(full)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            result.problems[rel] = f"{text}: {e.strerror}"
+            return batch
+        if st is None or not stat.S_ISREG(st.st_mode) or not self.selection.wants(text):
+            if prev is not None and prev.deleted_at is None and (
+                    st is None or not stat.S_ISREG(st.st_mode)):
+                now = self.clock()
+                batch.writer.add_tombstone(rel, prev.gen, now)
+                batch.updates[rel] = prev.but(deleted_at=now)
+            return batch
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return self._stage(rel, batch, result)  # deleted since lstat: tombstone it
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # replaced by a symlink since lstat
+                return self._stage(rel, batch, result)
+            result.problems[rel] = f"{text}: {e.strerror}"
+            log.error("cannot read %s: %s", text, e.strerror)
+            return batch
+        try:
+            return self._stage_open(rel, fd, prev, batch, result)
+        except InterruptedError:
+            raise  # a stop (an OSError too), not a read error
+        except OSError as e:
+            result.problems[rel] = f"{text}: {e.strerror}"
+            log.error("cannot read %s: %s", text, e.strerror)
+            return batch
+        finally:
+            os.close(fd)
+
+    def _through_symlink(self, rel: bytes) -> bool:
+        """True when a directory on the way to ``rel`` is a symlink (never followed).
+
+        Each directory is looked at once per flush, not once per file under it."""
+        parent = os.path.dirname(rel)
+        if not parent:
+            return False
+        known = self._dirs.get(parent)
+        if known is None:
+            known = self._through_symlink(parent) or os.path.islink(
+                os.path.join(self.root, parent))
+            self._dirs[parent] = known
+        return known
+
+    def _stage_open(self, rel: bytes, fd: int, prev: FileState | None, batch: _Batch,
+                    result: FlushResult) -> _Batch:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return batch
+        gen, start, reason = self._position(fd, st, prev)
+        end = st.st_size
+        mode = st.st_mode & 0o7777
+        text = os.fsdecode(rel)
+        if reason:
+            log.log(logging.DEBUG if prev is None else logging.INFO,
+                    "%s: new generation %d (%s)", text, gen, reason)
+        elif start == end:
+            # Nothing new; remember the metadata so the next scan does not look again.
+            if prev is not None and (prev.mtime_ns, prev.mode) != (st.st_mtime_ns, mode):
+                batch.updates[rel] = prev.but(mtime_ns=st.st_mtime_ns, mode=mode)
+            return batch
+        scanner = None
+        if session_of(rel) is not None:
+            scanner = MetaScanner(at_line_start=start == 0 or os.pread(fd, 1, start - 1) == b"\n")
+        pos = start
+        in_batch = False
+        while True:
+            want = min(FRAME_MAX, end - pos)
+            if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
+                # Bounded memory: this segment is full, the rest goes in the next one.
+                if in_batch:
+                    batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+                batch = self._next_segment(batch, result)
+                in_batch = False
+            data = os.pread(fd, want, pos) if want else b""
+            batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
+                                  reason=reason if pos == start else None)
+            pos += len(data)
+            in_batch = True
+            self.progress(len(data))
+            if scanner is not None:
+                scanner.feed(data)
+            if len(data) < want:
+                # Shrank while we read it: what we have is shipped; the next pass starts
+                # a new generation if the shipped bytes changed.
+                result.requeue.add(rel)
+                break
+            if pos >= end:
+                break
+        batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+        after = os.fstat(fd)
+        if after.st_size != end or after.st_mtime_ns != st.st_mtime_ns:
+            result.requeue.add(rel)
+        if scanner is not None:
+            self._catalog(batch, rel, gen, scanner.finish())
+        return batch
+
+    @staticmethod
+    def _shipped(rel: bytes, fd: int, st: os.stat_result, gen: int, pos: int) -> FileState:
+        """The state row once bytes [0, pos) of this generation are in the store."""
+        return FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
+                         st.st_mode & 0o7777, check_hash(fd, pos))
+
+    def _catalog(self, batch: _Batch, rel: bytes, gen: int, fields: dict[str, str]) -> None:
+        batch.writer.add_session(rel, gen, fields)
+        cwd = fields.get("cwd")
+        if cwd and cwd not in self._projects_seen:
+            self._projects_seen.add(cwd)
+            info = project_info(cwd)
+            if info is not None:
+                batch.writer.add_project(cwd, info)
+
+    def _position(self, fd: int, st: os.stat_result,
+                  prev: FileState | None) -> tuple[int, int, str | None]:
+        """Where shipping resumes: (generation, start offset, reason for a new generation)."""
+        if prev is None:
+            return 1, 0, "new file"
+        if prev.check_hash == LOST:
+            return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes"
+        if prev.deleted_at is not None:
+            return prev.gen + 1, 0, "recreated after deletion"
+        if (prev.dev, prev.ino) != (st.st_dev, st.st_ino):
+            return prev.gen + 1, 0, "replaced (new inode)"
+        if st.st_size < prev.offset:
+            return prev.gen + 1, 0, f"truncated from {prev.offset} to {st.st_size} bytes"
+        if prev.offset and check_hash(fd, prev.offset) != prev.check_hash:
+            return prev.gen + 1, 0, "shipped bytes were rewritten"
+        return prev.gen, prev.offset, None
+
+
+def _reach(e: Entry) -> int:
+    """How many bytes of ``e`` the store holds contiguously from 0."""
+    pos = 0
+    for _, x in sorted(e.extents, key=lambda kx: kx[1].start):
+        if x.start > pos:
+            break
+        pos = max(pos, x.end)
+    return min(pos, e.size)
+
+
+def _seqs(seqs: list[int]) -> str:
+    return ", ".join(f"{s:016x}" for s in seqs[:5]) + (f" and {len(seqs) - 5} more"
+                                                        if len(seqs) > 5 else "")
+
+
+class _Restart(Exception):
+    """The seq we wrote to was taken and has been adopted; build the flush again."""
+
+
+def ship_with_restart(shipper: Shipper, paths: Iterable[bytes]) -> FlushResult:
+    """``Shipper.ship``, started over when a seq turned out to be taken already."""
+    wanted = list(paths)
+    for _ in range(100):
+        try:
+            return shipper.ship(wanted)
+        except _Restart:
+            continue
+    raise RuntimeError("segment seq keeps being taken by another writer; is a second "
+                       "daemon running with the same machine id?")
+
+
+__all__ = ["FlushResult", "Shipper", "Tombstone", "check_hash", "ship_with_restart"]

@@ -1,0 +1,140 @@
+"""Local state in SQLite (WAL): what has been shipped of each file, and the next seq.
+
+Rows change only in ``commit``, after the store confirmed the segment, in one
+transaction: a crash leaves either the old state (the bytes are shipped again, or
+adopted from the segment already in the store) or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from syncd.private import FILE_MODE, create_private, private_dir
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    path BLOB PRIMARY KEY,   -- relative to the Claude tree, raw bytes of the name
+    gen INTEGER NOT NULL,    -- generation: bumped by truncation, rewrite or new inode
+    offset INTEGER NOT NULL, -- bytes of this generation confirmed in the store
+    dev INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    mode INTEGER NOT NULL,
+    check_hash BLOB,         -- sha256 of the shipped head and tail (rewrite detection)
+    deleted_at REAL          -- set when the file left the tree (tombstone shipped)
+);
+"""
+_COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    path: bytes
+    gen: int
+    offset: int
+    dev: int
+    ino: int
+    mtime_ns: int
+    mode: int
+    check_hash: bytes | None
+    deleted_at: float | None = None
+
+    def but(self, **kw: object) -> FileState:
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+
+class StateError(Exception):
+    """The state database cannot be opened or written."""
+
+
+class State:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        try:
+            if readonly:
+                self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                                           check_same_thread=False)
+                # A reader can arrive before the daemon created the schema.
+                if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name='files'"
+                                        ).fetchone():
+                    self._db.close()
+                    self._db = sqlite3.connect(":memory:", check_same_thread=False)
+                    self._db.executescript(SCHEMA)
+            else:
+                private_dir(path.parent)
+                # Created 0600 before SQLite opens it (its -wal and -shm files copy the
+                # mode); an older, looser file is tightened.
+                os.close(create_private(path))
+                os.chmod(path, FILE_MODE)
+                self._db = sqlite3.connect(path, check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                # 512 KiB of pages: rows are read one at a time, from the OS's page cache.
+                self._db.execute("PRAGMA cache_size=-512")
+                self._db.executescript(SCHEMA)
+        except sqlite3.Error as e:
+            raise StateError(f"state database {path}: {e}") from e
+        except OSError as e:
+            raise StateError(f"state database {path}: {e.strerror or e}") from e
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- meta ---------------------------------------------------------------
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return default if row is None else str(row[0])
+
+    def set_meta(self, **items: str) -> None:
+        self._write([], list(items.items()))
+
+    @property
+    def next_seq(self) -> int:
+        return int(self.meta("next_seq", "0") or 0)
+
+    # -- files --------------------------------------------------------------
+    # Rows are read from SQLite when asked for, not held in memory: a daemon tracking
+    # 10 000 files would keep ~4.5 MB of them for the hourly scan that reads each once.
+    def get(self, path: bytes) -> FileState | None:
+        rows = self._read(f"SELECT {_COLUMNS} FROM files WHERE path=?", (path,))
+        return FileState(*rows[0]) if rows else None
+
+    def files(self) -> Iterator[FileState]:
+        return (FileState(*r) for r in self._read(f"SELECT {_COLUMNS} FROM files"))
+
+    def __len__(self) -> int:
+        n: int = self._read("SELECT count(*) FROM files")[0][0]
+        return n
+
+    def _read(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
+
+    def touch(self, updates: Iterable[FileState]) -> None:
+        """Record metadata that needs no upload (a file looked at, nothing new in it)."""
+        self._write(list(updates), [])
+
+    def commit(self, seq: int, updates: Iterable[FileState], **meta: str) -> None:
+        """Record that segment ``seq`` is durable and what it shipped, atomically."""
+        self._write(list(updates), [("next_seq", str(seq + 1)), ("last_flush_seq", str(seq)),
+                                    ("last_flush_time", repr(time.time())), *meta.items()])
+
+    def _write(self, rows: list[FileState], meta: list[tuple[str, str]]) -> None:
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(f.path, f.gen, f.offset, f.dev, f.ino, f.mtime_ns, f.mode, f.check_hash,
+                      f.deleted_at) for f in rows])
+                self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e

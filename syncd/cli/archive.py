@@ -1,0 +1,172 @@
+"""Commands that keep the archive: compact, prune, verify."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from syncd.archive.compact import CompactError, CompactReport, compact
+from syncd.archive.options import (
+    acknowledged_seq,
+    compact_options,
+    ensure_dictionary,
+    policy_of,
+    record_job,
+)
+from syncd.archive.prune import prune
+from syncd.archive.retention import PolicyError, parse_duration
+from syncd.archive.verify import verify
+from syncd.cli.util import EXPECTED, BadValue, fail, settings_of, store_and_key
+from syncd.progress import meter
+
+ERRORS = (*EXPECTED, CompactError, PolicyError)
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _summary(r: CompactReport) -> str:
+    if r.snapshot is None:
+        return f"{r.machine}: {r.note or 'nothing written'}"
+    packs = sum(s for _, s in r.packs_written)
+    return (f"{r.machine}: {r.segments} segments ({_mb(r.segment_bytes)}) and "
+            f"{len(r.packs_merged)} packs rewritten into {len(r.packs_written)} packs "
+            f"({_mb(packs)}); snapshot {r.snapshot}; {len(r.deleted)} objects deleted")
+
+
+@click.command("compact", short_help="Fold segments into packs and a snapshot manifest.")
+@click.option("--dry-run", is_flag=True, help="Say what would be compacted; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Fold this machine's segments into packs and write a snapshot manifest.
+
+    Exit 0 when done (or nothing to do), 1 when it could not run or stopped partway
+    (nothing is deleted then).
+    """
+    settings = settings_of(ctx)
+    try:
+        store, crypto = store_and_key(settings)
+        opts = compact_options(settings, dry_run=dry_run)
+        note = None if dry_run else ensure_dictionary(settings, store, crypto)
+        with meter("compacting") as m:
+            opts.progress = m
+            r = compact(store, settings.machine_id, crypto, opts)
+        if not dry_run:
+            record_job(settings, "compaction")
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json({**r.as_dict(), "dictionary": note})
+    else:
+        if note:
+            click.echo(note)
+        click.echo(_summary(r) if not dry_run else
+                   f"{r.machine}: would compact {r.segments} segments "
+                   f"({_mb(r.segment_bytes)}) and rewrite {len(r.packs_merged)} packs"
+                   f"{'' if r.note.startswith('dry') else ' (' + r.note + ')'}")
+        for w in r.errors:
+            click.echo(f"warning: {w}", err=True)
+
+
+@click.command("prune", short_help="Delete the snapshots the retention policy lets go.")
+@click.option("--dry-run", is_flag=True,
+              help="Print what would be deleted and why each kept snapshot is kept.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Delete snapshots the retention policy does not keep, then reclaim their data.
+
+    The policy comes from the config (keep_within, keep_last, keep_hourly, keep_daily,
+    keep_weekly, keep_monthly; all zero keeps everything). The newest snapshot is never
+    deleted; a policy that keeps nothing by itself is refused. Exit 0 done, 1 refused
+    or failed.
+    """
+    settings = settings_of(ctx)
+    try:
+        store, crypto = store_and_key(settings)
+        opts = compact_options(settings, dry_run=dry_run)
+        with meter("pruning") as m:
+            opts.progress = m
+            r = prune(store, settings.machine_id, policy_of(settings), crypto,
+                      max_share=settings.prune_max_share, opts=opts)
+        if not dry_run:
+            record_job(settings, "prune")
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json(r.as_dict())
+        return
+    click.echo(f"{r.machine}: policy {r.policy}")
+    for v in r.verdicts:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(v.snap.time))
+        verb = "keep  " if v.keep else ("forget" if v.snap.key in r.forgotten else "later ")
+        click.echo(f"  {verb} {when}  seq {v.snap.seq:<8} {', '.join(v.reasons)}")
+    if r.deferred:
+        click.echo(f"  {len(r.deferred)} more to forget next run (prune_max_share "
+                   f"{settings.prune_max_share:g})")
+    if r.compaction is not None:
+        click.echo(("would: " if dry_run else "") + _summary(r.compaction))
+    for w in r.errors:
+        click.echo(f"warning: {w}", err=True)
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except PolicyError as e:
+        raise BadValue(str(e)) from None
+
+
+@click.command("verify", short_help="Check the backup is whole (exit 1 on any problem).")
+@click.option("--machine", default=None, help="Another machine's backup (default: this one).")
+@click.option("--read-data", type=click.FloatRange(0, 100), default=0.0, show_default=True,
+              help="Also read and checksum this percentage of the stored data.")
+@click.option("--max-duration", default=None, callback=_duration,
+              help="Stop reading data after this long (90s, 10m, 1h).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
+               max_duration: float | None, as_json: bool) -> None:
+    """Check that the backup is whole: manifests, objects, seq ranges, sampled checksums.
+
+    Exit 0 when no problem was found, 1 when any was (each printed on one line).
+    """
+    settings = settings_of(ctx)
+    try:
+        store, crypto = store_and_key(settings)
+        with meter("verifying") as m:
+            mine = (machine or settings.machine_id) == settings.machine_id
+            r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
+                       max_duration=max_duration, progress=m,
+                       acknowledged=acknowledged_seq(settings) if mine else None)
+        if r.ok and (machine or settings.machine_id) == settings.machine_id:
+            record_job(settings, "verify")
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json(r.as_dict())
+    else:
+        for p in r.problems:
+            click.echo(f"problem: {p}")
+        click.echo(f"{r.machine}: {r.snapshots} snapshots, {r.packs} packs, {r.segments} "
+                   f"segments checked; {r.extents_read} extents read ({_mb(r.bytes_read)}, "
+                   f"{100 * r.sampled_share:.1f} % of the data"
+                   f"{', stopped at --max-duration' if r.stopped_early else ''}); "
+                   f"{len(r.problems) or 'no'} problems")
+        if r.unreferenced:
+            click.echo(f"note: {len(r.unreferenced)} unreferenced packs (left by an "
+                       "interrupted run; the next compaction deletes them)")
+    if not r.ok:
+        raise SystemExit(1)
+
+
+COMMANDS = (compact_cmd, prune_cmd, verify_cmd)

@@ -1,0 +1,271 @@
+"""Commands that read the store: machines, sessions, restore, resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from syncd.claude import Selection
+from syncd.cli.util import (
+    EXPECTED,
+    UsageFail,
+    fail,
+    resume_line,
+    session_ids,
+    session_prefix,
+    settings_of,
+    store_and_key,
+    time_option,
+)
+from syncd.config import Settings
+from syncd.progress import meter
+from syncd.redact import redact
+from syncd.restore.listing import (
+    ListingError,
+    find_session,
+    load_all,
+    machines_table,
+    sessions_table,
+)
+from syncd.restore.remap import Rule
+from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
+from syncd.seen import Seen
+from syncd.view import BackupError
+
+ERRORS = (*EXPECTED, BackupError, ListingError)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def machines(ctx: click.Context, as_json: bool) -> None:
+    """The machines that have a backup in the store."""
+    settings = settings_of(ctx)
+    try:
+        store, crypto = store_and_key(settings)
+        seen = Seen(settings.state_dir, store.url)
+        rows, problems = machines_table(store, crypto, seen)
+        seen.save()
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json(rows)
+    else:
+        for r in rows:
+            mark = "*" if r["machine"] == settings.machine_id else " "
+            click.echo(f"{mark} {r['machine']:<28} {_text(r['hostname']):<16} "
+                       f"last backup {_when(r['last_backup'])}  {r['snapshots']} snapshots, "
+                       f"{r['packs']} packs, {r['segments']} segments, "
+                       f"{_size(r['stored_bytes'])}  home {_text(r['home'])}")
+    _problems(problems)
+
+
+@click.command()
+@click.option("--machine", default=None, help="Only this machine's sessions.")
+@click.option("--project", default=None, help="Only sessions of this project path (or below).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def sessions(ctx: click.Context, machine: str | None, project: str | None,
+             as_json: bool) -> None:
+    """Every backed-up session: title, project, machine, size, last activity, local or not."""
+    settings = settings_of(ctx)
+    try:
+        store, crypto = store_and_key(settings)
+        seen = Seen(settings.state_dir, store.url)
+        backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+        seen.save()
+        rows = sessions_table(backups, settings.source, project)
+    except ERRORS as e:
+        fail(e)
+    if as_json:
+        _echo_json(rows)
+    else:
+        for r in rows:
+            local = "local" if r["local"] else "     "
+            title = _text(r["title"] or "")[:60]
+            click.echo(f"{r['session_id']}  {_text(r['last_activity'])[:16]:<16}  {local}  "
+                       f"{_size(r['size']):>8}  {r['machine']:<20} {_text(r['project'])}  "
+                       f"{title}")
+    _problems(problems)
+
+
+def _text(value: object) -> str:
+    """A store's string for a terminal: no control characters (escape sequences)."""
+    if not value:
+        return "-"
+    return "".join(c if c.isprintable() else "?" for c in str(value))
+
+
+def _problems(lines: list[str]) -> None:
+    """One stderr line per object that could not be read; exit 1 when there was any."""
+    for line in lines:
+        click.echo(redact(f"syncd: {line}"), err=True)
+    if lines:
+        sys.exit(1)
+
+
+def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ...],
+             projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
+             worktrees: str, dry_run: bool) -> RestoreOptions:
+    rules = []
+    for m in maps:
+        old, sep, new = m.partition("=")
+        if not sep or not old or not new:
+            raise UsageFail(f"--map takes OLD=NEW, got {m!r}")
+        rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
+    rules += [Rule(o, str(Path(n).expanduser()), "config remap")
+              for o, n in settings.remap.items()]
+    return RestoreOptions(
+        target=target or settings.source, sessions=sessions, projects=projects,
+        at=at, maps=tuple(rules), worktrees=worktrees,
+        dry_run=dry_run, local_root=None if target else str(settings.source),
+        project_roots=tuple(settings.project_roots),
+        conflicts_dir=settings.state_dir / "conflicts",
+        selection=Selection(settings.include, settings.exclude),
+        local_machine=settings.machine_id)
+
+
+def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        _echo_json({"machine": report.machine, "dry_run": dry_run,
+                    "actions": [dataclasses.asdict(a) for a in report.actions],
+                    "rules": [dataclasses.asdict(r) for r in report.rules],
+                    "sessions": report.sessions, "errors": report.errors,
+                    "notes": report.notes})
+    else:
+        for r in report.rules:
+            click.echo(f"map  {_text(r.old)} -> {_text(r.new)}  ({r.why})")
+        for a in report.actions:
+            if dry_run or a.action not in ("create", "skip"):
+                extra = f"  [backup copy: {a.conflict_copy}]" if a.conflict_copy else ""
+                click.echo(f"{a.action:<12} {_text(a.path)}  ({a.reason}){extra}")
+        counts: dict[str, int] = {}
+        for a in report.actions:
+            counts[a.action] = counts.get(a.action, 0) + 1
+        verb = "would restore" if dry_run else "restored"
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
+        # The summary and the exit code agree: any problem below means exit 1.
+        incomplete = (f"; incomplete: {len(report.errors)} problem"
+                      f"{'s' if len(report.errors) > 1 else ''} (below)") if report.errors else ""
+        click.echo(f"{verb} from {report.machine}: {summary} "
+                   f"({report.bytes_written} bytes written){incomplete}")
+    for line in report.notes:
+        click.echo(redact(f"syncd: note: {_text(line)}"), err=True)
+    for line in report.errors:
+        click.echo(redact(f"syncd: {_text(line)}"), err=True)
+
+
+@click.command("restore")
+@click.option("--machine", default=None,
+              help="Machine whose backup to restore (default: this one).")
+@click.option("--session", "sessions_", multiple=True, callback=session_ids,
+              help="Only this session (repeatable).")
+@click.option("--project", "projects", multiple=True,
+              help="Only this project's sessions (repeatable).")
+@click.option("--at", default=None, callback=time_option,
+              help="As of this time: ISO 8601 or a duration ago (2h, 3d).")
+@click.option("--map", "maps", multiple=True, metavar="OLD=NEW",
+              help="Map a path prefix (repeatable; longest first).")
+@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
+              help="map: worktree sessions go to the equivalent worktree; fold: into the "
+                   "main checkout's folder.")
+@click.option("--to", "target", type=click.Path(path_type=Path), default=None,
+              help="Target directory (default: the local Claude tree).")
+@click.option("--with-instructions", "instructions", is_flag=True,
+              help="Also write files Claude follows as instructions or runs as code "
+                   "(settings*.json, CLAUDE.md, commands/, agents/, skills/, plugins/, "
+                   "hooks/, another machine's project memory): only from a store you trust.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
+                projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
+                worktrees: str, target: Path | None, instructions: bool, dry_run: bool,
+                as_json: bool) -> None:
+    """Restore a machine's backup (or some sessions) into the local Claude tree.
+
+    Paths are remapped to this machine (the source home to this home, plus --map and
+    the config's [remap]); existing files are fast-forwarded, merged or kept, never
+    replaced by an older or diverged copy.
+    """
+    settings = settings_of(ctx)
+    try:
+        opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
+                        maps=maps, worktrees=worktrees, dry_run=dry_run)
+        opts.instructions = instructions
+        store, opts.crypto = store_and_key(settings)
+        opts.seen = Seen(settings.state_dir, store.url)
+        with meter("restoring") as m:
+            opts.progress = m
+            report = restore(store, machine or settings.machine_id, opts)
+        opts.seen.save()
+    except ERRORS as e:
+        fail(e)
+    _report(report, as_json, dry_run)
+    if report.errors:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("session_id", callback=session_prefix)
+@click.option("--machine", default=None, help="The machine to take it from, when several have it.")
+@click.option("--map", "maps", multiple=True, metavar="OLD=NEW", help="Map a path prefix.")
+@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map")
+@click.pass_context
+def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
+           worktrees: str) -> None:
+    """Restore one session from any machine's backup and print how to resume it."""
+    settings = settings_of(ctx)
+    try:
+        store, crypto = store_and_key(settings)
+        seen = Seen(settings.state_dir, store.url)
+        backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+        seen.save()
+        for line in problems:  # a machine that cannot be read may hold the session too
+            click.echo(redact(f"syncd: skipped: {line}"), err=True)
+        backup, session = find_session(backups, session_id)
+        opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
+                        at=None, maps=maps, worktrees=worktrees, dry_run=False)
+        opts.crypto = crypto
+        report = restore(store, backup.machine, opts)
+    except ERRORS as e:
+        fail(e)
+    _report(report, False, False)
+    if report.errors:
+        sys.exit(1)
+    cwd = report.sessions.get(session.session_id)
+    if cwd is None:
+        fail(RuntimeError(f"session {session.session_id} has no recorded project path"))
+    try:
+        line = resume_line(cwd, session.session_id)
+    except ValueError as e:
+        fail(e)
+    if not Path(cwd).is_dir():
+        click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
+                   "there, or pass --map OLD=NEW", err=True)
+    click.echo(line)
+
+
+COMMANDS = (machines, sessions, restore_cmd, resume)

@@ -1,0 +1,285 @@
+"""Configuration: ``~/.config/syncd/config.toml`` overlaid by ``SYNCD_*`` variables."""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import hashlib
+import os
+import re
+import socket
+import tomllib
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from syncd.archive.retention import PolicyError, parse_duration
+from syncd.claude import DEFAULT_INCLUDE, default_root
+
+MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message (one line) names the file or variable."""
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A config file as read: its path, its keys and its text (for line numbers)."""
+
+    path: Path
+    data: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+
+    def where(self, key: str) -> str:
+        """``<path>, line <n>`` for a top-level key (or table) of the file."""
+        pattern = re.compile(rf"""^\s*(\[\s*)?["']?{re.escape(key)}["']?\s*[=\]]""")
+        for n, line in enumerate(self.text.splitlines(), 1):
+            if pattern.match(line):
+                return f"{self.path}, line {n}"
+        return str(self.path)
+
+
+_config: ContextVar[ConfigFile | None] = ContextVar("syncd_config", default=None)
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    return Path(os.environ.get(var) or Path.home() / fallback)
+
+
+def default_config_file() -> Path:
+    env = os.environ.get("SYNCD_CONFIG")
+    return Path(env) if env else _xdg("XDG_CONFIG_HOME", ".config") / "syncd" / "config.toml"
+
+
+def read_config(path: Path | None = None, *, required: bool = False) -> ConfigFile:
+    """The config file, parsed. Missing is fine for the default location only: a file the
+    user named (``required``, or ``$SYNCD_CONFIG``) that is not there is a typo, and running
+    on defaults would back up somewhere else than they think.
+    """
+    how = ""
+    if path is None:
+        env = os.environ.get("SYNCD_CONFIG")
+        path, required = default_config_file(), required or bool(env)
+        how = " ($SYNCD_CONFIG)" if env else ""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if required:
+                raise ConfigError(f"config file {path}{how} does not exist") from None
+            return ConfigFile(path)
+        raise ConfigError(f"config file {path}: cannot read: {e.strerror}") from None
+    try:
+        text = raw.decode()
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path}: not UTF-8") from None
+    except tomllib.TOMLDecodeError as e:  # its message ends "(at line L, column C)"
+        raise ConfigError(f"config file {path}: invalid TOML: {e}") from None
+    cfg = ConfigFile(path, data, text)
+    for key in data:
+        if key not in Settings.model_fields:
+            close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise ConfigError(f"config file {cfg.where(key)}: unknown key `{key}`{hint}")
+    return cfg
+
+
+def default_store() -> str:
+    return (_xdg("XDG_DATA_HOME", ".local/share") / "syncd" / "store").as_uri()
+
+
+def default_machine_id() -> str:
+    """``<hostname>-<8 hex of /etc/machine-id>``: stable across restarts, distinct per host."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]) or "host"
+    try:
+        seed = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        seed = socket.getfqdn()
+    return f"{host[:48]}-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYNCD_", extra="forbid")
+
+    source: Path = Field(default_factory=default_root)
+    store: str = Field(default_factory=default_store)
+    machine_id: str = Field(default_factory=default_machine_id)
+    state_dir: Path = Field(
+        default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "syncd")
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    # Flush once the tree has been quiet this long, and at most this long after
+    # the first unshipped change.
+    flush_quiet: float = Field(2.0, gt=0)
+    flush_max_delay: float = Field(10.0, gt=0)
+    # A tree that never goes quiet (several sessions streaming) is flushed this long
+    # after its first unshipped change instead of waiting for the max delay; 0 = off.
+    flush_busy_interval: float = Field(4.0, ge=0)
+    reconcile_interval: float = Field(3600.0, gt=0)
+    include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
+    exclude: list[str] = Field(default_factory=list)
+    # Restore: extra path prefixes to map (old → new), and where local clones live
+    # (a backed-up project maps to the local clone with the same git remote).
+    remap: dict[str, str] = Field(default_factory=dict)
+    project_roots: list[str] = Field(default_factory=list)
+    # Segments' level. They live until the next compaction (hourly), which packs their
+    # bytes at compact_level: level 2 ships a seed ~20 % faster than 3 for ~6 % more bytes.
+    zstd_level: int = Field(2, ge=1, le=22)
+    # A flush larger than this is split into several segments (bounded memory).
+    segment_max_bytes: int = Field(64 << 20, ge=1 << 20)
+    store_retry_deadline: float = Field(60.0, gt=0)
+    # The daemon ships a big start-up backlog (a first seed) in a child process, whose
+    # memory goes back to the OS when it exits; off: it ships it in its own heap.
+    catchup_child: bool = True
+    log_level: str = "INFO"
+    # Prometheus text endpoint on 127.0.0.1:<port>/metrics while the daemon runs; 0 = off.
+    metrics_port: int = Field(0, ge=0, le=65535)
+    # Encrypted stores: a file holding the passphrase ($SYNCD_PASSPHRASE wins over it).
+    # The passphrase itself is never a setting: it would end up in dumps and reloads.
+    passphrase_file: Path | None = None
+    # One writer per machine id: the lease expires this long after its last renewal
+    # (renewed every third of it).
+    lease_ttl: float = Field(30.0, ge=1.0)
+    # Archives, scheduled inside the daemon. A schedule is an interval ("1h", "30m"), a
+    # five-field cron line ("0 3 * * *", local time) or "off".
+    compact_schedule: str = "1h"
+    prune_schedule: str = "1d"
+    verify_schedule: str = "7d"
+    # Packs are written at this zstd level, in the scheduler's low-priority thread.
+    compact_level: int = Field(9, ge=1, le=22)
+    pack_target_bytes: int = Field(32 << 20, ge=1 << 20)
+    # Retention of snapshots (restic's forget rules; all zero/empty keeps everything).
+    # The newest snapshot is never deleted.
+    keep_within: str = ""
+    keep_last: int = Field(0, ge=0)
+    keep_hourly: int = Field(24, ge=0)
+    keep_daily: int = Field(30, ge=0)
+    keep_weekly: int = Field(8, ge=0)
+    keep_monthly: int = Field(12, ge=0)
+    # A file deleted from the tree stays in new snapshots this long after its tombstone.
+    tombstone_keep: str = "180d"
+    # One prune deletes at most this share of the machine's objects (the rest next run).
+    prune_max_share: float = Field(0.5, gt=0, le=1)
+    # The scheduled verify reads this percentage of the stored data, within this time.
+    verify_read_data: float = Field(1.0, ge=0, le=100)
+    verify_max_duration: str = "10m"
+
+    @field_validator("machine_id")
+    @classmethod
+    def _machine_id(cls, v: str) -> str:
+        if not MACHINE_ID.fullmatch(v):
+            raise ValueError("machine id must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        if v.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("log level must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return v.upper()
+
+    @field_validator("keep_within", "tombstone_keep", "verify_max_duration")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if v.strip():
+            try:
+                parse_duration(v)
+            except PolicyError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("compact_schedule", "prune_schedule", "verify_schedule")
+    @classmethod
+    def _schedule(cls, v: str) -> str:
+        # A cron line's fields are checked when the daemon schedules it.
+        if v.strip().lower() not in ("off", "never", "") and len(v.split()) != 5:
+            try:
+                parse_duration(v)
+            except PolicyError as e:
+                raise ValueError(f"{e}, a five-field cron line, or off") from None
+        return v
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str) -> str:
+        # A bare absolute path is a local store.
+        if v.startswith(("/", "~")):
+            return Path(v).expanduser().as_uri()
+        url = urlparse(v)
+        if url.scheme == "file" and url.netloc not in ("", "localhost"):
+            raise ValueError("file URLs take an absolute path (file:///path)")
+        if url.scheme == "s3" and not url.netloc:
+            raise ValueError("missing bucket (s3://bucket/prefix)")
+        if url.scheme not in ("file", "s3", "memory"):
+            raise ValueError(f"unsupported store URL {v!r}: use file:///path, an absolute "
+                             "path, or s3://bucket/prefix")
+        return v
+
+    @field_validator("source", "state_dir", "passphrase_file")
+    @classmethod
+    def _expand(cls, v: Path | None) -> Path | None:
+        return None if v is None else v.expanduser()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        cfg = _config.get() or read_config()
+        return init_settings, env_settings, InitSettingsSource(settings_cls, cfg.data)
+
+    @property
+    def state_file(self) -> Path:
+        """One database per (machine, store): pointing at another store starts a fresh seed."""
+        tag = hashlib.sha256(self.store.encode()).hexdigest()[:12]
+        return self.state_dir / f"{self.machine_id}@{tag}.sqlite"
+
+
+def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object]) -> str:
+    """Where a setting's value came from (the variable, or the file and line), as a
+    prefix; empty for an argument."""
+    if name in overrides:
+        return ""
+    var = f"SYNCD_{name}".upper()
+    if any(k.upper() == var for k in os.environ):
+        return f"${var}: "
+    return f"config file {cfg.where(name)}: " if name in cfg.data else ""
+
+
+def load_settings(config_file: Path | None = None, *, config_required: bool = False,
+                  **overrides: object) -> Settings:
+    """Settings from ``config_file`` (default: ``$SYNCD_CONFIG`` or the XDG location)
+    overlaid by ``SYNCD_*`` variables and ``overrides``.
+
+    ``ConfigError`` (one line naming the file, line or variable) on any problem. A missing
+    ``config_file`` is an empty one unless ``config_required``.
+    """
+    cfg = read_config(config_file, required=config_required)
+    token = _config.set(cfg)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        key = ".".join(str(p) for p in first["loc"]) or "configuration"
+        msg = first["msg"].removeprefix("Value error, ")
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ConfigError(f"{_origin(name, cfg, overrides)}{key}: {msg}{more}") from None
+    finally:
+        _config.reset(token)

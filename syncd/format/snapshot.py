@@ -1,0 +1,290 @@
+"""Snapshot manifests: every file of a machine's backup as of one seq, and where its bytes lie.
+
+A manifest is a segment container (docs/FORMAT.md) whose frames hold JSON *groups*: one
+per project folder, one per ``file-history/<sid>`` and ``tasks/<sid>``, one per other
+top-level directory, and ``.`` for top-level files. Restoring one session reads the
+index and the few groups that session lives in, not the whole manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncd.format.catalog import FIELD_MAX, Session, session_of
+from syncd.format.reader import read_extents, read_index
+from syncd.format.segment import (
+    FRAME_MAX,
+    Extent,
+    FormatError,
+    SegmentWriter,
+    decode_path,
+    encode_path,
+)
+from syncd.security.crypto import Crypto, ObjectCipher
+from syncd.store import Store, layout
+
+KIND = "snapshot"
+ROOT_GROUP = "."
+_PER_SESSION = (b"projects", b"file-history", b"tasks")
+_GROUP_PREFIX = b"g/"
+# Session ids are listed in the index by this many leading hex digits: enough to find a
+# session's group, small enough that the index stays a few kB with thousands of sessions.
+SID_PREFIX = 8
+# A reader's limit on one group's JSON (docs/FORMAT.md): ~80 000 files in one folder.
+GROUP_MAX = 32 << 20
+_HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]{1,100})"')
+
+
+def sid_prefix(session_id: str) -> str:
+    return session_id[:SID_PREFIX].ljust(SID_PREFIX, "-")
+
+
+def history_sids(raw: bytes) -> str | None:
+    """The session-id prefixes of history.jsonl lines in ``raw`` (None: not whole lines,
+    so a reader must always fetch it)."""
+    if not raw.endswith(b"\n"):
+        return None
+    ids = {sid_prefix(m.group(1).decode(errors="replace")) for m in _HISTORY_SID.finditer(raw)}
+    return "".join(sorted(ids))
+
+
+def has_sid(ids: str, session_id: str) -> bool:
+    want = sid_prefix(session_id)
+    return any(ids[i : i + SID_PREFIX] == want for i in range(0, len(ids), SID_PREFIX))
+
+
+def group_of(path: bytes) -> str:
+    parts = path.split(b"/", 2)
+    if len(parts) == 3 and parts[0] in _PER_SESSION:
+        return os.fsdecode(parts[0] + b"/" + parts[1])
+    return os.fsdecode(parts[0]) if len(parts) > 1 else ROOT_GROUP
+
+
+def session_groups(session_id: str, folder: str) -> set[str]:
+    """Every group a session's files can be in (its folder found through the index)."""
+    return {folder, "todos", f"file-history/{session_id}", f"tasks/{session_id}", ROOT_GROUP}
+
+
+@dataclass
+class Entry:
+    """One generation of one file: its size in this snapshot and where its bytes are."""
+
+    path: bytes
+    gen: int
+    size: int
+    mode: int = 0o600
+    mtime_ns: int = 0
+    deleted_at: float | None = None
+    # A generation no longer in the tree that an older kept snapshot still needs.
+    retained: bool = False
+    extents: list[tuple[str, Extent]] = field(default_factory=list)
+    # history.jsonl: the session-id prefixes of the lines in each packed extent, by
+    # (object key, offset), so one session's restore fetches only the frames it needs.
+    sids: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Restore: only some extents are wanted (one session's history lines), the rest
+    # are holes; not a whole file.
+    sparse: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.extents[-1][1].end if self.extents else 0
+
+    @property
+    def stored(self) -> int:
+        """Stored bytes of the extents that hold its first ``size`` bytes."""
+        return sum(x.clen for _, x in self.extents if x.start < self.size or x.start == 0)
+
+
+@dataclass
+class Group:
+    entries: list[Entry] = field(default_factory=list)
+    sessions: list[Session] = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    key: str
+    machine: str
+    seq: int
+    rev: int
+    time: float
+    first_time: float
+    objects: list[str] = field(default_factory=list)
+    # Group name → the manifest's own extents holding its JSON.
+    groups: dict[str, list[Extent]] = field(default_factory=dict)
+    sids: dict[str, str] = field(default_factory=dict)
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def folders_of(self, session_id: str) -> list[str]:
+        """Groups whose sessions include one starting like ``session_id``."""
+        return [g for g, ids in self.sids.items() if has_sid(ids, session_id)]
+
+
+def build(machine: str, seq: int, rev: int, time: float, first_time: float,
+          entries: Iterable[Entry], sessions: Iterable[Session],
+          projects: dict[str, dict[str, Any]], *, level: int = 3,
+          cipher: ObjectCipher | None = None) -> bytes:
+    groups: dict[str, Group] = {}
+    objects: dict[str, int] = {}
+    for e in entries:
+        groups.setdefault(group_of(e.path), Group()).entries.append(e)
+        for key, _ in e.extents:
+            objects.setdefault(key, len(objects))
+    for s in sessions:
+        groups.setdefault(group_of(s.path), Group()).sessions.append(s)
+    w = SegmentWriter(machine, seq, time, level=level, cipher=cipher)
+    sids: dict[str, str] = {}
+    for name in sorted(groups):
+        g = groups[name]
+        doc = {"files": [_entry_doc(e, objects) for e in g.entries],
+               "sessions": [{**encode_path(s.path), "gen": s.gen, "last_seq": s.last_seq,
+                             "fields": s.fields} for s in g.sessions]}
+        ids = "".join(sid_prefix(s.session_id) for s in g.sessions)
+        if ids:
+            sids[name] = ids
+        raw = json.dumps(doc, separators=(",", ":")).encode()
+        path = _GROUP_PREFIX + os.fsencode(name)
+        for start in range(0, max(len(raw), 1), FRAME_MAX):
+            w.add_data(path, 0, start, raw[start : start + FRAME_MAX], mode=0, mtime_ns=0)
+    w.index.projects = projects
+    w.index.extra = {"kind": KIND, "rev": rev, "first_time": first_time,
+                     "objects": list(objects), "sids": sids}
+    return w.finish()
+
+
+def _entry_doc(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
+    d: dict[str, Any] = {**encode_path(e.path), "gen": e.gen, "size": e.size, "mode": e.mode,
+                         "mtime_ns": e.mtime_ns,
+                         "x": [[objects[k], x.off, x.clen, x.start, x.end, x.sha256]
+                               for k, x in e.extents]}
+    if e.deleted_at is not None:
+        d["deleted_at"] = e.deleted_at
+    if e.retained:
+        d["retained"] = True
+    if e.sids:
+        d["sids"] = [e.sids.get((k, x.off)) for k, x in e.extents]
+    return d
+
+
+def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manifest:
+    """The manifest's index (one suffix GET): which groups, objects and sessions it holds."""
+    where = f"{store.url}{key}"
+    ix = read_index(store, key, None, crypto)
+    x = ix.extra
+    if x.get("kind") != KIND:
+        raise FormatError(f"{where}: not a snapshot manifest")
+    try:
+        m = Manifest(key, ix.machine, ix.seq, int(x["rev"]), ix.time, float(x["first_time"]),
+                     [str(k) for k in x["objects"]], sids={str(k): str(v) for k, v in
+                                                           x.get("sids", {}).items()},
+                     projects=ix.projects)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise FormatError(f"{where}: unreadable manifest index: {e}") from e
+    if layout.snapshot_id(key) != (m.seq, m.rev):
+        raise FormatError(f"{where}: manifest says seq {m.seq} rev {m.rev}, "
+                          "which is not its key (renamed object)")
+    for ext in ix.extents:
+        if not ext.path.startswith(_GROUP_PREFIX):
+            raise FormatError(f"{where}: unexpected entry {ext.path!r} in a manifest")
+        m.groups.setdefault(os.fsdecode(ext.path[len(_GROUP_PREFIX):]), []).append(ext)
+    return m
+
+
+def read_groups(store: Store, m: Manifest, names: Iterable[str] | None = None,
+                crypto: Crypto | None = None,
+                on_error: Callable[[str, FormatError], None] | None = None
+                ) -> dict[str, Group]:
+    """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped.
+
+    Each group is parsed as soon as its frames are in, so memory holds one group's JSON
+    at a time; a group that claims more than GROUP_MAX bytes is refused unread.
+    ``on_error``: told of each group that cannot be read, and the others still come;
+    without it the first one raises.
+    """
+    where = f"{store.url}{m.key}"
+    bad: dict[str, FormatError] = {}
+    wanted = sorted(m.groups) if names is None else sorted(set(names) & set(m.groups))
+    for name in wanted:
+        size = sum(e.end - e.start for e in m.groups[name])
+        if size > GROUP_MAX:
+            bad[name] = FormatError(f"{where}: group {name!r} claims {size} bytes, more than "
+                                    f"the {GROUP_MAX} a reader accepts (refusing it)")
+    wanted = [n for n in wanted if n not in bad]
+    by_path = {_GROUP_PREFIX + os.fsencode(n): n for n in wanted}
+    left = {p: len(m.groups[n]) for p, n in by_path.items()}
+    parts: dict[bytes, list[tuple[int, bytes]]] = {}
+    out = {}
+
+    def damaged(x: Extent, err: FormatError) -> None:
+        bad.setdefault(by_path[x.path], err)
+
+    for e, data in read_extents(store, m.key, [e for n in wanted for e in m.groups[n]], crypto,
+                                damaged if on_error is not None else None):
+        name = by_path[e.path]
+        if name in bad:
+            continue
+        parts.setdefault(e.path, []).append((e.start, data))
+        left[e.path] -= 1
+        if left[e.path]:
+            continue
+        text = b"".join(c for _, c in sorted(parts.pop(e.path)))
+        try:
+            doc = json.loads(text)
+            del text
+            out[name] = _group(doc, m, where)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+            bad[name] = FormatError(f"{where}: unreadable group {name!r}: {e}")
+    for name, problem in sorted(bad.items()):
+        if on_error is None:
+            raise problem
+        on_error(name, problem)
+    return out
+
+
+def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
+    g = Group()
+    for d in doc["files"]:
+        path = decode_path(d)
+        e = Entry(path, int(d["gen"]), int(d["size"]), int(d["mode"]), int(d["mtime_ns"]),
+                  None if d.get("deleted_at") is None else float(d["deleted_at"]),
+                  bool(d.get("retained", False)))
+        for obj, off, clen, start, end, sha in d["x"]:
+            e.extents.append((m.objects[int(obj)], Extent(
+                path, e.gen, int(start), int(end), int(off), int(clen), str(sha), e.mode,
+                e.mtime_ns)))
+        for (key, x), ids in zip(e.extents, d.get("sids") or [], strict=False):
+            if ids is not None:
+                e.sids[(key, x.off)] = str(ids)
+        g.entries.append(e)
+    for d in doc["sessions"]:
+        path = decode_path(d)
+        sid = session_of(path)
+        if sid is None:
+            continue  # not a session (its name is no session id): nothing to list
+        g.sessions.append(Session(sid, m.machine, path, int(d["gen"]), last_seq=int(d["last_seq"]),
+                                  fields={str(k): str(v)[:FIELD_MAX]
+                                          for k, v in d["fields"].items()}))
+    return g
+
+
+def list_snapshots(store: Store, machine: str) -> list[tuple[int, int, str]]:
+    """``(seq, rev, key)`` of every manifest, oldest first."""
+    out = []
+    for info in store.list(layout.machine_prefix(machine) + "snap/"):
+        sid = layout.snapshot_id(info.key)
+        if sid is not None:
+            out.append((*sid, info.key))
+    return sorted(out)
+
+
+def current(snaps: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The newest rev of each seq (older revs are superseded and wait for deletion)."""
+    best: dict[int, tuple[int, int, str]] = {}
+    for s in snaps:
+        best[s[0]] = max(best.get(s[0], s), s)
+    return [best[k] for k in sorted(best)]

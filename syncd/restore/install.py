@@ -1,0 +1,100 @@
+"""Installing restored files: write, fsync, mode 0600, mtime, rename; directories fsynced
+once at the end.
+
+Done by worker threads, so waiting for the disk (fsync releases the GIL) overlaps the
+next file's fetch and rewrite; at most ``MAX_BYTES`` of content wait in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from syncd.private import create_private
+
+# Claude Code deletes transcripts older than cleanupPeriodDays (30) at start-up;
+# a restored mtime older than this is replaced by the time of the restore.
+MTIME_FLOOR_DAYS = 25
+WORKERS = 4
+MAX_BYTES = 256 << 20
+
+
+class Installer:
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="syncd-install")
+        self._futures: list[tuple[bytes, Future[None]]] = []
+        self._dirs: set[bytes] = set()
+        self._room = threading.BoundedSemaphore(MAX_BYTES >> 20)
+
+    def rename(self, src: bytes, dest: bytes, mtime_ns: int) -> None:
+        """Install the finished file ``src`` (same filesystem) as ``dest``."""
+        self._submit(dest, lambda: _finish(src, dest, mtime_ns), 0)
+
+    def write(self, content: bytes, dest: bytes, mtime_ns: int) -> None:
+        """Install ``content`` as ``dest``, through a temp file beside it."""
+        self._submit(dest, lambda: _write(content, dest, mtime_ns), len(content))
+
+    def _submit(self, dest: bytes, job: Callable[[], None], size: int) -> None:
+        units = max(1, min(size >> 20, MAX_BYTES >> 20))
+        for _ in range(units):
+            self._room.acquire()
+
+        def run() -> None:
+            try:
+                job()
+            finally:
+                for _ in range(units):
+                    self._room.release()
+
+        self._dirs.add(os.path.dirname(dest))
+        self._futures.append((dest, self._pool.submit(run)))
+
+    def finish(self) -> list[tuple[bytes, Exception]]:
+        """Wait for every file, then fsync the directories; the files that failed and
+        why, in order (one file's failure never stops the others)."""
+        errors = []
+        for dest, fut in self._futures:
+            try:
+                fut.result()
+            except Exception as e:
+                errors.append((dest, e))
+        self._futures = []
+        for d in sorted(self._dirs):
+            with contextlib.suppress(OSError):
+                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        self._dirs.clear()
+        return errors
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _write(content: bytes, dest: bytes, mtime_ns: int) -> None:
+    tmp = os.path.join(os.path.dirname(dest),
+                       b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
+    try:
+        with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
+            out.write(content)
+        _finish(tmp, dest, mtime_ns)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _finish(tmp: bytes, dest: bytes, mtime_ns: int) -> None:
+    """fsync, mode 0600, an mtime Claude's cleanup will not delete, then rename."""
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o600)
+    if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
+        mtime_ns = time.time_ns()
+    os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, dest)

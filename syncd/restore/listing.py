@@ -1,0 +1,163 @@
+"""What `syncd machines`, `syncd sessions` and `syncd resume` need: tables from the catalog."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from syncd.format.catalog import Session
+from syncd.format.reader import read_index
+from syncd.format.segment import FormatError
+from syncd.security.crypto import Crypto, CryptoError
+from syncd.seen import Seen
+from syncd.store import Store, StoreError, layout
+from syncd.view import (
+    Backup,
+    BackupError,
+    NoBackup,
+    list_machines,
+    load_backup,
+    machine_info,
+    newest_manifest,
+)
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ListingError(Exception):
+    """A lookup that cannot be answered as asked (unknown or ambiguous session)."""
+
+
+def parse_time(text: str, now: float | None = None) -> float:
+    """ISO 8601 (local time when no zone is given) or a duration ago: ``90s``, ``2h``, ``3d``."""
+    now = time.time() if now is None else now
+    m = _RELATIVE.match(text)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ListingError(f"cannot read time {text!r}: use ISO 8601 "
+                           "(2026-11-30T14:00) or a duration ago (90m, 2h, 3d)") from None
+
+
+def machines_table(store: Store, crypto: Crypto | None = None, seen: Seen | None = None
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per machine, and one line per object that could not be read (that
+    machine's row then lacks what it would have told)."""
+    rows, problems = [], []
+    for machine in list_machines(store):
+        try:
+            info = machine_info(store, machine, crypto)
+        except (StoreError, CryptoError) as e:
+            info = {}
+            problems.append(str(e))
+        objects = list(store.list(layout.machine_prefix(machine)))
+        keys = [(o.key, o.size) for o in objects if layout.segment_seq(o.key) is not None
+                and "/seg/" in o.key]
+        if seen is not None:
+            seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + [
+                sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
+                and "/snap/" in o.key]
+            problem = seen.check(machine, max(seqs) if seqs else None)
+            if problem:
+                problems.append(problem)
+        last: float | None = None
+        try:
+            if keys:
+                last = read_index(store, keys[-1][0], keys[-1][1], crypto).time
+            else:
+                snap = newest_manifest(store, machine, crypto, problems)
+                last = None if snap is None else snap.time
+        except (FormatError, StoreError) as e:
+            problems.append(str(e))
+        rows.append({"machine": machine, "hostname": info.get("hostname"),
+                     "home": info.get("home"), "os": info.get("os"),
+                     "segments": len(keys),
+                     "packs": sum(1 for o in objects if "/pack/" in o.key),
+                     "snapshots": sum(1 for o in objects if "/snap/" in o.key),
+                     "stored_bytes": sum(o.size for o in objects),
+                     "last_backup": last})
+    return rows, problems
+
+
+def _local_sessions(root: Path) -> set[str]:
+    try:
+        return {p.stem for p in (root / "projects").glob("*/*.jsonl")}
+    except OSError:
+        return set()
+
+
+def _row(s: Session, local: set[str]) -> dict[str, Any]:
+    return {"session_id": s.session_id, "machine": s.machine, "project": s.project,
+            "title": s.title, "size": s.size, "last_activity": s.fields.get("last_activity"),
+            "git_branch": s.fields.get("git_branch"), "deleted_locally_at": s.deleted_at,
+            "local": s.session_id in local}
+
+
+def load_all(store: Store, machine: str | None = None, at: float | None = None,
+             crypto: Crypto | None = None, seen: Seen | None = None
+             ) -> tuple[list[Backup], list[str]]:
+    """Every machine's backup (or ``machine``'s), and one line per machine that could not
+    be read: one damaged machine never hides the others."""
+    names = [machine] if machine else list_machines(store)
+    out, problems = [], []
+    for name in names:
+        try:
+            b = load_backup(store, name, at, crypto, seen=seen)
+        except (BackupError, FormatError, StoreError, CryptoError) as e:
+            if machine:
+                raise
+            if not isinstance(e, NoBackup):
+                problems.append(str(e))
+            continue
+        out.append(b)
+        problems += b.errors
+    return out, problems
+
+
+def sessions_table(backups: list[Backup], local_root: Path,
+                   project: str | None = None) -> list[dict[str, Any]]:
+    local = _local_sessions(local_root)
+    rows = []
+    for b in backups:
+        for s in b.sessions.values():
+            if project and not _matches(s, b, project):
+                continue
+            rows.append(_row(s, local))
+    rows.sort(key=lambda r: r["last_activity"] or "", reverse=True)
+    return rows
+
+
+def _matches(s: Session, b: Backup, project: str) -> bool:
+    cwd = s.project or ""
+    home = str(b.info.get("home") or "")
+    here = str(Path.home())
+    candidates = [cwd]
+    if home and (cwd == home or cwd.startswith(home + "/")):
+        candidates.append(here + cwd[len(home):])
+    want = os.path.normpath(os.path.expanduser(project))
+    return any(c == want or c.startswith(want.rstrip("/") + "/") for c in candidates)
+
+
+def find_session(backups: list[Backup], session_id: str) -> tuple[Backup, Session]:
+    found = [(b, s) for b in backups for s in b.sessions.values()
+             if s.session_id == session_id or (s.session_id.startswith(session_id)
+             and len(session_id) >= 8)]
+    if not found:
+        where = ", ".join(b.machine for b in backups) or "no machines"
+        raise ListingError(f"session {session_id} is in no backup ({where})")
+    ids = {s.session_id for _, s in found}
+    if len(ids) > 1:
+        raise ListingError(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
+    if len(found) > 1:
+        listing = ", ".join(f"{b.machine} (last activity {s.fields.get('last_activity', '?')})"
+                            for b, s in found)
+        raise ListingError(f"session {session_id} is in several machines' backups: {listing}; "
+                           "pick one with --machine")
+    return found[0]

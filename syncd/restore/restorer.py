@@ -1,0 +1,685 @@
+"""Restore: bring a machine's backup (as of a time, whole or some sessions) into a tree.
+
+Files are fetched segment by segment (whole objects or byte ranges) into a staging
+directory, every extent checked against its sha256. Then each file is remapped to
+this machine's paths (``_remap``), compared with what is already there (``_merge``)
+and written atomically: temp file, fsync, rename. A failure halfway leaves every
+existing file as it was; a local file is never replaced by an older or diverged copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from syncd.claude import Selection, carries_instructions, is_never, project_folder
+from syncd.format.catalog import Session, session_of
+from syncd.format.reader import read_extents
+from syncd.format.segment import Extent, FormatError
+from syncd.format.snapshot import Entry, has_sid
+from syncd.gitinfo import find_clones, normalize_remote, project_info
+from syncd.private import private_dir, write_private
+from syncd.progress import Meter, NullMeter
+from syncd.restore.install import Installer
+from syncd.restore.merge import decide
+from syncd.restore.remap import Remapper, Rule
+from syncd.security.crypto import Crypto
+from syncd.seen import Seen
+from syncd.store import Store, StoreError
+from syncd.view import Backup, BackupError, load_backup
+
+log = logging.getLogger("syncd.restore")
+
+WORKTREE_MARK = "/.claude/worktrees/"
+UNSAFE = "unsafe path: it could leave the target"
+
+
+class RestoreError(Exception):
+    """The restore could not be done; the message says which object or path and why."""
+
+
+@dataclass
+class RestoreOptions:
+    target: Path
+    sessions: tuple[str, ...] = ()
+    projects: tuple[str, ...] = ()
+    at: float | None = None
+    maps: tuple[Rule, ...] = ()
+    worktrees: str = "map"  # or "fold": worktree sessions go to the main checkout's folder
+    dry_run: bool = False
+    local_home: str = field(default_factory=lambda: str(Path.home()))
+    # The local Claude tree: the source machine's tree maps to it (None: no such rule).
+    local_root: str | None = None
+    project_roots: tuple[str, ...] = ()
+    conflicts_dir: Path | None = None
+    progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
+    crypto: Crypto | None = None   # the unlocked key of an encrypted store
+    # What this machine backs up: nothing outside it is written, whatever a store holds.
+    selection: Selection = field(default_factory=Selection)
+    # Also write files that carry instructions or code (settings, CLAUDE.md, commands…).
+    instructions: bool = False
+    # This machine's id: another machine's project memory counts as instructions.
+    local_machine: str | None = None
+    # What this host saw of the store before (a backup that ends earlier is reported).
+    seen: Seen | None = None
+
+
+@dataclass
+class Action:
+    # create | fast-forward | merge | skip | keep | conflict | refuse | error
+    action: str
+    path: str    # in the target
+    source: str  # in the backup
+    reason: str
+    size: int = 0
+    conflict_copy: str | None = None
+
+
+@dataclass
+class RestoreReport:
+    machine: str = ""
+    actions: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    # Said once, not failures: what was done differently than asked (an impossible mtime).
+    notes: list[str] = field(default_factory=list)
+    rules: list[Rule] = field(default_factory=list)
+    # Restored sessions: id → project path on this machine.
+    sessions: dict[str, str] = field(default_factory=dict)
+
+    def _paths(self, *kinds: str) -> list[str]:
+        return [a.path for a in self.actions if a.action in kinds]
+
+    @property
+    def written(self) -> list[str]:
+        return self._paths("create", "fast-forward", "merge")
+
+    @property
+    def skipped(self) -> list[str]:
+        return self._paths("skip")
+
+    @property
+    def refused(self) -> list[str]:
+        return self._paths("refuse")
+
+    @property
+    def kept(self) -> list[str]:
+        return [f"{a.path} ({a.reason})" for a in self.actions if a.action in ("keep", "conflict")]
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(a.size for a in self.actions if a.action in ("create", "fast-forward", "merge"))
+
+
+def safe_relpath(path: bytes) -> bytes:
+    """Reject store paths that could escape the target (``..``, absolute, NUL)."""
+    parts = path.split(b"/")
+    if not path or path.startswith(b"/") or b"\0" in path or any(
+            p in (b"", b".", b"..") for p in parts):
+        raise RestoreError(f"refusing unsafe path {path!r} from the store")
+    return path
+
+
+def restore_tree(store: Store, machine: str, target: Path, progress: Meter | None = None,
+                 crypto: Crypto | None = None) -> RestoreReport:
+    """The whole backup of ``machine``, as it is now, into ``target``."""
+    return restore(store, machine, RestoreOptions(target=target, progress=progress,
+                                                  crypto=crypto))
+
+
+def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
+    try:
+        # One session (or a few): only their part of the snapshot is read.
+        backup = load_backup(store, machine, opts.at, opts.crypto,
+                             sessions=opts.sessions if opts.sessions and not opts.projects
+                             else None, seen=opts.seen)
+    except BackupError as e:
+        raise RestoreError(str(e)) from None
+    remap = build_remapper(backup, opts)
+    report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
+    files, history_sids = _select(backup, opts, report)
+    for path in sorted(files):
+        why = _refusal(path, remap, backup, opts)
+        if why is not None:
+            # Listed, never written: what lands in the Claude tree is this machine's call.
+            del files[path]
+            report.actions.append(Action("refuse", os.fsdecode(path), os.fsdecode(path), why))
+            if why.startswith(UNSAFE):  # no writer stores such a name: a damaged backup
+                report.errors.append(f"refusing unsafe path {path!r} from the store")
+    for s in backup.sessions.values():
+        if s.path in files and s.project:
+            report.sessions[s.session_id] = remap.path(s.project)
+    if not opts.dry_run:
+        try:
+            opts.target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise RestoreError(f"{opts.target}: cannot create: {e.strerror}") from e
+        if not os.access(opts.target, os.W_OK | os.X_OK):
+            raise RestoreError(f"{opts.target}: not writable")
+        # Sizes are what the backup claims: a disk that cannot hold them is said at once.
+        need = sum(f.size for f in files.values())
+        fs = os.statvfs(opts.target)
+        if need > fs.f_bavail * fs.f_frsize:
+            raise RestoreError(f"{opts.target}: the restore needs {need / 1e6:.1f} MB, the "
+                               f"filesystem has {fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free")
+    staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
+                                    dir=None if opts.dry_run else opts.target))
+    installer = Installer()
+    placed: dict[bytes, Action] = {}
+    try:
+        meter = opts.progress or NullMeter()
+        meter.start(sum(f.size for f in files.values()))
+        staged = _stage(store, files, staging, report, meter, opts.crypto)
+        for path in sorted(staged):
+            f = files[path]
+            try:
+                queued = _place(staged[path], f, remap, history_sids, backup, opts, report,
+                             installer)
+            except (RestoreError, OSError, ValueError, OverflowError) as e:
+                # This file only; the others still restore.
+                report.errors.append(_file_error(opts.target, path, e))
+                report.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path),
+                                             _why(e)))
+                continue
+            if queued is not None:
+                placed[queued[0]] = queued[1]
+    finally:
+        # Nothing may still write into staging when it goes.
+        for dest, err in installer.finish():
+            act = placed.get(dest)
+            if act is not None:
+                act.action, act.reason, act.size = "error", _why(err), 0
+            report.errors.append(f"{os.fsdecode(dest)}: {_why(err)}")
+        installer.close()
+        shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
+    """Why a stored path is not written here (None: it may be)."""
+    rel = os.fsdecode(path)
+    try:
+        safe_relpath(path)
+        safe_relpath(_target_rel(path, remap))
+    except RestoreError:
+        return UNSAFE
+    if is_never(rel):
+        return "on the never-upload list: not restored"
+    if not opts.selection.wants(rel):
+        return "outside the include set: not restored"
+    if not opts.instructions and carries_instructions(
+            rel, foreign=opts.local_machine is not None and backup.machine != opts.local_machine):
+        return "carries instructions or code: restored only with --with-instructions"
+    return None
+
+
+def _why(e: BaseException) -> str:
+    return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
+
+
+def _file_error(target: Path, path: bytes, e: BaseException) -> str:
+    if isinstance(e, RestoreError):
+        return str(e)
+    return f"{target}: {os.fsdecode(path)}: {_why(e)}"
+
+
+# -- mapping -------------------------------------------------------------------
+
+def build_remapper(backup: Backup, opts: RestoreOptions) -> Remapper:
+    """Explicit rules, then git-remote matches and worktrees, then the Claude tree and home."""
+    rules: list[Rule] = list(opts.maps)
+    home = backup.info.get("home")
+    base = [*rules]
+    if isinstance(home, str):
+        base.append(Rule(home, opts.local_home, "home"))
+    if opts.project_roots:
+        clones = find_clones(list(opts.project_roots))
+        for info in backup.projects.values():
+            remote, top = info.get("remote"), info.get("toplevel")
+            local = clones.get(normalize_remote(remote)) if remote else None
+            if local and top and not any(_under(top, r.old) for r in opts.maps):
+                rules.append(Rule(top, local, f"same git remote ({remote})"))
+    pre = Remapper([*rules, *base[len(opts.maps):]])
+    for info in backup.projects.values():
+        main = info.get("main")
+        for wt in info.get("worktrees", [])[1:]:
+            path = wt.get("path")
+            if not main or not path or any(_under(path, r.old) for r in opts.maps):
+                continue
+            new_main = pre.path(main)
+            if opts.worktrees == "fold":
+                rules.append(Rule(path, new_main, "worktree folded into its main checkout"))
+            elif not _under(path, main):
+                local = _local_worktree(new_main, wt.get("branch"))
+                if local:
+                    rules.append(Rule(path, local, f"worktree of branch {wt.get('branch')}"))
+    if opts.worktrees == "fold":
+        for s in backup.sessions.values():
+            cwd = s.project or ""
+            if WORKTREE_MARK in cwd.replace("\\", "/"):
+                main = cwd[: cwd.replace("\\", "/").index(WORKTREE_MARK)]
+                rules.append(Rule(cwd, pre.path(main), "worktree folded into its main checkout"))
+    root = backup.info.get("claude_root")
+    if opts.local_root and isinstance(root, str):
+        rules.append(Rule(root, opts.local_root, "Claude tree"))
+    if isinstance(home, str):
+        rules.append(Rule(home, opts.local_home, "home"))
+    remap = Remapper(rules)
+    return Remapper(remap.rules, _folders(backup, remap))
+
+
+def _under(path: str, prefix: str) -> bool:
+    p, q = path.replace("\\", "/").rstrip("/"), prefix.replace("\\", "/").rstrip("/")
+    return p == q or p.startswith(q + "/")
+
+
+def _local_worktree(main: str, branch: str | None) -> str | None:
+    if not branch:
+        return None
+    info = project_info(main)
+    for wt in (info or {}).get("worktrees", []):
+        if wt.get("branch") == branch:
+            return str(wt["path"])
+    return None
+
+
+def _launch_dir(folder: str, cwd: str) -> str | None:
+    """The directory Claude was started in: ``cwd`` or the ancestor named by ``folder``.
+
+    A transcript's first ``cwd`` can be a subdirectory (the session had ``cd``-ed there
+    before the lines we hold); the folder name is the sanitized start directory.
+    """
+    path = cwd
+    while path:
+        if project_folder(path) == folder:
+            return path
+        cut = max(path.rstrip("/\\").rfind("/"), path.rstrip("/\\").rfind("\\"))
+        if cut <= 0:
+            return None
+        path = path[:cut]
+    return None
+
+
+def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
+    """Old project folder → new one, only where the rules move the start directory."""
+    folders: dict[str, str] = {}
+    for s in sorted(backup.sessions.values(), key=lambda s: s.path):
+        start = _launch_dir(s.folder, s.project) if s.project else None
+        if start is not None and s.folder not in folders:
+            moved = remap.path(start)
+            folders[s.folder] = project_folder(moved) if moved != start else s.folder
+    prefixes = [(project_folder(r.old), project_folder(r.new)) for r in remap.rules]
+    for path in backup.files:
+        parts = path.split(b"/")
+        if len(parts) < 3 or parts[0] != b"projects":
+            continue
+        name = os.fsdecode(parts[1])
+        if name in folders:
+            continue
+        for old, new in prefixes:
+            if len(name) <= 200 and (name == old or name.startswith(old + "-")):
+                folders[name] = new + name[len(old):]
+                break
+    return folders
+
+
+# -- selection -------------------------------------------------------------------
+
+def _select(backup: Backup, opts: RestoreOptions,
+            report: RestoreReport) -> tuple[dict[bytes, Entry], set[str] | None]:
+    """The files to restore, and the sessions whose history lines to keep (None: all)."""
+    if not opts.sessions and not opts.projects:
+        return dict(backup.files), None
+    chosen: list[Session] = []
+    for sid in opts.sessions:
+        s = backup.find_session(sid)
+        if s is None:
+            raise RestoreError(f"session {sid} is not in machine {backup.machine!r}'s backup")
+        chosen.append(s)
+    home_only = Remapper([Rule(str(backup.info.get("home", "")), opts.local_home)]
+                         if backup.info.get("home") else [])
+    for want in opts.projects:
+        found = [s for s in backup.sessions.values() if s.project and (
+            _under(s.project, want) or _under(home_only.path(s.project), want))]
+        if not found:
+            report.errors.append(f"no session of project {want} in machine "
+                                 f"{backup.machine!r}'s backup")
+        chosen.extend(found)
+    sids = {s.session_id for s in chosen}
+    prefixes = []
+    for s in chosen:
+        folder = s.path.rsplit(b"/", 1)[0]
+        raw = s.session_id.encode()
+        prefixes += [folder + b"/" + raw + b"/", b"todos/" + raw + b"-",
+                     b"file-history/" + raw + b"/", b"tasks/" + raw + b"/"]
+    files = {p: f for p, f in backup.files.items()
+             if p in {s.path for s in chosen} or p.startswith(tuple(prefixes))}
+    if b"history.jsonl" in backup.files:
+        files[b"history.jsonl"] = _history_of(backup.files[b"history.jsonl"], sids)
+    return files, sids
+
+
+def _history_of(h: Entry, sids: set[str]) -> Entry:
+    """history.jsonl with only the frames that hold lines of ``sids`` (and those whose
+    sessions are not known), as a sparse file."""
+    if not h.sids:
+        return h
+    keep = [(k, x) for k, x in h.extents
+            if (ids := h.sids.get((k, x.off))) is None or any(has_sid(ids, s) for s in sids)]
+    return dataclasses.replace(h, extents=keep, sparse=len(keep) < len(h.extents))
+
+
+# -- fetching --------------------------------------------------------------------
+
+def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
+           report: RestoreReport, meter: Meter,
+           crypto: Crypto | None = None) -> dict[bytes, Path]:
+    """Fetch every file into ``staging``; returns those that arrived, whole or as the
+    intact prefix of a transcript whose later bytes are lost (cut at a line end)."""
+    by_key: dict[str, list[tuple[Entry, Extent]]] = {}
+    # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
+    lost: dict[bytes, tuple[int, int, str]] = {}
+
+    def lose(f: Entry, start: int, end: int, why: str) -> None:
+        if f.path not in lost or start < lost[f.path][0]:
+            lost[f.path] = (start, end, why)
+
+    for f in files.values():
+        if not f.sparse:
+            gap = _first_gap(f)
+            if gap is not None:
+                lose(f, *gap)
+        for key, ext in f.extents:
+            if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
+                by_key.setdefault(key, []).append((f, ext))
+    names = {p: staging / hashlib.sha256(p).hexdigest() for p in files}
+    try:
+        for name in names.values():
+            name.touch(mode=0o600)
+        for key in sorted(by_key):
+            wanted = by_key[key]
+            owner = {id(x): f for f, x in wanted}
+
+            def damaged(x: Extent, err: FormatError,
+                        owner: dict[int, Entry] = owner) -> None:
+                # That file only: the object's other frames still restore theirs.
+                lose(owner[id(x)], x.start, x.end, str(err))
+
+            try:
+                for x, data in read_extents(store, key, [x for _, x in wanted], crypto,
+                                            damaged):
+                    f = owner[id(x)]
+                    if f.path in lost and x.start >= lost[f.path][0]:
+                        continue
+                    # At its offset: a file's extents can come from objects in any order.
+                    with open(names[f.path], "r+b") as out:
+                        out.seek(x.start)
+                        out.write(data[: max(0, f.size - x.start)])
+                    meter.advance(len(data))
+            except (FormatError, StoreError) as e:
+                report.errors.append(str(e))
+                for f, x in wanted:
+                    lose(f, x.start, x.end, f"{key}: unreadable")
+        for path, (start, end, why) in lost.items():
+            f = files[path]
+            cut = _intact_prefix(names[path], start) if _by_lines(f) else 0
+            report.errors.append(
+                f"{why}: bytes {start}..{end} of {os.fsdecode(path)} (generation {f.gen}) are "
+                "lost; " + (f"restored its first {cut} bytes (whole lines)" if cut
+                            else "not restored"))
+            if cut:
+                os.truncate(names[path], cut)
+                files[path] = dataclasses.replace(f, size=cut)
+            else:
+                del names[path]
+    except OSError as e:
+        raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
+    return names
+
+
+def _first_gap(f: Entry) -> tuple[int, int, str] | None:
+    """The first range of ``f``'s bytes that no extent holds: (start, end, why)."""
+    pos = 0
+    for key, e in sorted(f.extents, key=lambda ke: ke[1].start):
+        if e.start > pos:
+            return pos, e.start, f"{key}: a gap before this object's extent"
+        pos = max(pos, e.end)
+        if pos >= f.size:
+            return None
+    last = f.extents[-1][0] if f.extents else "the backup"
+    return (pos, f.size, f"{last}: the backup ends early") if pos < f.size else None
+
+
+def _by_lines(f: Entry) -> bool:
+    """Files whose intact prefix is worth restoring: JSON lines, cut at a line end."""
+    return not f.sparse and f.path.endswith(b".jsonl")
+
+
+def _intact_prefix(staged: Path, end: int) -> int:
+    """The length of the staged file's whole lines before byte ``end``."""
+    with open(staged, "rb") as fh:
+        pos = end
+        while pos > 0:
+            start = max(0, pos - (1 << 20))
+            fh.seek(start)
+            cut = fh.read(pos - start).rfind(b"\n")
+            if cut >= 0:
+                return start + cut + 1
+            pos = start
+    return 0
+
+
+# -- placing ---------------------------------------------------------------------
+
+def _kind(rel: bytes) -> str:
+    if rel == b"history.jsonl":
+        return "history"
+    if rel.startswith(b"projects/") and rel.endswith(b".jsonl"):
+        return "transcript"
+    return "file"
+
+
+def _remapped(rel: bytes) -> bool:
+    """Files whose paths are rewritten: transcripts, history, projects' JSON metadata, and
+    saved tool output (its preview in the transcript is rewritten too)."""
+    return rel == b"history.jsonl" or (rel.startswith(b"projects/") and (
+        rel.endswith((b".jsonl", b".json")) or b"/tool-results/" in rel))
+
+
+def _target_rel(rel: bytes, remap: Remapper) -> bytes:
+    parts = rel.split(b"/")
+    if len(parts) >= 3 and parts[0] == b"projects":
+        parts[1] = os.fsencode(remap.folder(os.fsdecode(parts[1])))
+    return b"/".join(parts)
+
+
+_HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]+)"')
+
+
+def _filter_history(data: bytes, sids: set[str]) -> bytes:
+    wanted = {s.encode() for s in sids}
+    # A sparse history has holes (zero bytes) before the frames that were fetched.
+    keep = [line.lstrip(b"\0") for line in data.split(b"\n")
+            if (m := _HISTORY_SID.search(line)) and m.group(1) in wanted]
+    return b"".join(line + b"\n" for line in keep)
+
+
+def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
+           backup: Backup, opts: RestoreOptions, report: RestoreReport,
+           installer: Installer) -> tuple[bytes, Action] | None:
+    """Decide and hand ``f`` to the installer; its action is reported only once decided.
+
+    Returns the destination and the action when a write was queued (its failure, known
+    later, turns the action into an error)."""
+    src = os.fsdecode(f.path)
+    size = staged.stat().st_size
+    if size != f.size and not (f.sparse and size <= f.size):
+        raise RestoreError(f"{src}: assembled {size} bytes, expected {f.size}")
+    rel = _target_rel(f.path, remap)
+    safe_relpath(rel)
+    dest = os.path.join(os.fsencode(opts.target), rel)
+    _check_parents(opts.target, rel)
+    try:
+        st: os.stat_result | None = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        report.actions.append(Action("keep", os.fsdecode(rel), src,
+                                     "local is not a regular file"))
+        return None
+    mtime_ns = _sane_mtime(f, report)
+    transform = (_remapped(f.path) and not remap.identity) or (
+        f.path == b"history.jsonl" and history_sids is not None)
+    if st is None:
+        # The common case, streamed: nothing local; rewritten a chunk of lines at a time
+        # (a file's size never decides memory).
+        if transform:
+            staged, size = _rewrite(staged, f, remap, history_sids)
+        act = Action("create", os.fsdecode(rel), src, "not present locally", size)
+        if not opts.dry_run:
+            _make_parents(opts.target, rel)
+            installer.rename(os.fsencode(staged), dest, mtime_ns)
+        report.actions.append(act)
+        return dest, act
+    data = staged.read_bytes()
+    if f.path == b"history.jsonl" and history_sids is not None:
+        data = _filter_history(data, history_sids)
+    if transform:
+        data = remap.lines(data)
+    local = None
+    if st is not None:
+        with open(dest, "rb") as fh:
+            local = fh.read()
+    d = decide(_kind(f.path), local, data)
+    act = Action(d.action, os.fsdecode(rel), src, d.reason, len(d.content or b""))
+    if opts.dry_run or (d.content is None and not d.conflict):
+        report.actions.append(act)
+        return None
+    if d.conflict:
+        act.conflict_copy = _save_conflict(data, rel, backup.machine, opts)
+    if d.content is None:
+        report.actions.append(act)
+        return None
+    if st is not None and _changed(dest, st):
+        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    _make_parents(opts.target, rel)
+    installer.write(d.content, dest,
+                    mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
+    report.actions.append(act)
+    return dest, act
+
+
+# A stored mtime past this far in the future is impossible (a clock gone wrong, or a
+# store's invention): the file gets the time of the restore.
+_MTIME_SLACK_NS = 86400 * 10**9
+
+
+def _sane_mtime(f: Entry, report: RestoreReport) -> int:
+    now = time.time_ns()
+    if 0 <= f.mtime_ns <= now + _MTIME_SLACK_NS:
+        return f.mtime_ns
+    report.notes.append(f"{os.fsdecode(f.path)}: impossible mtime {f.mtime_ns} ns in the "
+                        "backup; restored with the time of the restore")
+    return now
+
+
+# Lines are rewritten about CHUNK bytes at a time; a line longer than LINE_MAX is copied
+# as it is (remapping it in pieces could cut a protected thinking block), so memory holds
+# at most one batch of lines whatever the file holds.
+CHUNK = 8 << 20
+LINE_MAX = 16 << 20
+
+
+def _rewrite(staged: Path, f: Entry, remap: Remapper,
+             history_sids: set[str] | None) -> tuple[Path, int]:
+    """``staged`` remapped (and a history filtered) into a new staged file; its size."""
+    sids = history_sids if f.path == b"history.jsonl" else None
+    holes = sids is not None and f.sparse  # zero bytes where other sessions' lines were
+    out_path = staged.with_name(staged.name + ".out")
+    size = 0
+    with open(staged, "rb") as src, open(out_path, "wb") as out:
+        os.fchmod(out.fileno(), 0o600)
+
+        def emit(text: bytes) -> None:
+            nonlocal size
+            out.write(text)
+            size += len(text)
+
+        batch: list[bytes] = []
+        held = 0
+        while line := src.readline(LINE_MAX + 1):
+            if holes:
+                line = line.replace(b"\0", b"")
+            if len(line) > LINE_MAX and not line.endswith(b"\n"):
+                emit(_lines_out(b"".join(batch), remap, sids))
+                batch, held = [], 0
+                if sids is None:  # a history line that long is no one's: dropped
+                    emit(line)
+                while not line.endswith(b"\n") and (line := src.readline(CHUNK)):
+                    if sids is None:
+                        emit(line)
+                continue
+            batch.append(line)
+            held += len(line)
+            if held >= CHUNK and line.endswith(b"\n"):
+                emit(_lines_out(b"".join(batch), remap, sids))
+                batch, held = [], 0
+        emit(_lines_out(b"".join(batch), remap, sids))
+    staged.unlink()
+    return out_path, size
+
+
+def _lines_out(text: bytes, remap: Remapper, sids: set[str] | None) -> bytes:
+    return remap.lines(text if sids is None else _filter_history(text, sids))
+
+
+def _changed(dest: bytes, before: os.stat_result) -> bool:
+    after = os.lstat(dest)
+    return (after.st_size, after.st_mtime_ns, after.st_ino) != (
+        before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def _check_parents(target: Path, rel: bytes) -> None:
+    """Refuse a path whose existing parents under ``target`` are not plain directories."""
+    cur = os.fsencode(target)
+    for part in rel.split(b"/")[:-1]:
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise RestoreError(f"{os.fsdecode(cur)}: exists and is not a directory "
+                               "(symlinks are not followed)")
+
+
+def _make_parents(target: Path, rel: bytes) -> None:
+    _check_parents(target, rel)
+    cur = os.fsencode(target)
+    for part in rel.split(b"/")[:-1]:
+        cur = os.path.join(cur, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(cur, 0o700)
+    _check_parents(target, rel)
+
+
+def _save_conflict(data: bytes, rel: bytes, machine: str, opts: RestoreOptions) -> str:
+    base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    path = os.path.join(os.fsencode(base), os.fsencode(machine), stamp.encode(), rel)
+    private_dir(os.path.dirname(path))
+    write_private(path, data)
+    return os.fsdecode(path)
+
+
+__all__ = ["Action", "RestoreError", "RestoreOptions", "RestoreReport", "restore",
+           "restore_tree", "safe_relpath", "session_of"]

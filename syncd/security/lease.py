@@ -1,0 +1,252 @@
+"""One writer per machine prefix: ``machines/<id>/lease.json``, held while writing.
+
+The lease is created with ``If-None-Match: *`` and renewed every ``ttl / 3`` with
+``If-Match: <etag of our last write>`` by a thread, so two daemons with the same machine
+id (on one host with two state directories, or on two hosts) never write at once: the
+second refuses to start and names the holder. A lease whose holder stopped renewing it
+for ``ttl`` seconds is taken over (with a warning); ``--takeover`` takes it at once. A
+holder whose renewal is refused (someone took over) stops writing and exits non-zero.
+
+The writer checks the lease before every PUT without a store call: lost, or not renewed
+for ``SAFE_SHARE`` of the TTL (the store is unreachable), means no PUT until it is again.
+The margin covers clocks that disagree by a few seconds between hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from syncd.store import NotFound, PreconditionFailed, Store, StoreError, layout
+
+log = logging.getLogger("syncd.lease")
+
+DEFAULT_TTL = 30.0
+# A holder writes only while its last confirmed renewal is younger than this share of
+# the TTL; a newcomer takes over only after the whole TTL.
+SAFE_SHARE = 0.8
+# lease.json is ~250 bytes; a bigger object is not one syncd wrote.
+LEASE_MAX = 4 << 10
+
+
+class LeaseError(Exception):
+    """The machine's lease is not ours (the message names the holder)."""
+
+
+class LeaseHeld(LeaseError):
+    """Another live writer holds the lease."""
+
+
+class LeaseLost(LeaseError):
+    """We held the lease and someone took it over: stop writing."""
+
+
+class LeaseStale(LeaseError):
+    """Our lease could not be renewed lately (store unreachable): no writes until it is."""
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+@dataclass(frozen=True)
+class Holder:
+    hostname: str
+    pid: int
+    owner: str      # the state database that wrote it (same host + same owner = our past)
+    instance: str   # one process's one acquisition
+    since: float
+    renewed: float
+    ttl: float
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Holder | None:
+        try:
+            d: Any = json.loads(raw)
+            return cls(str(d["hostname"]), int(d["pid"]), str(d["owner"]), str(d["instance"]),
+                       float(d["since"]), float(d["renewed"]), float(d["ttl"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        return f"host {self.hostname} pid {self.pid} (holding it since {_when(self.since)})"
+
+
+class Lease:
+    """The lease of one machine prefix. ``acquire``, then ``start`` the renewals;
+    ``check`` before every write; ``release`` at the end."""
+
+    def __init__(self, store: Store, machine: str, *, owner: str, ttl: float = DEFAULT_TTL,
+                 takeover: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.machine = machine
+        self.key = layout.lease_key(machine)
+        self.where = f"{store.url}{self.key}"
+        self.owner = owner
+        self.ttl = ttl
+        self.takeover = takeover
+        self.clock = clock
+        self.hostname = socket.gethostname()
+        self.instance = os.urandom(8).hex()
+        self.etag: str | None = None
+        self.since = 0.0
+        self.lost: str | None = None
+        self._confirmed = float("-inf")  # monotonic time our last confirmed write was sent
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        now = self.clock()
+        return json.dumps({"machine": self.machine, "hostname": self.hostname,
+                           "pid": os.getpid(), "owner": self.owner, "instance": self.instance,
+                           "since": self.since or now, "renewed": now, "ttl": self.ttl},
+                          indent=1).encode()
+
+    def _current(self) -> tuple[Holder | None, str | None, bool]:
+        """(holder, etag, exists) of the lease as it is in the store now."""
+        info = self.store.head(self.key)
+        if info is None:
+            return None, None, False
+        if info.size > LEASE_MAX:
+            return None, info.etag, True  # not a lease syncd wrote: an unreadable holder
+        try:
+            raw = self.store.get(self.key, 0, LEASE_MAX)
+        except NotFound:
+            return None, None, False
+        return Holder.parse(raw), info.etag, True
+
+    # -- taking it ---------------------------------------------------------------------
+    def acquire(self) -> None:
+        for _ in range(5):
+            holder, etag, exists = self._current()
+            self.since = self.clock()
+            sent = time.monotonic()
+            try:
+                if not exists:
+                    self.etag = self.store.put(self.key, self._body(), if_none_match=True)
+                else:
+                    self._may_take(holder)
+                    assert etag is not None
+                    self.etag = self.store.put(self.key, self._body(), if_match=etag)
+            except PreconditionFailed:
+                continue  # it changed hands while we looked: look again
+            self._confirmed = sent
+            log.debug("lease %s acquired", self.where)
+            return
+        raise LeaseHeld(f"{self.where}: the lease keeps changing hands; is another syncd "
+                        f"with machine id {self.machine!r} starting?")
+
+    def _may_take(self, holder: Holder | None) -> None:
+        """Return when an existing lease may be taken over; raise LeaseHeld otherwise."""
+        now = self.clock()
+        if holder is None:
+            if self.takeover:
+                log.warning("%s: unreadable lease taken over (--takeover)", self.where)
+                return
+            raise LeaseHeld(f"{self.where}: the lease is unreadable; if no other syncd backs "
+                            f"up machine {self.machine!r}, pass --takeover")
+        if holder.owner == self.owner and holder.hostname == self.hostname:
+            # Written through this state database, whose process lock we hold: its writer
+            # is gone (killed, or the machine crashed).
+            log.info("lease of machine %s left by an earlier run here (pid %d) taken over",
+                     self.machine, holder.pid)
+            return
+        age = now - holder.renewed
+        if age > holder.ttl:
+            log.warning("lease of machine %s held by %s expired %.0fs ago: taking it over",
+                        self.machine, holder.describe(), age - holder.ttl)
+            return
+        if self.takeover:
+            log.warning("lease of machine %s taken over from %s (--takeover)", self.machine,
+                        holder.describe())
+            return
+        raise LeaseHeld(
+            f"machine {self.machine!r} is already being backed up by {holder.describe()}, "
+            f"lease renewed {max(0.0, age):.0f}s ago ({self.where}); stop that syncd, or if "
+            f"it is dead wait {max(0.0, holder.ttl - age):.0f}s for the lease to expire or "
+            "pass --takeover")
+
+    # -- keeping it --------------------------------------------------------------------
+    def renew(self) -> None:
+        """One renewal; ``LeaseLost`` when someone else holds the lease now."""
+        if self.lost:
+            raise LeaseLost(self.lost)
+        sent = time.monotonic()
+        try:
+            self.etag = self.store.put(self.key, self._body(), if_match=self.etag)
+        except PreconditionFailed:
+            holder, etag, _ = self._current()
+            if holder is not None and holder.instance == self.instance:
+                self.etag = etag  # our own write, whose answer was lost
+            else:
+                self._lose(holder)
+        self._confirmed = sent
+
+    def _lose(self, holder: Holder | None) -> None:
+        who = holder.describe() if holder else "someone (the lease was removed)"
+        self.lost = (f"lease of machine {self.machine!r} was taken over by {who}; "
+                     "stopped writing")
+        raise LeaseLost(self.lost)
+
+    def check(self) -> None:
+        """Before a write, without a store call: raise when we may not write now."""
+        if self.lost:
+            raise LeaseLost(self.lost)
+        age = time.monotonic() - self._confirmed
+        if age > self.ttl * SAFE_SHARE:
+            raise LeaseStale(f"{self.where}: lease not renewed for {age:.0f}s (store "
+                             "unreachable?); not writing until it is")
+
+    def verify(self) -> None:
+        """One HEAD: is the lease in the store still the one we wrote?"""
+        self.check()
+        info = self.store.head(self.key)
+        if info is None or info.etag != self.etag:
+            holder, _, _ = self._current()
+            if holder is None or holder.instance != self.instance:
+                self._lose(holder)
+
+    def start(self, on_lost: Callable[[str], None] = lambda msg: None) -> None:
+        """Renew every ``ttl / 3`` from a daemon thread until ``release``."""
+        self._thread = threading.Thread(target=self._run, args=(on_lost,),
+                                        name="syncd-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self, on_lost: Callable[[str], None]) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                self.renew()
+            except LeaseLost as e:
+                log.error("%s", e)
+                on_lost(str(e))
+                return
+            except Exception as e:  # the thread must outlive any one failure
+                log.warning("lease renewal failed, retrying in %.0fs: %s", self.ttl / 3, e)
+
+    # -- giving it back ----------------------------------------------------------------
+    def release(self) -> None:
+        """Stop renewing; delete the lease if it is still ours (a clean stop)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.ttl)
+        if self.lost or self.etag is None:
+            return
+        try:
+            info = self.store.head(self.key)
+            if info is not None and info.etag == self.etag:
+                self.store.delete_many([self.key])
+        except StoreError as e:
+            log.warning("could not release the lease (it expires by itself in %.0fs): %s",
+                        self.ttl, e)
+        self.etag = None
+
+
+__all__ = ["Holder", "Lease", "LeaseError", "LeaseHeld", "LeaseLost",
+           "LeaseStale"]

@@ -1,0 +1,62 @@
+"""What this host's readers have seen of each machine in a store: the newest seq.
+
+A store that loses its newest segments, or is rolled back to an older copy, looks to a
+reader like a backup that simply stopped earlier; encryption cannot tell either (each
+object authenticates on its own). A reader that remembers the newest seq it saw notices
+when a store holds less than that, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from syncd.private import private_dir, write_private
+
+# Entries kept per file: a team bucket can hold many machines, the file stays small.
+MAX_MACHINES = 4096
+
+
+class Seen:
+    """The newest seq per machine of one store, read from and saved to ``state_dir``."""
+
+    def __init__(self, state_dir: Path, store_url: str) -> None:
+        tag = hashlib.sha256(store_url.encode()).hexdigest()[:12]
+        self.path = state_dir / f"seen@{tag}.json"
+        self.url = store_url
+        self._marks: dict[str, tuple[int, float]] = {}
+        self._changed = False
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            raw = json.loads(self.path.read_bytes()[: 1 << 20])
+            self._marks = {str(m): (int(v[0]), float(v[1])) for m, v in raw.items()}
+
+    def check(self, machine: str, newest: int | None) -> str | None:
+        """Record ``newest`` (the machine's newest seq in the store now, None: nothing);
+        a problem when it is below one seen before."""
+        seen = self._marks.get(machine)
+        now = -1 if newest is None else newest
+        if seen is not None and now < seen[0]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen[1]))
+            return (f"{self.url}machines/{machine}/: the store's newest segment is "
+                    f"{'none' if newest is None else f'{newest:016x}'}, but {seen[0]:016x} "
+                    f"was seen here on {when}: segments were lost or the store was rolled "
+                    f"back (if it was reset on purpose, remove {self.path})")
+        if seen is None or now > seen[0]:
+            self._marks[machine] = (now, time.time())
+            self._changed = True
+        return None
+
+    def save(self) -> None:
+        if not self._changed or len(self._marks) > MAX_MACHINES:
+            return
+        with contextlib.suppress(OSError):
+            private_dir(self.path.parent)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            write_private(os.fsencode(tmp), json.dumps(
+                {m: list(v) for m, v in self._marks.items()}).encode())
+            os.replace(tmp, self.path)
+            self._changed = False

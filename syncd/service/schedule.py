@@ -1,0 +1,161 @@
+"""The daemon's archive jobs: compaction, prune and verify on APScheduler.
+
+Jobs run one at a time in the scheduler's single worker thread, niced, so the flush
+loop (its own thread) is never delayed by them. Each records its time and outcome in
+the state's meta table, where ``status`` and the metrics read it; a failure is recorded
+as the daemon's last error and retried at the next scheduled time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from syncd.archive.compact import CompactError, compact
+from syncd.archive.options import (
+    ScheduleError,
+    acknowledged_seq,
+    compact_options,
+    ensure_dictionary,
+    policy_of,
+    record_job,
+    verify_budget,
+)
+from syncd.archive.prune import prune
+from syncd.archive.retention import PolicyError, parse_duration
+from syncd.archive.verify import verify
+from syncd.backup.errorlog import record_error
+from syncd.backup.state import State
+from syncd.config import Settings
+from syncd.format.segment import FormatError
+from syncd.security.crypto import Crypto
+from syncd.store import Store, StoreError
+
+log = logging.getLogger("syncd.schedule")
+# Its own INFO lines (job added, scheduler started) say nothing a user needs.
+logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+JOBS = ("compaction", "prune", "verify")
+# Lower than the flush loop: a compaction never delays a flush.
+NICE = 10
+
+
+def trigger(name: str, text: str) -> BaseTrigger | None:
+    text = text.strip()
+    if text.lower() in ("off", "never", ""):
+        return None
+    if len(text.split()) == 5:
+        try:
+            return CronTrigger.from_crontab(text)
+        except ValueError as e:
+            raise ScheduleError(f"{name}: bad cron line {text!r}: {e}") from None
+    try:
+        return IntervalTrigger(seconds=parse_duration(text))
+    except PolicyError as e:
+        raise ScheduleError(f"{name}: {e} (or give a cron line, or off)") from None
+
+
+class Archiver:
+    """Runs the archive jobs while the daemon runs; ``connected`` gives the store and key
+    once the daemon has them (None: skip this run)."""
+
+    def __init__(self, settings: Settings,
+                 connected: Callable[[], tuple[Store, Crypto | None] | None],
+                 stop: threading.Event) -> None:
+        self.settings = settings
+        self.connected = connected
+        self.stop = stop
+        self.triggers = {
+            "compaction": trigger("compact_schedule", settings.compact_schedule),
+            "prune": trigger("prune_schedule", settings.prune_schedule),
+            "verify": trigger("verify_schedule", settings.verify_schedule)}
+        self._sched = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(1)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+        self._run_lock = threading.Lock()
+
+    def start(self) -> None:
+        for name, trig in self.triggers.items():
+            if trig is not None:
+                self._sched.add_job(self.run, trig, args=[name], id=name, name=name)
+        self._sched.start()
+        self._record()
+
+    def shutdown(self) -> None:
+        # Not waiting: a job in flight sees ``stop`` and ends at its next safe point.
+        with contextlib.suppress(Exception):
+            self._sched.shutdown(wait=False)
+
+    def next_times(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = dict.fromkeys(JOBS)
+        for job in self._sched.get_jobs():
+            if job.next_run_time is not None:
+                out[job.id] = job.next_run_time.timestamp()
+        return out
+
+    def run(self, name: str) -> dict[str, Any] | None:
+        """Run one job now (the scheduler calls this; so can tests). Never raises."""
+        with self._run_lock:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+            got = self.connected()
+            if got is None:
+                log.info("%s skipped: not connected to the store yet", name)
+                return None
+            store, crypto = got
+            s, machine = self.settings, self.settings.machine_id
+            opts = compact_options(s)
+            opts.should_stop = self.stop.is_set
+            started = time.time()
+            try:
+                result: dict[str, Any]
+                if name == "compaction":
+                    note = ensure_dictionary(s, store, crypto)
+                    result = compact(store, machine, crypto, opts).as_dict()
+                    result["dictionary"] = note
+                    if result["errors"]:
+                        # Done as far as it could go (a missing or damaged segment stops
+                        # it there): worth a look, and it shows in status.
+                        self._record(error=f"compaction: {result['errors'][0]}")
+                elif name == "prune":
+                    result = prune(store, machine, policy_of(s), crypto,
+                                   max_share=s.prune_max_share, opts=opts).as_dict()
+                else:
+                    share, limit = verify_budget(s)
+                    report = verify(store, machine, crypto, read_data=share,
+                                    max_duration=limit, acknowledged=acknowledged_seq(s))
+                    result = report.as_dict()
+                    if not report.ok:
+                        raise CompactError(f"verify found {len(report.problems)} problems: "
+                                           f"{report.problems[0]}")
+            except (CompactError, PolicyError, StoreError, FormatError, OSError) as e:
+                log.error("%s failed: %s", name, e)
+                self._record(error=f"{name}: {e}")
+                return None
+            log.info("%s done in %.1f s", name, time.time() - started)
+            record_job(s, name)
+            self._record()
+            return result
+
+    def _record(self, error: str | None = None) -> None:
+        """The error (if any) and the next run times, through a connection of its own
+        (SQLite connections stay in the thread that made them)."""
+        state = State(self.settings.state_file)
+        try:
+            if error is not None:
+                record_error(state, error)
+            state.set_meta(**{f"next_{k}_time": repr(v) if v else ""
+                              for k, v in self.next_times().items()})
+        finally:
+            state.close()

@@ -1,0 +1,217 @@
+"""``syncd status``: what is backed up, what is pending, what went wrong last, and health.
+
+The same figures feed ``status --json`` and the daemon's metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from typing import Any
+
+from syncd.backup.errorlog import WINDOW, errors_since
+from syncd.backup.scan import scan
+from syncd.backup.state import State
+from syncd.claude import Selection
+from syncd.config import Settings
+from syncd.security.lock import ProcessLock
+from syncd.store import Store, StoreError, layout, open_store
+
+# How long ``status`` waits for the store before calling it unreachable.
+STORE_CHECK_TIMEOUT = 3.0
+
+
+def check_store(settings: Settings, store: Store | None = None) -> tuple[bool, str | None]:
+    """(reachable, why not): one HEAD of this machine's ``machine.json`` with a short timeout."""
+    try:
+        if store is None:
+            store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
+                               region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
+                               timeout=STORE_CHECK_TIMEOUT)
+        store.head(layout.machine_key(settings.machine_id))
+    except (StoreError, OSError) as e:
+        return False, str(e)
+    return True, None
+
+
+def _lag(root: bytes, dirty: set[bytes]) -> float:
+    """Seconds since the least recently changed pending file changed (0: nothing pending).
+
+    A lower bound of the age of the oldest unshipped change, from stat alone.
+    """
+    oldest = None
+    for rel in dirty:
+        try:
+            mtime = os.lstat(os.path.join(root, rel)).st_mtime
+        except OSError:
+            continue  # gone: a pending deletion has no time of its own
+        oldest = mtime if oldest is None else min(oldest, mtime)
+    return 0.0 if oldest is None else max(0.0, round(time.time() - oldest, 3))
+
+
+def status(settings: Settings, *, probe_store: bool = False,
+           store: Store | None = None) -> dict[str, Any]:
+    """Every figure of ``syncd status``.
+
+    ``probe_store`` adds the reachability check (one HEAD, through ``store`` if given);
+    without it ``store_reachable`` is None and no network is touched.
+    """
+    pid = ProcessLock(settings.state_file.with_suffix(".lock")).holder()
+    out: dict[str, Any] = {
+        "machine_id": settings.machine_id,
+        "source": str(settings.source),
+        "store": settings.store,
+        "state": str(settings.state_file),
+        "daemon_pid": pid,
+        "running": pid is not None,
+        "last_flush_time": None,
+        "last_flush_seq": None,
+        "next_seq": 0,
+        "files_tracked": 0,
+        "files_deleted": 0,
+        "bytes_shipped": 0,
+        "bytes_pending": None,
+        "files_pending": None,
+        "last_error": None,
+        "last_error_time": None,
+        "lag_seconds": None,
+        "errors_last_hour": 0,
+        # From this machine's state: whether it writes sealed segments (None: no state yet).
+        "encrypted": None,
+        "store_reachable": None,
+        "store_error": None,
+        "last_reconcile_time": None,
+        # Archive jobs the daemon schedules (syncd compact/prune/verify run by hand too).
+        "last_compaction_time": None,
+        "last_prune_time": None,
+        "last_verify_time": None,
+        # The last time the writer found segments missing from the store, and what it did.
+        "store_repair": None,
+        "store_repair_time": None,
+        "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
+    }
+    if probe_store:
+        out["store_reachable"], out["store_error"] = check_store(settings, store)
+    if not settings.state_file.exists():
+        return out
+    state = State(settings.state_file, readonly=True)
+    try:
+        t = state.meta("last_flush_time")
+        seq = state.meta("last_flush_seq")
+        out["last_flush_time"] = float(t) if t else None
+        out["last_flush_seq"] = int(seq) if seq else None
+        out["next_seq"] = state.next_seq
+        out["encrypted"] = bool(state.meta("key_fingerprint"))
+        live = [f for f in state.files() if f.deleted_at is None]
+        out["files_tracked"] = len(live)
+        out["files_deleted"] = len(state) - len(live)
+        out["bytes_shipped"] = sum(f.offset for f in live)
+        err = state.meta("last_error")
+        if err:
+            when, _, msg = err.partition(" ")
+            out["last_error_time"], out["last_error"] = float(when), msg
+        out["errors_last_hour"] = errors_since(state, time.time() - WINDOW)
+        for key in ("last_compaction_time", "last_prune_time", "last_verify_time"):
+            value = state.meta(key)
+            out[key] = float(value) if value else None
+        repair = state.meta("store_repair")
+        if repair:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                doc = json.loads(repair)
+                out["store_repair"], out["store_repair_time"] = str(doc["note"]), \
+                    float(doc["time"])
+        last = state.meta("last_reconcile_time")
+        out["last_reconcile_time"] = float(last) if last else None
+        for job in out["next_jobs"]:
+            nxt = state.meta(f"next_{job}_time")
+            if nxt and pid is not None:  # scheduled by the running daemon only
+                out["next_jobs"][job] = float(nxt)
+        if settings.source.is_dir():
+            root = os.fsencode(settings.source)
+            found = scan(root, Selection(settings.include, settings.exclude), state)
+            out["bytes_pending"] = found.pending_bytes
+            out["files_pending"] = len(found.dirty)
+            out["lag_seconds"] = _lag(root, found.dirty)
+    finally:
+        state.close()
+    return out
+
+
+def format_status(s: dict[str, Any]) -> str:
+    def when(t: float | None) -> str:
+        if t is None:
+            return "never"
+        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} " \
+               f"({_ago(time.time() - t)} ago)"
+
+    def later(t: float | None) -> str:
+        if t is None:
+            return "not scheduled"
+        return f"{time.strftime('%H:%M:%S', time.localtime(t))} " \
+               f"(in {_ago(max(0.0, t - time.time()))})"
+
+    pid = s["daemon_pid"]
+    reach = s.get("store_reachable")
+    store_note = {True: " (reachable)", False: f" (UNREACHABLE: {s.get('store_error')})",
+                  None: ""}[reach]
+    lag = s.get("lag_seconds")
+    jobs = s.get("next_jobs") or {}
+    lines = [
+        f"machine:      {s['machine_id']}",
+        f"source:       {s['source']}",
+        f"store:        {s['store']}{' (encrypted)' if s.get('encrypted') else ''}{store_note}",
+        f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
+        f"health:       {', '.join(health(s)) or 'ok'}",
+        f"lag:          {'unknown' if lag is None else _ago(lag)}"
+        + (" (nothing pending)" if lag == 0 else " since the oldest pending change"
+           if lag is not None else ""),
+        f"last flush:   {when(s['last_flush_time'])}"
+        + (f", seq {s['last_flush_seq']}" if s["last_flush_seq"] is not None else ""),
+        f"files:        {s['files_tracked']} tracked, {s['files_deleted']} deleted locally "
+        f"(kept in the store), {s['bytes_shipped']} bytes shipped",
+        f"pending:      {s['files_pending']} files, {s['bytes_pending']} bytes"
+        if s["bytes_pending"] is not None else "pending:      unknown",
+        f"last error:   {s['last_error']} ({when(s['last_error_time'])})"
+        if s["last_error"] else "last error:   none",
+        f"errors:       {s.get('errors_last_hour', 0)} in the last hour",
+        f"store repair: {s['store_repair']} ({when(s.get('store_repair_time'))})"
+        if s.get("store_repair") else "store repair: none needed",
+        f"compaction:   {when(s.get('last_compaction_time'))}",
+        f"prune:        {when(s.get('last_prune_time'))}",
+        f"verify:       {when(s.get('last_verify_time'))}",
+        f"next jobs:    reconcile scan {later(jobs.get('reconcile'))}; "
+        f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}; "
+        f"verify {later(jobs.get('verify'))}",
+    ]
+    return "\n".join(lines)
+
+
+# Lag above this is worth a look: the daemon flushes within seconds of a change.
+LAG_WARN = 60.0
+
+
+def health(s: dict[str, Any]) -> list[str]:
+    """What is wrong, in a few words each; empty when all is well."""
+    problems = []
+    if not s.get("running"):
+        problems.append("daemon not running")
+    if s.get("store_reachable") is False:
+        problems.append("store unreachable")
+    lag = s.get("lag_seconds")
+    if lag is not None and lag > LAG_WARN:
+        problems.append(f"lag {_ago(lag)}")
+    if s.get("errors_last_hour"):
+        problems.append(f"{s['errors_last_hour']} errors in the last hour")
+    repaired = s.get("store_repair_time")
+    if repaired is not None and time.time() - repaired < 86400:
+        problems.append("the store lost segments (shipped again)")
+    return problems
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"

@@ -1,0 +1,89 @@
+"""Retry transient store failures with exponential backoff and full jitter."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+from syncd.store.base import AlreadyExists, ObjectInfo, PreconditionFailed, Store, TransientError
+
+T = TypeVar("T")
+log = logging.getLogger("syncd.store")
+
+
+class RetryStore:
+    """Wraps a store; gives up after ``deadline`` seconds and re-raises the last error.
+
+    ``stop`` (an Event) cuts the wait short so a shutting-down daemon does not hang.
+    """
+
+    # How loud each retry is: WARNING in the daemon. A command run by hand lowers it to
+    # INFO (shown with -v): its one-line failure says what outlasted the retries.
+    retry_log_level = logging.WARNING
+
+    def __init__(self, inner: Store, *, deadline: float = 60.0, base: float = 0.2,
+                 cap: float = 10.0, stop: threading.Event | None = None) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.deadline = deadline
+        self.base = base
+        self.cap = cap
+        self.stop = stop or threading.Event()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        give_up = time.monotonic() + self.deadline
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except TransientError as e:
+                attempt += 1
+                delay = random.uniform(0, min(self.cap, self.base * 2**attempt))
+                if time.monotonic() + delay > give_up or self.stop.is_set():
+                    raise
+                log.log(self.retry_log_level, "store %s failed (attempt %d), retrying in "
+                        "%.1fs: %s", what, attempt, delay, e)
+                if self.stop.wait(delay):
+                    raise
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
+        attempts = 0
+
+        def once() -> str:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return self.inner.put(key, data, if_none_match=if_none_match,
+                                      if_match=if_match)
+            except PreconditionFailed as e:
+                # A retried PUT whose first try landed but whose answer was lost:
+                # the object is ours if it holds exactly these bytes.
+                conditional = isinstance(e, AlreadyExists) or if_match is not None
+                if conditional and attempts > 1:
+                    info = self.inner.head(key)
+                    if info is not None and info.size == len(data) and \
+                            self.inner.get(key, 0, len(data)) == data:
+                        return info.etag
+                raise
+
+        return self._call(f"put {key}", once)
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        return self._call(f"get {key}", lambda: self.inner.get(key, start, length))
+
+    def head(self, key: str) -> ObjectInfo | None:
+        return self._call(f"head {key}", lambda: self.inner.head(key))
+
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+        # Materialise so that a retry restarts the listing instead of a half-consumed page.
+        found = self._call(f"list {prefix}", lambda: list(self.inner.list(prefix, start_after)))
+        return iter(found)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = list(keys)
+        self._call("delete", lambda: self.inner.delete_many(batch))

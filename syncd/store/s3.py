@@ -1,0 +1,179 @@
+"""An S3-compatible store through boto3 (AWS, R2, B2, MinIO, SeaweedFS)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from syncd.store.base import (
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    StoreError,
+    TransientError,
+    check_key,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
+                    "RequestTimeTooSkewed", "Throttling", "ThrottlingException"}
+
+
+class S3Store:
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 region: str | None = None, timeout: float = 30.0,
+                 connect_timeout: float = 10.0) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}/{self.prefix}"
+        # Importing boto3 and building a client takes ~0.4 s of start-up: a thread does
+        # it while the caller goes on (a first seed reads and compresses meanwhile), and
+        # the first request waits for it.
+        self._client: Future[S3Client] = Future()
+        threading.Thread(target=self._build,
+                         args=(endpoint_url, region, timeout, min(timeout, connect_timeout)),
+                         name="syncd-s3-client", daemon=True).start()
+
+    def _build(self, endpoint_url: str | None, region: str | None, timeout: float,
+               connect_timeout: float) -> None:
+        try:
+            # boto3 is imported here, not at module load: the local store never pays for it.
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                s3={"addressing_style": "path"},
+                # Non-AWS endpoints reject or mangle the SDK's default CRC trailers.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
+                # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                connect_timeout=connect_timeout,
+                read_timeout=timeout,
+            )
+            # A session of its own: boto3's default session is not safe across threads.
+            self._client.set_result(boto3.session.Session().client(
+                "s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
+                config=config))
+        except Exception as e:
+            self._client.set_exception(
+                StoreError(f"{self.url}: cannot set up the S3 client: {e}"))
+
+    @property
+    def _s3(self) -> S3Client:
+        return self._client.result()
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _error(self, key: str, e: Exception, if_match: str | None = None) -> StoreError:
+        if isinstance(e, StoreError):  # the client could not be built: no retry helps
+            return e
+        from botocore.exceptions import ClientError
+
+        where = f"{self.url}{key}"
+        if isinstance(e, ClientError):
+            err: Any = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+            if if_match is not None and (status in (404, 412) or code in (
+                    "PreconditionFailed", "NoSuchKey")):
+                # AWS answers 404 to If-Match on a missing key, SeaweedFS 412: both mean
+                # "not the version you read".
+                return PreconditionFailed(f"{where}: changed or gone since it was read "
+                                          f"(conditional replace: {code or status})")
+            if status == 412 or code == "PreconditionFailed":
+                return AlreadyExists(f"{where}: already exists")
+            if status == 404 or code in ("NoSuchKey", "404", "NotFound"):
+                return NotFound(f"{where}: not found")
+            if status == 409 or code == "ConditionalRequestConflict":
+                # Two conditional writes raced; the retry gets a definite answer.
+                return TransientError(f"{where}: {code or status} (concurrent conditional "
+                                      "write)")
+            msg = f"{where}: {code or status} {err.get('Message', '')}".rstrip()
+            if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
+                return TransientError(msg)
+            return StoreError(msg)
+        # Connection refused/reset, timeouts, truncated bodies: worth another try.
+        return TransientError(f"{where}: {type(e).__name__}: {e}")
+
+    def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+            if_match: str | None = None) -> str:
+        md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        extra: dict[str, str] = {}
+        if if_match is not None:
+            extra["IfMatch"] = if_match
+        elif if_none_match:
+            extra["IfNoneMatch"] = "*"
+        full = self._key(key)
+        try:
+            resp = self._s3.put_object(Bucket=self.bucket, Key=full, Body=data,
+                                       ContentMD5=md5, **extra)  # type: ignore[arg-type]
+        except Exception as e:
+            raise self._error(key, e, if_match) from e
+        return str(resp.get("ETag", ""))
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        kw: dict[str, str] = {"Key": self._key(key)}
+        if start < 0:
+            kw["Range"] = f"bytes={start}"
+        elif length is not None:
+            if length == 0:
+                return b""
+            kw["Range"] = f"bytes={start}-{start + length - 1}"
+        elif start:
+            kw["Range"] = f"bytes={start}-"
+        try:
+            resp = self._s3.get_object(Bucket=self.bucket, **kw)  # type: ignore[arg-type]
+            data = resp["Body"].read()
+        except Exception as e:
+            raise self._error(key, e) from e
+        if start < 0:
+            data = data[start:]
+        return data
+
+    def head(self, key: str) -> ObjectInfo | None:
+        full = self._key(key)
+        try:
+            resp = self._s3.head_object(Bucket=self.bucket, Key=full)
+        except Exception as e:
+            err = self._error(key, e)
+            if isinstance(err, NotFound):
+                return None
+            raise err from e
+        return ObjectInfo(key, int(resp["ContentLength"]), str(resp.get("ETag", "")))
+
+    def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+        kw: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if start_after:
+            kw["StartAfter"] = self.prefix + start_after
+        try:
+            for page in self._s3.get_paginator("list_objects_v2").paginate(**kw):  # type: ignore[arg-type]
+                for obj in page.get("Contents", []):
+                    yield ObjectInfo(obj["Key"][len(self.prefix):], int(obj["Size"]),
+                                     str(obj.get("ETag", "")))
+        except Exception as e:
+            raise self._error(prefix, e) from e
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch = [self._key(k) for k in keys]
+        for i in range(0, len(batch), 1000):
+            chunk = batch[i : i + 1000]
+            try:
+                resp = self._s3.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+            except Exception as e:
+                raise self._error(chunk[0], e) from e
+            if resp.get("Errors"):
+                first = resp["Errors"][0]
+                raise StoreError(f"{self.url}{first.get('Key')}: delete failed: "
+                                 f"{first.get('Code')} {first.get('Message', '')}")

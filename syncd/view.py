@@ -1,0 +1,277 @@
+"""One machine's backup as of a point in time: a snapshot manifest plus later segments.
+
+The entry point is the newest snapshot at or before the time asked for; the segments
+written after it are folded on top. Nothing here downloads file contents: only the
+manifest's index and groups and the segments' indexes, which carry the extents,
+tombstones and the session catalog. Without a snapshot every segment is folded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from syncd.format.catalog import Session, session_of
+from syncd.format.fold import fold_index
+from syncd.format.reader import read_index
+from syncd.format.segment import FormatError, SegmentIndex
+from syncd.format.snapshot import (
+    Entry,
+    Group,
+    Manifest,
+    current,
+    group_of,
+    list_snapshots,
+    read_groups,
+    read_manifest,
+    session_groups,
+)
+from syncd.security.crypto import Crypto, CryptoError, is_box
+from syncd.seen import Seen
+from syncd.store import NotFound, Store, StoreError, get_small, layout
+
+# machine.json is a few hundred bytes (sealed and padded, under 1 KiB).
+MACHINE_JSON_MAX = 64 << 10
+
+
+class BackupError(Exception):
+    """The backup asked for cannot be read: it does not exist, or is damaged."""
+
+
+class NoBackup(BackupError):
+    """The machine has no backup (or none at that time): nothing damaged."""
+
+
+@dataclass
+class Backup:
+    machine: str
+    info: dict[str, Any]
+    files: dict[bytes, Entry] = field(default_factory=dict)
+    sessions: dict[bytes, Session] = field(default_factory=dict)
+    projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    first_time: float | None = None
+    last_time: float | None = None
+    last_seq: int | None = None
+
+    def find_session(self, session_id: str) -> Session | None:
+        for s in self.sessions.values():
+            if s.session_id == session_id:
+                return s
+        return None
+
+
+def list_machines(store: Store) -> list[str]:
+    return sorted({o.key.split("/")[1] for o in store.list("machines/")
+                   if o.key.count("/") >= 2})
+
+
+def machine_info(store: Store, machine: str, crypto: Crypto | None = None) -> dict[str, Any]:
+    """What ``machine.json`` says (opened first in an encrypted store)."""
+    key = layout.machine_key(machine)
+    where = f"{store.url}{key}"
+    try:
+        raw = get_small(store, key, MACHINE_JSON_MAX)
+    except NotFound:
+        return {"machine": machine}
+    if crypto is not None:
+        raw = crypto.open_box(key, "machine.json", raw, where)
+    elif is_box(raw):
+        raise CryptoError(f"{where}: encrypted, but no key is loaded (the store has no keys/, "
+                          "or it was removed)")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise StoreError(f"{where}: not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise StoreError(f"{where}: not a JSON object")
+    # Only the fields we know, of the types we write: the rest is the store's invention.
+    info: dict[str, Any] = {"machine": machine}
+    for name in ("hostname", "os", "home", "claude_root"):
+        if isinstance(doc.get(name), str):
+            info[name] = doc[name][:4096]
+    for name in ("created", "format"):
+        if type(doc.get(name)) in (int, float):
+            info[name] = doc[name]
+    if isinstance(doc.get("key"), str):
+        info["key"] = doc["key"][:64]
+    return info
+
+
+def segment_keys(store: Store, machine: str, after: int = -1) -> list[tuple[str, int]]:
+    """``(key, size)`` of the machine's segments with a seq above ``after``."""
+    start = layout.segment_key(machine, after) if after >= 0 else ""
+    out = []
+    for info in store.list(layout.machine_prefix(machine) + "seg/", start_after=start):
+        if layout.segment_seq(info.key) is not None:
+            out.append((info.key, info.size))
+    return out
+
+
+def newest_manifest(store: Store, machine: str, crypto: Crypto | None = None,
+                    errors: list[str] | None = None) -> Manifest | None:
+    """The newest readable snapshot manifest; unreadable newer ones go to ``errors``."""
+    for _, _, key in reversed(current(list_snapshots(store, machine))):
+        try:
+            return read_manifest(store, key, crypto)
+        except (FormatError, StoreError) as e:
+            if errors is None:
+                raise
+            errors.append(str(e))
+    return None
+
+
+def load_backup(store: Store, machine: str, at: float | None = None,
+                crypto: Crypto | None = None,
+                sessions: Collection[str] | None = None, seen: Seen | None = None) -> Backup:
+    """``machine``'s backup as of ``at`` (None: now).
+
+    ``crypto``: the unlocked key of an encrypted store (None: a plain store).
+    ``sessions``: only these sessions' files are needed (and history.jsonl), so only
+    their groups of the snapshot are read. ``seen``: what this host saw of the store
+    before; a backup that ends before that is reported (lost segments, a rollback).
+    """
+    errors = []
+    try:
+        info = machine_info(store, machine, crypto)
+    except (StoreError, CryptoError) as e:
+        if crypto is None and isinstance(e, CryptoError):
+            raise  # a sealed store read without its key: nothing in it can be read
+        # Its home is unknown (no home rule when remapping); the data may still restore.
+        info = {"machine": machine}
+        errors.append(str(e))
+    b = Backup(machine, info, errors=errors)
+    snaps = current(list_snapshots(store, machine))
+    newest = newest_manifest(store, machine, crypto, b.errors) if snaps else None
+    base = newest
+    if newest is not None and at is not None and newest.time > at:
+        base = _manifest_at(store, snaps, newest.seq, at, crypto, b.errors)
+    names: set[str] | None = None
+    if base is not None and newest is not None:
+        if sessions is not None:
+            names = set()
+            for sid in sessions:
+                for folder in base.folders_of(sid) or newest.folders_of(sid):
+                    names |= session_groups(sid, folder)
+                names |= session_groups(sid, "")
+        def lost(name: str, err: FormatError) -> None:
+            # That group's files are missing from this view; the others are whole.
+            b.errors.append(str(err))
+
+        try:
+            groups = read_groups(store, base, names, crypto, lost)
+            where = groups if base is newest else read_groups(store, newest, names, crypto,
+                                                               lost)
+        except (FormatError, StoreError) as e:
+            raise BackupError(f"cannot read the snapshot: {e}") from e
+        _from_snapshot(b, base, groups, where)
+    # Segments already folded into the newest snapshot are only leftovers of an
+    # interrupted clean-up; an older snapshot takes none (what they held is gone).
+    after = newest.seq if newest is not None else -1
+    keys = segment_keys(store, machine, after)
+    if seen is not None and at is None:
+        # The newest seq the store holds now, readable or not.
+        top = max([after] + [layout.segment_seq(k) or 0 for k, _ in keys])
+        problem = seen.check(machine, top if top >= 0 else None)
+        if problem:
+            if newest is None and not keys:
+                raise BackupError(problem)
+            b.errors.append(problem)
+    if newest is None and not keys:
+        if b.errors:  # there are manifests, and none of them reads
+            raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")
+        known = list_machines(store)
+        raise NoBackup(f"{store.url}: no backup for machine {machine!r} "
+                          f"(machines in this store: {', '.join(known) or 'none'})")
+    expected = after + 1
+    for key, size in keys if base is newest else []:
+        seq = layout.segment_seq(key) or 0
+        if seq != expected:
+            b.errors.append(f"{store.url}{key}: segments {expected:016x}..{seq - 1:016x} "
+                            "are missing")
+        expected = seq + 1
+        try:
+            ix = read_index(store, key, size, crypto)
+        except (FormatError, StoreError) as e:
+            b.errors.append(str(e))
+            continue
+        if at is not None and ix.time > at:
+            break
+        b.first_time = ix.time if b.first_time is None else b.first_time
+        b.last_time, b.last_seq = ix.time, seq
+        _fold(b, key, ix, names, sessions)
+    if b.first_time is None and at is not None:
+        raise NoBackup(f"machine {machine!r} has no backup at or before the requested time")
+    _finish(b)
+    return b
+
+
+def _manifest_at(store: Store, snaps: list[tuple[int, int, str]], below: int, at: float,
+                 crypto: Crypto | None, errors: list[str]) -> Manifest | None:
+    """The newest manifest below seq ``below`` built at or before ``at``.
+
+    Times grow with seq, so a binary search reads about log2(n) indexes, not all newer
+    ones. An unreadable manifest is skipped towards older ones.
+    """
+    cands = [s for s in snaps if s[0] < below]
+    lo, hi = 0, len(cands) - 1
+    best: Manifest | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        try:
+            m = read_manifest(store, cands[mid][2], crypto)
+        except (FormatError, StoreError) as e:
+            errors.append(str(e))
+            del cands[mid]
+            hi -= 1
+            continue
+        if m.time <= at:
+            best, lo = m, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
+                   where: dict[str, Group]) -> None:
+    """The files of snapshot ``base``; their bytes are found through the newest one."""
+    located = {(e.path, e.gen): e for g in where.values() for e in g.entries}
+    for g in groups.values():
+        for e in g.entries:
+            if e.retained:
+                continue
+            src = located.get((e.path, e.gen))
+            if src is None or src.end < e.size:
+                src = e
+            # ``size`` may be less than the extents hold: an older point in time.
+            b.files[e.path] = Entry(e.path, e.gen, e.size, e.mode, e.mtime_ns, e.deleted_at,
+                                    extents=list(src.extents), sids=src.sids)
+        for s in g.sessions:
+            b.sessions[s.path] = s
+    b.projects.update(base.projects)
+    b.first_time, b.last_time, b.last_seq = base.first_time, base.time, base.seq
+
+
+def _fold(b: Backup, key: str, ix: SegmentIndex, names: set[str] | None = None,
+          sessions: Collection[str] | None = None) -> None:
+    # A session newer than the snapshot is in none of its groups: known by its id.
+    ids = tuple(s.encode() for s in sessions or ())
+
+    def wanted(path: bytes) -> bool:
+        return names is None or group_of(path) in names or any(i in path for i in ids)
+
+    fold_index(key, ix, b.files, b.sessions, b.projects, wanted=wanted)
+
+
+def _finish(b: Backup) -> None:
+    # Every transcript is a session, whether or not its lines named a field yet.
+    for path, f in b.files.items():
+        sid = session_of(path)
+        if sid is None:
+            continue
+        s = b.sessions.setdefault(path, Session(sid, b.machine, path))
+        s.size, s.deleted_at = f.size, f.deleted_at
+    for path in [p for p in b.sessions if p not in b.files]:
+        del b.sessions[path]
