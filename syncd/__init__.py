@@ -8,9 +8,9 @@ from syncd.backup.ship import FlushResult, Shipper
 from syncd.backup.state import FileState, State
 from syncd.claude import Selection, default_root
 from syncd.config import Settings, load_settings
-from syncd.format.segment import FormatError
-from syncd.restore.restorer import RestoreError, RestoreReport, restore_tree
-from syncd.service.daemon import Daemon, Engine, SyncError, sync_once
+from syncd.errors import FormatError, RestoreError, SyncError
+from syncd.restore.restorer import RestoreReport, restore_tree
+from syncd.service.daemon import Daemon, Engine, sync_once
 
 __all__ = [
     "Daemon",

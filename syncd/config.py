@@ -5,12 +5,15 @@ from __future__ import annotations
 import difflib
 import errno
 import hashlib
+import math
 import os
 import re
 import socket
+import time
 import tomllib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -23,14 +26,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from syncd.archive.retention import PolicyError, parse_duration
 from syncd.claude import DEFAULT_INCLUDE, default_root
+from syncd.errors import ConfigError
 
 MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-class ConfigError(ValueError):
-    """The configuration cannot be used; the message (one line) names the file or variable."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,69 @@ class ConfigFile:
 
 
 _config: ContextVar[ConfigFile | None] = ContextVar("syncd_config", default=None)
+
+
+# -- durations and times: one parser for the config, retention and --at ------------
+
+_DAY = 86400.0
+_UNITS = {"y": 365 * _DAY, "mo": 30 * _DAY, "w": 7 * _DAY, "d": _DAY, "h": 3600.0,
+          "min": 60.0, "s": 1.0}
+_ORDER = list(_UNITS)  # largest first; a duration lists its units in this order
+_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)([a-z]+)\s*")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90s", "30m", "36h", "7d", "2w", "1y2m3d", "1d 12h", "1.5h".
+
+    Units: y (365 days), mo (30 days), w, d, h, m, min, s, largest first. A bare "m" is
+    minutes ("30m", "3h30m") unless it follows "y" or precedes "w", "d" or "h", where it
+    can only be months, as in restic's "1y2m3d"; "mo" and "min" are never ambiguous.
+    """
+    lowered = text.lower().strip()
+    if not lowered:
+        raise ConfigError(f"bad duration {text!r}: empty")
+    parts: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(lowered):
+        m = _PART.match(lowered, pos)
+        if m is None:
+            raise ConfigError(f"bad duration {text!r}: expected a number and a unit "
+                              f"(y, mo, w, d, h, m, s), e.g. '36h' or '1y2m3d'")
+        parts.append((m.group(1), m.group(2)))
+        pos = m.end()
+    total, prev = 0.0, -1
+    for i, (number, unit) in enumerate(parts):
+        if unit == "m":
+            after = parts[i + 1][1] if i + 1 < len(parts) else ""
+            months = (prev == _ORDER.index("y")) or after in ("w", "d", "h")
+            unit = "mo" if months else "min"
+        if unit not in _UNITS:
+            raise ConfigError(f"bad duration {text!r}: unknown unit {unit!r} "
+                              f"(use y, mo, w, d, h, m, s)")
+        rank = _ORDER.index(unit)
+        if rank <= prev:
+            raise ConfigError(f"bad duration {text!r}: units must appear once each, "
+                              f"largest first (y, mo, w, d, h, m, s)")
+        prev = rank
+        total += float(number) * _UNITS[unit]
+    if not math.isfinite(total):
+        raise ConfigError(f"bad duration {text!r}: too large")
+    return total
+
+
+def parse_time(text: str, now: float | None = None) -> float:
+    """A point in time: ISO 8601 (local time when no zone is given) or a duration ago
+    in ``parse_duration``'s words ("90m", "2h", "1d12h")."""
+    now = time.time() if now is None else now
+    try:
+        return now - parse_duration(text)
+    except ConfigError:
+        pass
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ConfigError(f"cannot read time {text!r}: use ISO 8601 (2026-11-30T14:00) or "
+                          "a duration ago (90m, 2h, 1d12h)") from None
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -196,7 +258,7 @@ class Settings(BaseSettings):
         if v.strip():
             try:
                 parse_duration(v)
-            except PolicyError as e:
+            except ConfigError as e:
                 raise ValueError(str(e)) from None
         return v
 
@@ -207,7 +269,7 @@ class Settings(BaseSettings):
         if v.strip().lower() not in ("off", "never", "") and len(v.split()) != 5:
             try:
                 parse_duration(v)
-            except PolicyError as e:
+            except ConfigError as e:
                 raise ValueError(f"{e}, a five-field cron line, or off") from None
         return v
 

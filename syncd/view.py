@@ -13,10 +13,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, NotFound, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.fold import fold_index
 from syncd.format.reader import read_index
-from syncd.format.segment import FormatError, SegmentIndex
+from syncd.format.segment import SegmentIndex
 from syncd.format.snapshot import (
     Entry,
     Group,
@@ -28,20 +29,12 @@ from syncd.format.snapshot import (
     read_manifest,
     session_groups,
 )
-from syncd.security.crypto import Crypto, CryptoError, is_box
+from syncd.security.crypto import Crypto, is_box
 from syncd.seen import Seen
-from syncd.store import NotFound, Store, StoreError, get_small, layout
+from syncd.store import Store, get_small, layout
 
 # machine.json is a few hundred bytes (sealed and padded, under 1 KiB).
 MACHINE_JSON_MAX = 64 << 10
-
-
-class BackupError(Exception):
-    """The backup asked for cannot be read: it does not exist, or is damaged."""
-
-
-class NoBackup(BackupError):
-    """The machine has no backup (or none at that time): nothing damaged."""
 
 
 @dataclass

@@ -14,9 +14,10 @@ from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
+from syncd.errors import TransientError
 from syncd.format.reader import read_index
 from syncd.service.daemon import Daemon
-from syncd.store import MemoryStore, Store, TransientError
+from syncd.store import MemoryStore, Store
 from syncd.store.layout import segment_key
 
 

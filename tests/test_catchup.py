@@ -18,11 +18,12 @@ import pytest
 
 from syncd.backup.state import State
 from syncd.config import Settings
+from syncd.errors import SyncStopped
 from syncd.restore.restorer import restore_tree
 from syncd.security.lock import ProcessLock
 from syncd.service import catchup as _catchup
 from syncd.service.catchup import catch_up
-from syncd.service.daemon import SyncStopped, sync_once
+from syncd.service.daemon import sync_once
 from syncd.store import open_store
 from tests.helpers import running, tree_bytes, wait_for, write
 from tests.test_daemon import _env, settings, shipped

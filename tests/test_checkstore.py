@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from syncd.store import AlreadyExists, LocalStore, MemoryStore, Store, TransientError
+from syncd.errors import AlreadyExists, TransientError
+from syncd.store import LocalStore, MemoryStore, Store
 from syncd.store.check import check_store
 from tests.seaweed import Seaweed
 

@@ -19,6 +19,7 @@ from syncd.cli.util import (
     store_of,
 )
 from syncd.config import load_settings
+from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
 from tests.helpers import write
@@ -220,7 +221,7 @@ def test_the_resume_line_runs_nothing_but_cd_and_claude(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["/home/a\n rm -rf ~", "/home/\x1b[2Ka", "/home/\u202ea"])
 def test_the_resume_line_refuses_control_characters(bad: str) -> None:
-    with pytest.raises(ValueError, match="control characters"):
+    with pytest.raises(RestoreError, match="control characters"):
         resume_line(bad, SID)
 
 

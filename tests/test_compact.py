@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from syncd.archive.compact import CompactError, CompactOptions, compact
+from syncd.archive.compact import CompactOptions, compact
 from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
+from syncd.errors import CompactError, CryptoError, FormatError, RestoreError
 from syncd.format.reader import read_index
-from syncd.format.segment import END_MAGIC_SEALED, FormatError, check_header
+from syncd.format.segment import END_MAGIC_SEALED, check_header
 from syncd.format.snapshot import (
     Entry,
     Manifest,
@@ -34,8 +35,8 @@ from syncd.format.snapshot import (
     read_groups,
     read_manifest,
 )
-from syncd.restore.restorer import RestoreError, RestoreOptions, restore, restore_tree
-from syncd.security.crypto import Crypto, CryptoError, new_master
+from syncd.restore.restorer import RestoreOptions, restore, restore_tree
+from syncd.security.crypto import Crypto, new_master
 from syncd.security.lock import ProcessLock
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, open_store
 from syncd.store.layout import segment_key

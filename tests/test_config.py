@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from syncd.config import ConfigError, load_settings
+from syncd.config import load_settings
+from syncd.errors import ConfigError
 
 
 def test_toml_then_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,3 +142,16 @@ def test_catchup_child_is_on_by_default_and_can_be_turned_off(
     assert load_settings(cfg).catchup_child is False
     monkeypatch.setenv("SYNCD_CATCHUP_CHILD", "1")
     assert load_settings(cfg).catchup_child is True
+
+
+def test_one_parser_for_durations_and_times() -> None:
+    from syncd.config import parse_duration, parse_time
+    from syncd.errors import ConfigError
+
+    now = 1_800_000_000.0
+    # --at takes every duration the config and retention take, as that long ago.
+    for text in ("90s", "30m", "1d12h", "1y2m3d", "1.5h"):
+        assert parse_time(text, now=now) == now - parse_duration(text)
+    assert parse_time("2026-11-30T14:00:00+00:00") == 1796047200.0
+    with pytest.raises(ConfigError, match="cannot read time 'soon'"):
+        parse_time("soon")

@@ -9,15 +9,9 @@ import struct
 import pytest
 import zstandard
 
+from syncd.errors import BadPassphrase, CryptoError, FormatError
 from syncd.format.reader import extent_bytes, parse_segment
-from syncd.format.segment import (
-    END_MAGIC,
-    HEADER,
-    MAGIC,
-    TRAILER,
-    FormatError,
-    SegmentWriter,
-)
+from syncd.format.segment import END_MAGIC, HEADER, MAGIC, TRAILER, SegmentWriter
 from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
     MAX_SCRYPT_MEMORY,
@@ -25,9 +19,7 @@ from syncd.security.crypto import (
     SCRYPT_N,
     SCRYPT_P,
     SCRYPT_R,
-    BadPassphrase,
     Crypto,
-    CryptoError,
     describe,
     is_box,
     new_master,

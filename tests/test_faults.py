@@ -19,9 +19,10 @@ import zstandard
 import syncd.backup.ship
 import syncd.service.daemon
 from syncd.config import Settings
+from syncd.errors import RestoreError, SyncError
 from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, SegmentWriter
-from syncd.restore.restorer import RestoreError, restore_tree
-from syncd.service.daemon import Engine, SyncError, sync_once
+from syncd.restore.restorer import restore_tree
+from syncd.service.daemon import Engine, sync_once
 from syncd.service.status import status
 from syncd.store import open_store
 from syncd.store.layout import segment_key

@@ -10,16 +10,8 @@ import pytest
 
 from syncd.backup.state import State
 from syncd.cli.util import store_and_key
-from syncd.security.crypto import (
-    KEY_FILE_MAX_BYTES,
-    SCRYPT_P,
-    SCRYPT_R,
-    BadPassphrase,
-    Crypto,
-    CryptoError,
-    new_master,
-    wrap,
-)
+from syncd.errors import BadPassphrase, CryptoError
+from syncd.security.crypto import KEY_FILE_MAX_BYTES, SCRYPT_P, SCRYPT_R, Crypto, new_master, wrap
 from syncd.security.keys import (
     MAX_READS,
     MAX_TRIES,

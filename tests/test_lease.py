@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from syncd.config import Settings, load_settings
-from syncd.security.lease import Holder, Lease, LeaseHeld, LeaseLost, LeaseStale
+from syncd.errors import LeaseHeld, LeaseLost, LeaseStale, TransientError
+from syncd.security.lease import Holder, Lease
 from syncd.service.daemon import Engine, sync_once
-from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, TransientError
+from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store
 from tests.helpers import LosesAnswers, start_daemon, wait_for, write
 
 KEY = "machines/m1/lease.json"

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from syncd.archive.compact import CompactError, CompactOptions, compact
+from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
 from syncd.archive.verify import verify
+from syncd.errors import CompactError
 from syncd.security.lock import ProcessLock
 from syncd.store import LocalStore, MemoryStore, Store
 from tests.helpers import tree_bytes, write

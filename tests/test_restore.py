@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from syncd.restore.restorer import RestoreError, restore_tree
+from syncd.errors import RestoreError
+from syncd.restore.restorer import restore_tree
 from syncd.store import MemoryStore
 from tests.helpers import shipper, tree_bytes, write
 

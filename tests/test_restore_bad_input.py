@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
-from syncd.restore.restorer import RestoreError, RestoreOptions, restore
+from syncd.errors import RestoreError
+from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import LocalStore, MemoryStore
 from tests.helpers import shipper, tree_bytes, write
 

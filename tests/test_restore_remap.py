@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
+from syncd.errors import RestoreError
 from syncd.restore.remap import Rule
-from syncd.restore.restorer import RestoreError, RestoreOptions, restore
+from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import MemoryStore
 from syncd.view import load_backup
 from tests.helpers import shipper, tree_bytes, write

@@ -11,12 +11,12 @@ from syncd.archive.retention import (
     EMPTY_REASON,
     FORGOTTEN_REASON,
     Policy,
-    PolicyError,
     SnapRef,
     Verdict,
-    parse_duration,
     plan,
 )
+from syncd.config import parse_duration
+from syncd.errors import ConfigError, PolicyError
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -262,7 +262,7 @@ def test_parse_duration_accepts(text: str, seconds: float) -> None:
     ("9" * 400 + "y", "too large"),
 ])
 def test_parse_duration_refuses_with_a_one_line_message(text: str, fragment: str) -> None:
-    with pytest.raises(PolicyError) as err:
+    with pytest.raises(ConfigError) as err:
         parse_duration(text)
     message = str(err.value)
     assert fragment in message

@@ -10,9 +10,10 @@ import pytest
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from syncd.archive.options import ScheduleError, ensure_dictionary
+from syncd.archive.options import ensure_dictionary
 from syncd.backup.state import State
 from syncd.config import Settings, load_settings
+from syncd.errors import ScheduleError
 from syncd.format.reader import read_index
 from syncd.restore.restorer import restore_tree
 from syncd.service.schedule import Archiver, trigger

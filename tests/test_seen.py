@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from syncd.errors import BackupError
 from syncd.seen import Seen
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
-from syncd.view import BackupError, load_backup
+from syncd.view import load_backup
 from tests.helpers import shipper, write
 
 T = "projects/-home-a/0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b.jsonl"

@@ -4,15 +4,9 @@ import itertools
 
 import pytest
 
+from syncd.errors import FormatError
 from syncd.format.reader import extent_bytes, parse_segment, read_index
-from syncd.format.segment import (
-    BATCH_BYTES,
-    BATCH_MIN,
-    FRAME_MAX,
-    TAIL_READ,
-    FormatError,
-    SegmentWriter,
-)
+from syncd.format.segment import BATCH_BYTES, BATCH_MIN, FRAME_MAX, TAIL_READ, SegmentWriter
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key

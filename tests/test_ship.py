@@ -6,10 +6,10 @@ import pytest
 
 from syncd.backup.ship import ship_with_restart
 from syncd.backup.state import State
+from syncd.errors import LeaseHeld, StoreError
 from syncd.format.reader import read_index
 from syncd.restore.restorer import restore_tree
-from syncd.security.lease import LeaseHeld
-from syncd.store import MemoryStore, ObjectInfo, StoreError
+from syncd.store import MemoryStore, ObjectInfo
 from syncd.store.layout import segment_key
 from tests.helpers import all_extents, shipper, tree_bytes, write
 

@@ -8,17 +8,11 @@ import json
 
 import pytest
 
+from syncd.errors import FormatError
 from syncd.format.catalog import Session
 from syncd.format.reader import read_extents
-from syncd.format.segment import FRAME_MAX, Extent, FormatError, SegmentWriter
-from syncd.format.snapshot import (
-    ROOT_GROUP,
-    Entry,
-    build,
-    group_of,
-    read_groups,
-    read_manifest,
-)
+from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter
+from syncd.format.snapshot import ROOT_GROUP, Entry, build, group_of, read_groups, read_manifest
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore, layout
 

@@ -7,20 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from syncd.store import (
+from syncd.errors import (
     AlreadyExists,
     InvalidKey,
-    LocalStore,
-    MemoryStore,
     NotFound,
     PreconditionFailed,
-    RetryStore,
-    S3Store,
-    Store,
     StoreError,
     TransientError,
-    open_store,
 )
+from syncd.store import LocalStore, MemoryStore, RetryStore, S3Store, Store, open_store
 from tests.helpers import LosesAnswers
 from tests.seaweed import Seaweed
 

@@ -24,18 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncd.errors import AlreadyExists, CompactError, FormatError, Locked, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.fold import fold_index
 from syncd.format.pack import HISTORY, PackWriter, Spool
 from syncd.format.reader import read_index
-from syncd.format.segment import (
-    FRAME_MAX,
-    HEADER,
-    TRAILER,
-    Extent,
-    FormatError,
-    SegmentIndex,
-)
+from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, Extent, SegmentIndex
 from syncd.format.snapshot import (
     Entry,
     Manifest,
@@ -47,8 +41,8 @@ from syncd.format.snapshot import (
 )
 from syncd.progress import Meter, NullMeter
 from syncd.security.crypto import Crypto
-from syncd.security.lock import Locked, ProcessLock
-from syncd.store import AlreadyExists, Store, StoreError, layout
+from syncd.security.lock import ProcessLock
+from syncd.store import Store, layout
 from syncd.view import segment_keys
 
 log = logging.getLogger("syncd.compact")
@@ -56,10 +50,6 @@ log = logging.getLogger("syncd.compact")
 # history.jsonl interleaves every session's lines: small frames let one session's
 # restore fetch only the frames that hold its lines.
 HISTORY_FRAME = 256 << 10
-
-
-class CompactError(Exception):
-    """Compaction could not run; the message names the object or the reason."""
 
 
 @dataclass

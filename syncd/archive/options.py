@@ -7,9 +7,10 @@ import base64
 import time
 
 from syncd.archive.compact import CompactOptions
-from syncd.archive.retention import Policy, PolicyError, parse_duration
+from syncd.archive.retention import Policy
 from syncd.backup.state import State
-from syncd.config import Settings
+from syncd.config import Settings, parse_duration
+from syncd.errors import ConfigError
 from syncd.format.dictionary import publish, train
 from syncd.security.crypto import Crypto
 from syncd.store import Store
@@ -18,15 +19,11 @@ from syncd.store import Store
 DICT_RETRY = 7 * 86400.0
 
 
-class ScheduleError(ValueError):
-    """A schedule setting that is neither an interval, a cron line nor "off"."""
-
-
 def _duration(name: str, text: str) -> float:
     try:
         return parse_duration(text) if text.strip() else 0.0
-    except PolicyError as e:
-        raise PolicyError(f"{name}: {e}") from None
+    except ConfigError as e:
+        raise ConfigError(f"{name}: {e}") from None
 
 
 def compact_options(settings: Settings, *, dry_run: bool = False) -> CompactOptions:

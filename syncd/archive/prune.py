@@ -12,12 +12,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.archive.compact import CompactError, CompactOptions, CompactReport, _compact, exclusive
-from syncd.archive.retention import Policy, PolicyError, SnapRef, Verdict, plan
-from syncd.format.segment import FormatError
+from syncd.archive.compact import CompactOptions, CompactReport, _compact, exclusive
+from syncd.archive.retention import Policy, SnapRef, Verdict, plan
+from syncd.errors import CompactError, FormatError, PolicyError, StoreError
 from syncd.format.snapshot import current, list_snapshots, read_manifest
 from syncd.security.crypto import Crypto
-from syncd.store import Store, StoreError, layout
+from syncd.store import Store, layout
 
 
 @dataclass

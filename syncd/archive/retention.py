@@ -16,19 +16,16 @@ The newest snapshot is always kept, and an all-zero policy keeps everything.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from syncd.errors import PolicyError
 
 EMPTY_REASON = "empty policy: keep everything"
 FORGOTTEN_REASON = "not matched by the policy"
 
 _COUNTS = ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly")
-
-
-class PolicyError(Exception):
-    """A bad policy or duration, or a policy that would forget all but the newest snapshot."""
 
 
 def _hour(t: datetime) -> tuple[int, ...]:
@@ -177,52 +174,6 @@ def _utc(s: SnapRef) -> datetime:
         return datetime.fromtimestamp(s.time, UTC)
     except (OverflowError, OSError, ValueError) as e:
         raise PolicyError(f"snapshot {s.key} has an out-of-range time {s.time!r}: {e}") from e
-
-
-_DAY = 86400.0
-_UNITS = {"y": 365 * _DAY, "mo": 30 * _DAY, "w": 7 * _DAY, "d": _DAY, "h": 3600.0,
-          "min": 60.0, "s": 1.0}
-_ORDER = list(_UNITS)  # largest first; a duration lists its units in this order
-_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)([a-z]+)\s*")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in "90s", "30m", "36h", "7d", "2w", "1y2m3d", "1d 12h", "1.5h".
-
-    Units: y (365 days), mo (30 days), w, d, h, m, min, s, largest first. A bare "m" is
-    minutes ("30m", "3h30m") unless it follows "y" or precedes "w", "d" or "h", where it
-    can only be months, as in restic's "1y2m3d"; "mo" and "min" are never ambiguous.
-    """
-    lowered = text.lower().strip()
-    if not lowered:
-        raise PolicyError(f"bad duration {text!r}: empty")
-    parts: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(lowered):
-        m = _PART.match(lowered, pos)
-        if m is None:
-            raise PolicyError(f"bad duration {text!r}: expected a number and a unit "
-                              f"(y, mo, w, d, h, m, s), e.g. '36h' or '1y2m3d'")
-        parts.append((m.group(1), m.group(2)))
-        pos = m.end()
-    total, prev = 0.0, -1
-    for i, (number, unit) in enumerate(parts):
-        if unit == "m":
-            after = parts[i + 1][1] if i + 1 < len(parts) else ""
-            months = (prev == _ORDER.index("y")) or after in ("w", "d", "h")
-            unit = "mo" if months else "min"
-        if unit not in _UNITS:
-            raise PolicyError(f"bad duration {text!r}: unknown unit {unit!r} "
-                              f"(use y, mo, w, d, h, m, s)")
-        rank = _ORDER.index(unit)
-        if rank <= prev:
-            raise PolicyError(f"bad duration {text!r}: units must appear once each, "
-                              f"largest first (y, mo, w, d, h, m, s)")
-        prev = rank
-        total += float(number) * _UNITS[unit]
-    if not math.isfinite(total):
-        raise PolicyError(f"bad duration {text!r}: too large")
-    return total
 
 
 def _format_duration(seconds: float) -> str:

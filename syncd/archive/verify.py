@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncd.errors import FormatError, StoreError
 from syncd.format.pack import PACK_KIND
 from syncd.format.reader import read_extents, read_index
-from syncd.format.segment import HEADER, Extent, FormatError
+from syncd.format.segment import HEADER, Extent
 from syncd.format.snapshot import Entry, Group, Manifest, current, read_groups, read_manifest
 from syncd.progress import Meter, NullMeter
 from syncd.security.crypto import Crypto
-from syncd.store import Store, StoreError, layout
+from syncd.store import Store, layout
 from syncd.view import list_machines
 
 # One request while sampling spans at most this many bytes of an object: memory stays

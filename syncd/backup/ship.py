@@ -25,15 +25,16 @@ import zstandard
 
 from syncd.backup.state import FileState, State
 from syncd.claude import Selection
+from syncd.errors import AlreadyExists, FormatError, NoBackup, SyncError
 from syncd.format.catalog import MetaScanner, session_of
 from syncd.format.reader import read_index
-from syncd.format.segment import FRAME_MAX, FormatError, SegmentWriter, Tombstone
+from syncd.format.segment import FRAME_MAX, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current, list_snapshots, read_groups, read_manifest
 from syncd.gitinfo import project_info
 from syncd.security.crypto import Crypto
 from syncd.security.lease import Lease
-from syncd.store import AlreadyExists, Store, layout
-from syncd.view import Backup, NoBackup, load_backup
+from syncd.store import Store, layout
+from syncd.view import Backup, load_backup
 from syncd.worker import worker
 
 log = logging.getLogger("syncd.ship")
@@ -247,7 +248,7 @@ class Shipper:
         key = layout.segment_key(self.machine, seq)
         ix = read_index(self.store, key, crypto=self.crypto)
         if ix.machine != self.machine or ix.seq != seq:
-            raise RuntimeError(f"{self.store.url}{key}: written by machine {ix.machine!r} "
+            raise FormatError(f"{self.store.url}{key}: written by machine {ix.machine!r} "
                                f"seq {ix.seq}, not by us; refusing to continue")
         ends: dict[bytes, tuple[int, int, int, int]] = {}
         for e in ix.extents:
@@ -268,7 +269,7 @@ class Shipper:
         # from an old copy) and the segments it would adopt were compacted away.
         m = read_manifest(self.store, key, self.crypto)
         if m.machine != self.machine:
-            raise RuntimeError(f"{self.store.url}{key}: written by machine {m.machine!r}, "
+            raise FormatError(f"{self.store.url}{key}: written by machine {m.machine!r}, "
                                "not by us; refusing to continue")
         if m.seq - self.state.next_seq > MAX_AHEAD or m.time > self.clock() + 86400:
             # Adopting it would move this machine's seqs there, and the next compaction
@@ -577,7 +578,7 @@ def ship_with_restart(shipper: Shipper, paths: Iterable[bytes]) -> FlushResult:
             return shipper.ship(wanted)
         except _Restart:
             continue
-    raise RuntimeError("segment seq keeps being taken by another writer; is a second "
+    raise SyncError("segment seq keeps being taken by another writer; is a second "
                        "daemon running with the same machine id?")
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from syncd.errors import StateError
 from syncd.private import FILE_MODE, create_private, private_dir
 
 SCHEMA = """
@@ -48,10 +49,6 @@ class FileState:
 
     def but(self, **kw: object) -> FileState:
         return replace(self, **kw)  # type: ignore[arg-type]
-
-
-class StateError(Exception):
-    """The state database cannot be opened or written."""
 
 
 class State:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from syncd.archive.compact import CompactError, CompactReport, compact
+from syncd.archive.compact import CompactReport, compact
 from syncd.archive.options import (
     acknowledged_seq,
     compact_options,
@@ -17,12 +17,11 @@ from syncd.archive.options import (
     record_job,
 )
 from syncd.archive.prune import prune
-from syncd.archive.retention import PolicyError, parse_duration
 from syncd.archive.verify import verify
-from syncd.cli.util import EXPECTED, BadValue, fail, settings_of, store_and_key
+from syncd.cli.util import bad_value, settings_of, store_and_key
+from syncd.config import parse_duration
+from syncd.errors import ConfigError
 from syncd.progress import meter
-
-ERRORS = (*EXPECTED, CompactError, PolicyError)
 
 
 def _echo_json(doc: Any) -> None:
@@ -53,17 +52,14 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     (nothing is deleted then).
     """
     settings = settings_of(ctx)
-    try:
-        store, crypto = store_and_key(settings)
-        opts = compact_options(settings, dry_run=dry_run)
-        note = None if dry_run else ensure_dictionary(settings, store, crypto)
-        with meter("compacting") as m:
-            opts.progress = m
-            r = compact(store, settings.machine_id, crypto, opts)
-        if not dry_run:
-            record_job(settings, "compaction")
-    except ERRORS as e:
-        fail(e)
+    store, crypto = store_and_key(settings)
+    opts = compact_options(settings, dry_run=dry_run)
+    note = None if dry_run else ensure_dictionary(settings, store, crypto)
+    with meter("compacting") as m:
+        opts.progress = m
+        r = compact(store, settings.machine_id, crypto, opts)
+    if not dry_run:
+        record_job(settings, "compaction")
     if as_json:
         _echo_json({**r.as_dict(), "dictionary": note})
     else:
@@ -91,17 +87,14 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     or failed.
     """
     settings = settings_of(ctx)
-    try:
-        store, crypto = store_and_key(settings)
-        opts = compact_options(settings, dry_run=dry_run)
-        with meter("pruning") as m:
-            opts.progress = m
-            r = prune(store, settings.machine_id, policy_of(settings), crypto,
-                      max_share=settings.prune_max_share, opts=opts)
-        if not dry_run:
-            record_job(settings, "prune")
-    except ERRORS as e:
-        fail(e)
+    store, crypto = store_and_key(settings)
+    opts = compact_options(settings, dry_run=dry_run)
+    with meter("pruning") as m:
+        opts.progress = m
+        r = prune(store, settings.machine_id, policy_of(settings), crypto,
+                  max_share=settings.prune_max_share, opts=opts)
+    if not dry_run:
+        record_job(settings, "prune")
     if as_json:
         _echo_json(r.as_dict())
         return
@@ -122,8 +115,8 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     try:
         return None if value is None else parse_duration(value)
-    except PolicyError as e:
-        raise BadValue(str(e)) from None
+    except ConfigError as e:
+        raise bad_value(param, str(e)) from None
 
 
 @click.command("verify", short_help="Check the backup is whole (exit 1 on any problem).")
@@ -141,17 +134,14 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
     Exit 0 when no problem was found, 1 when any was (each printed on one line).
     """
     settings = settings_of(ctx)
-    try:
-        store, crypto = store_and_key(settings)
-        with meter("verifying") as m:
-            mine = (machine or settings.machine_id) == settings.machine_id
-            r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
-                       max_duration=max_duration, progress=m,
-                       acknowledged=acknowledged_seq(settings) if mine else None)
-        if r.ok and (machine or settings.machine_id) == settings.machine_id:
-            record_job(settings, "verify")
-    except ERRORS as e:
-        fail(e)
+    store, crypto = store_and_key(settings)
+    with meter("verifying") as m:
+        mine = (machine or settings.machine_id) == settings.machine_id
+        r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
+                   max_duration=max_duration, progress=m,
+                   acknowledged=acknowledged_seq(settings) if mine else None)
+    if r.ok and (machine or settings.machine_id) == settings.machine_id:
+        record_job(settings, "verify")
     if as_json:
         _echo_json(r.as_dict())
     else:

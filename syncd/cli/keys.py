@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from syncd.cli.util import EXPECTED, fail, settings_of, store_of
+from syncd.cli.util import settings_of, store_of
 from syncd.config import Settings
-from syncd.security.crypto import Crypto, CryptoError, KeyFile
+from syncd.errors import CryptoError
+from syncd.security.crypto import Crypto, KeyFile
 from syncd.security.keys import (
     NEW_PASSPHRASE_ENV,
     add_key,
@@ -22,7 +23,7 @@ from syncd.security.keys import (
     remembered_key,
     remove_key,
 )
-from syncd.store import Store, StoreError
+from syncd.store import Store
 from syncd.store.check import check_store
 
 
@@ -48,17 +49,14 @@ def init(ctx: click.Context, encrypt: bool) -> None:
     The store must be empty of backups: an encrypted store never holds plaintext.
     """
     settings = settings_of(ctx)
-    try:
-        store = store_of(settings, create=True)  # prepares the store: may make it
-        if not encrypt:
-            n = len(key_files(store))
-            click.echo(f"{store.url}: " + (f"encrypted ({n} key file(s))" if n else
-                                           "not encrypted (syncd init --encrypt to encrypt)"))
-            return
-        passphrase = _passphrase(settings.passphrase_file, confirm=True)
-        crypto = init_encryption(store, passphrase)
-    except EXPECTED as e:
-        fail(e)
+    store = store_of(settings, create=True)  # prepares the store: may make it
+    if not encrypt:
+        n = len(key_files(store))
+        click.echo(f"{store.url}: " + (f"encrypted ({n} key file(s))" if n else
+                                       "not encrypted (syncd init --encrypt to encrypt)"))
+        return
+    passphrase = _passphrase(settings.passphrase_file, confirm=True)
+    crypto = init_encryption(store, passphrase)
     click.echo(f"{store.url}: encrypted; key file keys/{crypto.key_id} "
                f"(master key {crypto.fingerprint}). Keep the passphrase safe: without it "
                "the backup cannot be read.")
@@ -87,14 +85,11 @@ def _unlock(store: Store, settings: Settings) -> Crypto:
 def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
     """Add a passphrase: unlock with the current one, wrap the master key with the new one."""
     settings = settings_of(ctx)
-    try:
-        store = store_of(settings)
-        crypto = _unlock(store, settings)
-        new = _passphrase(new_passphrase_file, confirm=True, env=NEW_PASSPHRASE_ENV,
-                          what="new passphrase")
-        key_id = add_key(store, crypto, new)
-    except EXPECTED as e:
-        fail(e)
+    store = store_of(settings)
+    crypto = _unlock(store, settings)
+    new = _passphrase(new_passphrase_file, confirm=True, env=NEW_PASSPHRASE_ENV,
+                      what="new passphrase")
+    key_id = add_key(store, crypto, new)
     click.echo(f"added key file keys/{key_id}")
 
 
@@ -104,12 +99,9 @@ def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
 def key_remove(ctx: click.Context, key_id: str) -> None:
     """Remove a passphrase (never the last one, nor the one used to run this)."""
     settings = settings_of(ctx)
-    try:
-        store = store_of(settings)
-        crypto = _unlock(store, settings)
-        remove_key(store, crypto, key_id.removeprefix("keys/"))
-    except EXPECTED as e:
-        fail(e)
+    store = store_of(settings)
+    crypto = _unlock(store, settings)
+    remove_key(store, crypto, key_id.removeprefix("keys/"))
     click.echo(f"removed key file keys/{key_id.removeprefix('keys/')}")
 
 
@@ -118,10 +110,7 @@ def key_remove(ctx: click.Context, key_id: str) -> None:
 def key_list(ctx: click.Context) -> None:
     """The key files (no passphrase needed)."""
     settings = settings_of(ctx)
-    try:
-        found = list_keys(store_of(settings))
-    except EXPECTED as e:
-        fail(e)
+    found = list_keys(store_of(settings))
     if not found:
         click.echo("no keys: the store is not encrypted")
     for name, kf in found:
@@ -140,11 +129,8 @@ def check_store_cmd(ctx: click.Context) -> None:
     LIST order and start-after, DELETE. One verdict per feature; exit 1 if any required
     feature fails. Works in a scratch prefix that is removed afterwards."""
     settings = settings_of(ctx)
-    try:
-        store = store_of(settings)
-        verdicts = check_store(store)
-    except (*EXPECTED, StoreError) as e:
-        fail(e)
+    store = store_of(settings)
+    verdicts = check_store(store)
     for v in verdicts:
         click.echo(v.line())
     failed = [v for v in verdicts if v.required and not v.ok]

@@ -15,15 +15,16 @@ from syncd import __version__
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
-from syncd.cli.util import EXPECTED, fail, interactive, settings_of
+from syncd.cli.util import interactive, settings_of
 from syncd.config import load_settings
+from syncd.errors import StoreError, SyncdError, exit_code
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.service.daemon import Daemon, sync_once
 from syncd.service.log import set_level
 from syncd.service.log import setup as setup_logging
 from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, status
-from syncd.store import RetryStore, StoreError, open_store
+from syncd.store import RetryStore, open_store
 
 EPILOG = """\b
 Exit codes:
@@ -81,11 +82,8 @@ def run(ctx: click.Context, takeover: bool) -> None:
     settings = settings_of(ctx)
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     config = ctx.obj["config"]
-    try:
-        Daemon(settings, reload=lambda: load_settings(config, config_required=config is not None),
-               takeover=takeover, prompt=True).run()
-    except EXPECTED as e:
-        fail(e)
+    Daemon(settings, reload=lambda: load_settings(config, config_required=config is not None),
+           takeover=takeover, prompt=True).run()
 
 
 @cli.command(short_help="Back up everything pending once; exit 0 when durable.")
@@ -100,11 +98,8 @@ def sync(ctx: click.Context, takeover: bool) -> None:
     from syncd.service.catchup import stop_on_signals
 
     stop = stop_on_signals()
-    try:
-        with meter("shipping") as m:
-            r = sync_once(settings, progress=m, takeover=takeover, prompt=True, stop=stop)
-    except EXPECTED as e:
-        fail(e)
+    with meter("shipping") as m:
+        r = sync_once(settings, progress=m, takeover=takeover, prompt=True, stop=stop)
     click.echo(f"synced: {r.files} files, {r.tombstones} deletions, {r.raw_bytes} bytes in "
                f"{len(r.segments)} segments ({r.stored_bytes} stored)")
 
@@ -120,18 +115,15 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     settings = settings_of(ctx)
     try:
-        try:
-            # A local store that is not there is reported, not created.
-            probe = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
-                               region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
-                               timeout=STORE_CHECK_TIMEOUT, create=False)
-        except StoreError as e:
-            s = status(settings)
-            s["store_reachable"], s["store_error"] = False, str(e)
-        else:
-            s = status(settings, probe_store=True, store=probe)
-    except EXPECTED as e:
-        fail(e)
+        # A local store that is not there is reported, not created.
+        probe = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
+                           region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
+                           timeout=STORE_CHECK_TIMEOUT, create=False)
+    except StoreError as e:
+        s = status(settings)
+        s["store_reachable"], s["store_error"] = False, str(e)
+    else:
+        s = status(settings, probe_store=True, store=probe)
     click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))
 
 
@@ -145,18 +137,26 @@ def main() -> None:
     os.umask(0o077)
     try:
         cli(prog_name="syncd")
+        code: int = 0
     except SystemExit as e:
-        # click ends every command so. By then the command has closed all it opened
-        # (state, lease, store, worker jobs, temp dirs); the interpreter's teardown of
-        # its ~100k objects (boto3's models, pydantic's schemas) would add ~0.2 s to
-        # every run, a tenth of a 200 MB seed: flush what is buffered and leave.
-        code = e.code
-        if not isinstance(code, int):
-            if code is not None:
-                click.echo(code, err=True)
-            code = 0 if code is None else 1
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
-                stream.flush()
-        os._exit(code)
+        # click ends every command so (bad usage included: 2).
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if not isinstance(e.code, int) and e.code is not None:
+            click.echo(e.code, err=True)
+    except SyncdError as e:
+        # The one place where errors become exit codes: one line, secrets masked.
+        click.echo(redact(f"syncd: {e}"), err=True)
+        code = exit_code(e)
+    except OSError as e:  # the local filesystem: the work could not be completed
+        click.echo(redact(f"syncd: {e.strerror or e}"
+                          + (f": {e.filename}" if e.filename else "")), err=True)
+        code = 1
+    # By now the command has closed all it opened (state, lease, store, worker jobs, temp
+    # dirs); the interpreter's teardown of its ~100k objects (boto3's models, pydantic's
+    # schemas) would add ~0.2 s to every run, a tenth of a 200 MB seed: flush what is
+    # buffered and leave.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+            stream.flush()
+    os._exit(code)

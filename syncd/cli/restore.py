@@ -13,9 +13,6 @@ import click
 
 from syncd.claude import Selection
 from syncd.cli.util import (
-    EXPECTED,
-    UsageFail,
-    fail,
     resume_line,
     session_ids,
     session_prefix,
@@ -24,21 +21,13 @@ from syncd.cli.util import (
     time_option,
 )
 from syncd.config import Settings
+from syncd.errors import RestoreError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import (
-    ListingError,
-    find_session,
-    load_all,
-    machines_table,
-    sessions_table,
-)
+from syncd.restore.listing import find_session, load_all, machines_table, sessions_table
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
-from syncd.view import BackupError
-
-ERRORS = (*EXPECTED, BackupError, ListingError)
 
 
 def _when(t: float | None) -> str:
@@ -63,13 +52,10 @@ def _echo_json(doc: Any) -> None:
 def machines(ctx: click.Context, as_json: bool) -> None:
     """The machines that have a backup in the store."""
     settings = settings_of(ctx)
-    try:
-        store, crypto = store_and_key(settings)
-        seen = Seen(settings.state_dir, store.url)
-        rows, problems = machines_table(store, crypto, seen)
-        seen.save()
-    except ERRORS as e:
-        fail(e)
+    store, crypto = store_and_key(settings)
+    seen = Seen(settings.state_dir, store.url)
+    rows, problems = machines_table(store, crypto, seen)
+    seen.save()
     if as_json:
         _echo_json(rows)
     else:
@@ -91,14 +77,11 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool) -> None:
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
     settings = settings_of(ctx)
-    try:
-        store, crypto = store_and_key(settings)
-        seen = Seen(settings.state_dir, store.url)
-        backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
-        seen.save()
-        rows = sessions_table(backups, settings.source, project)
-    except ERRORS as e:
-        fail(e)
+    store, crypto = store_and_key(settings)
+    seen = Seen(settings.state_dir, store.url)
+    backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+    seen.save()
+    rows = sessions_table(backups, settings.source, project)
     if as_json:
         _echo_json(rows)
     else:
@@ -133,7 +116,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
     for m in maps:
         old, sep, new = m.partition("=")
         if not sep or not old or not new:
-            raise UsageFail(f"--map takes OLD=NEW, got {m!r}")
+            raise UsageError(f"--map takes OLD=NEW, got {m!r}")
         rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
     rules += [Rule(o, str(Path(n).expanduser()), "config remap")
               for o, n in settings.remap.items()]
@@ -211,18 +194,15 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     replaced by an older or diverged copy.
     """
     settings = settings_of(ctx)
-    try:
-        opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
-                        maps=maps, worktrees=worktrees, dry_run=dry_run)
-        opts.instructions = instructions
-        store, opts.crypto = store_and_key(settings)
-        opts.seen = Seen(settings.state_dir, store.url)
-        with meter("restoring") as m:
-            opts.progress = m
-            report = restore(store, machine or settings.machine_id, opts)
-        opts.seen.save()
-    except ERRORS as e:
-        fail(e)
+    opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
+                    maps=maps, worktrees=worktrees, dry_run=dry_run)
+    opts.instructions = instructions
+    store, opts.crypto = store_and_key(settings)
+    opts.seen = Seen(settings.state_dir, store.url)
+    with meter("restoring") as m:
+        opts.progress = m
+        report = restore(store, machine or settings.machine_id, opts)
+    opts.seen.save()
     _report(report, as_json, dry_run)
     if report.errors:
         sys.exit(1)
@@ -238,30 +218,24 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
            worktrees: str) -> None:
     """Restore one session from any machine's backup and print how to resume it."""
     settings = settings_of(ctx)
-    try:
-        store, crypto = store_and_key(settings)
-        seen = Seen(settings.state_dir, store.url)
-        backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
-        seen.save()
-        for line in problems:  # a machine that cannot be read may hold the session too
-            click.echo(redact(f"syncd: skipped: {line}"), err=True)
-        backup, session = find_session(backups, session_id)
-        opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
-                        at=None, maps=maps, worktrees=worktrees, dry_run=False)
-        opts.crypto = crypto
-        report = restore(store, backup.machine, opts)
-    except ERRORS as e:
-        fail(e)
+    store, crypto = store_and_key(settings)
+    seen = Seen(settings.state_dir, store.url)
+    backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+    seen.save()
+    for line in problems:  # a machine that cannot be read may hold the session too
+        click.echo(redact(f"syncd: skipped: {line}"), err=True)
+    backup, session = find_session(backups, session_id)
+    opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
+                    at=None, maps=maps, worktrees=worktrees, dry_run=False)
+    opts.crypto = crypto
+    report = restore(store, backup.machine, opts)
     _report(report, False, False)
     if report.errors:
         sys.exit(1)
     cwd = report.sessions.get(session.session_id)
     if cwd is None:
-        fail(RuntimeError(f"session {session.session_id} has no recorded project path"))
-    try:
-        line = resume_line(cwd, session.session_id)
-    except ValueError as e:
-        fail(e)
+        raise RestoreError(f"session {session.session_id} has no recorded project path")
+    line = resume_line(cwd, session.session_id)
     if not Path(cwd).is_dir():
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)

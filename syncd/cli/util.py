@@ -1,33 +1,19 @@
-"""What every command shares: settings from the context, the store and its key,
-one-line failures (secrets masked), and the checks of what the user typed."""
+"""What every command shares: settings from the context, the store and its key, and the
+checks of what the user typed."""
 
 from __future__ import annotations
 
 import re
 import shlex
-import sys
-from typing import IO, Any, NoReturn
+from typing import Any
 
 import click
 
-from syncd.archive.options import ScheduleError
-from syncd.backup.state import StateError
-from syncd.config import ConfigError, Settings, load_settings
-from syncd.format.segment import FormatError
-from syncd.redact import redact
-from syncd.restore.listing import ListingError, parse_time
-from syncd.restore.restorer import RestoreError
-from syncd.security.crypto import Crypto, CryptoError
+from syncd.config import Settings, load_settings, parse_time
+from syncd.errors import ConfigError, NoSuchStore, RestoreError, UsageError
+from syncd.security.crypto import Crypto
 from syncd.security.keys import open_crypto, remembered_key
-from syncd.security.lease import LeaseError
-from syncd.security.lock import Locked
-from syncd.service.daemon import SyncError
-from syncd.store import NoSuchStore, RetryStore, StoreError, open_store
-
-# Exit codes: 0 ok, 1 the work could not be completed (one-line reason on stderr),
-# 2 bad usage or configuration.
-EXPECTED = (SyncError, StoreError, StateError, RestoreError, FormatError, Locked, OSError,
-            CryptoError, LeaseError, ScheduleError)
+from syncd.store import RetryStore, open_store
 
 # A command run by hand against a store it cannot reach fails within ~10 s (the daemon
 # keeps settings.store_retry_deadline): no retry starts after the deadline, and the last
@@ -37,33 +23,16 @@ INTERACTIVE_DEADLINE = 7.0
 INTERACTIVE_CONNECT_TIMEOUT = 3.0
 
 
-class UsageFail(click.UsageError):
-    """Bad usage or configuration: one ``syncd: …`` line, exit 2 (no usage text: the
-    line says what is wrong)."""
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(redact(f"syncd: {self.format_message()}"), err=True)
-
-
-class BadValue(click.BadParameter):
-    """A parameter's value is wrong: ``syncd: --opt: why``, exit 2."""
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        where = ""
-        if isinstance(self.param, click.Option):
-            where = f"{self.param.opts[0]}: "
-        elif self.param is not None:
-            where = f"{self.param.human_readable_name}: "
-        click.echo(redact(f"syncd: {where}{self.message}"), err=True)
+def bad_value(param: click.Parameter, why: str) -> UsageError:
+    """What an option or argument callback raises: ``syncd: --opt: why``, exit 2."""
+    name = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+    return UsageError(f"{name}: {why}")
 
 
 def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
     config = ctx.obj["config"]
-    try:
-        return load_settings(config, config_required=config is not None,
-                             **{k: v for k, v in overrides.items() if v is not None})
-    except ConfigError as e:
-        raise UsageFail(str(e)) from None
+    return load_settings(config, config_required=config is not None,
+                         **{k: v for k, v in overrides.items() if v is not None})
 
 
 def interactive(settings: Settings) -> Settings:
@@ -83,7 +52,7 @@ def store_of(settings: Settings, *, create: bool = False) -> RetryStore:
     except NoSuchStore as e:
         hint = "" if "store" in settings.model_fields_set else \
             " (nothing is backed up yet: syncd sync, or syncd run)"
-        raise UsageFail(f"{e}{hint}") from None
+        raise NoSuchStore(f"{e}{hint}") from None
 
 
 def store_and_key(settings: Settings) -> tuple[RetryStore, Crypto | None]:
@@ -91,11 +60,6 @@ def store_and_key(settings: Settings) -> tuple[RetryStore, Crypto | None]:
     store = store_of(settings)
     return store, open_crypto(store, settings.passphrase_file, prompt=True,
                               hint=remembered_key(settings.state_file))
-
-
-def fail(e: Exception, code: int = 1) -> NoReturn:
-    click.echo(redact(f"syncd: {e}"), err=True)
-    sys.exit(code)
 
 
 # -- what the user typed ------------------------------------------------------------------
@@ -116,16 +80,16 @@ def session_ids(ctx: click.Context, param: click.Parameter,
     """``--session``: whole session ids."""
     for sid in value:
         if len(sid) != len(_UUID) or not _uuid_prefix(sid):
-            raise BadValue(f"{sid!r} is not a session id (a UUID, as in "
-                           "`syncd sessions`)")
+            raise bad_value(param, f"{sid!r} is not a session id (a UUID, as in "
+                                   "`syncd sessions`)")
     return value
 
 
 def session_prefix(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A session id or its first 8 characters or more."""
     if len(value) < MIN_PREFIX or not _uuid_prefix(value):
-        raise BadValue(f"{value!r} is not a session id (a UUID, or at least its first "
-                       f"{MIN_PREFIX} characters, as in `syncd sessions`)")
+        raise bad_value(param, f"{value!r} is not a session id (a UUID, or at least its "
+                               f"first {MIN_PREFIX} characters, as in `syncd sessions`)")
     return value
 
 
@@ -133,8 +97,8 @@ def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -
     """``--at``: a point in time (epoch seconds)."""
     try:
         return None if value is None else parse_time(value)
-    except ListingError as e:
-        raise BadValue(str(e)) from None
+    except ConfigError as e:
+        raise bad_value(param, str(e)) from None
 
 
 # C0 and C1 controls and the bidi overrides that make a line read otherwise than it runs.
@@ -147,6 +111,6 @@ def resume_line(cwd: str, session_id: str) -> str:
     newline, a terminal escape) is refused rather than printed."""
     for word in (cwd, session_id):
         if _CONTROL.search(word):
-            raise ValueError(f"not printing a shell line for {word!r}: it holds control "
-                             "characters")
+            raise RestoreError(f"not printing a shell line for {word!r}: it holds control "
+                               "characters")
     return f"cd {shlex.quote(cwd)} && claude --resume {shlex.quote(session_id)}"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import zstandard
 
-from syncd.format.segment import FormatError
-from syncd.security.crypto import Crypto, CryptoError, is_box
-from syncd.store import AlreadyExists, Store, get_small, layout
+from syncd.errors import AlreadyExists, CryptoError, FormatError
+from syncd.security.crypto import Crypto, is_box
+from syncd.store import Store, get_small, layout
 
 DICT_SIZE = 64 << 10
 MIN_GAIN = 0.10

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import zstandard
 
+from syncd.errors import FormatError
 from syncd.format.reader import dictionary_for
-from syncd.format.segment import THREADS, Extent, FormatError, SegmentWriter, decode_extent
+from syncd.format.segment import THREADS, Extent, SegmentWriter, decode_extent
 from syncd.format.snapshot import Entry, history_sids
 from syncd.private import private_dir
 from syncd.security.crypto import Crypto

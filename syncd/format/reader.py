@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 import zstandard
 
+from syncd.errors import FormatError, StoreError
 from syncd.format.dictionary import fetch, machine_of
 from syncd.format.segment import (
     HEADER,
@@ -17,7 +18,6 @@ from syncd.format.segment import (
     TAIL_READ,
     TRAILER,
     Extent,
-    FormatError,
     SegmentIndex,
     check_extent,
     check_header,
@@ -27,7 +27,7 @@ from syncd.format.segment import (
     parse_index,
 )
 from syncd.security.crypto import Crypto, ObjectCipher
-from syncd.store import Store, StoreError
+from syncd.store import Store
 
 
 def _cipher(crypto: Crypto | None, key: str) -> ObjectCipher | None:

@@ -27,7 +27,8 @@ from typing import Any
 
 import zstandard
 
-from syncd.security.crypto import PAD_BLOCK, CryptoError, ObjectCipher, pad, unpad
+from syncd.errors import CryptoError, FormatError
+from syncd.security.crypto import PAD_BLOCK, ObjectCipher, pad, unpad
 from syncd.worker import worker
 
 MAGIC = b"SYNCDSEG"
@@ -51,10 +52,6 @@ MAX_ENTRIES = 32768
 DICT_FRAME_MAX = 64 << 10
 # Suffix read that usually brings the whole index along with the trailer.
 TAIL_READ = 8 << 10
-
-
-class FormatError(Exception):
-    """An object is not a valid segment, or its bytes fail their checksum."""
 
 
 def decompress_exact(frame: bytes, size: int, where: str,

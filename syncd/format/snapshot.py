@@ -15,16 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncd.errors import FormatError
 from syncd.format.catalog import FIELD_MAX, Session, session_of
 from syncd.format.reader import read_extents, read_index
-from syncd.format.segment import (
-    FRAME_MAX,
-    Extent,
-    FormatError,
-    SegmentWriter,
-    decode_path,
-    encode_path,
-)
+from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter, decode_path, encode_path
 from syncd.security.crypto import Crypto, ObjectCipher
 from syncd.store import Store, layout
 

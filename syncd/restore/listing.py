@@ -3,47 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
-import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from syncd.errors import BackupError, CryptoError, FormatError, LookupFailed, NoBackup, StoreError
 from syncd.format.catalog import Session
 from syncd.format.reader import read_index
-from syncd.format.segment import FormatError
-from syncd.security.crypto import Crypto, CryptoError
+from syncd.security.crypto import Crypto
 from syncd.seen import Seen
-from syncd.store import Store, StoreError, layout
-from syncd.view import (
-    Backup,
-    BackupError,
-    NoBackup,
-    list_machines,
-    load_backup,
-    machine_info,
-    newest_manifest,
-)
-
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class ListingError(Exception):
-    """A lookup that cannot be answered as asked (unknown or ambiguous session)."""
-
-
-def parse_time(text: str, now: float | None = None) -> float:
-    """ISO 8601 (local time when no zone is given) or a duration ago: ``90s``, ``2h``, ``3d``."""
-    now = time.time() if now is None else now
-    m = _RELATIVE.match(text)
-    if m:
-        return now - float(m.group(1)) * _UNITS[m.group(2)]
-    try:
-        return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        raise ListingError(f"cannot read time {text!r}: use ISO 8601 "
-                           "(2026-11-30T14:00) or a duration ago (90m, 2h, 3d)") from None
+from syncd.store import Store, layout
+from syncd.view import Backup, list_machines, load_backup, machine_info, newest_manifest
 
 
 def machines_table(store: Store, crypto: Crypto | None = None, seen: Seen | None = None
@@ -151,13 +120,13 @@ def find_session(backups: list[Backup], session_id: str) -> tuple[Backup, Sessio
              and len(session_id) >= 8)]
     if not found:
         where = ", ".join(b.machine for b in backups) or "no machines"
-        raise ListingError(f"session {session_id} is in no backup ({where})")
+        raise LookupFailed(f"session {session_id} is in no backup ({where})")
     ids = {s.session_id for _, s in found}
     if len(ids) > 1:
-        raise ListingError(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
+        raise LookupFailed(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
     if len(found) > 1:
         listing = ", ".join(f"{b.machine} (last activity {s.fields.get('last_activity', '?')})"
                             for b, s in found)
-        raise ListingError(f"session {session_id} is in several machines' backups: {listing}; "
+        raise LookupFailed(f"session {session_id} is in several machines' backups: {listing}; "
                            "pick one with --machine")
     return found[0]

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from syncd.claude import Selection, carries_instructions, is_never, project_folder
+from syncd.errors import BackupError, FormatError, RestoreError, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.reader import read_extents
-from syncd.format.segment import Extent, FormatError
+from syncd.format.segment import Extent
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import private_dir, write_private
@@ -35,17 +36,13 @@ from syncd.restore.merge import decide
 from syncd.restore.remap import Remapper, Rule
 from syncd.security.crypto import Crypto
 from syncd.seen import Seen
-from syncd.store import Store, StoreError
-from syncd.view import Backup, BackupError, load_backup
+from syncd.store import Store
+from syncd.view import Backup, load_backup
 
 log = logging.getLogger("syncd.restore")
 
 WORKTREE_MARK = "/.claude/worktrees/"
 UNSAFE = "unsafe path: it could leave the target"
-
-
-class RestoreError(Exception):
-    """The restore could not be done; the message says which object or path and why."""
 
 
 @dataclass

@@ -24,6 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from syncd.errors import BadPassphrase, CryptoError
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -58,14 +60,6 @@ BOX_HEADER = struct.Struct("<8sHHI")
 BOX_VERSION = 2
 FLAG_SEALED = 1
 PAD_BLOCK = 256
-
-
-class CryptoError(Exception):
-    """A key or a sealed object that cannot be opened; the message names the object."""
-
-
-class BadPassphrase(CryptoError):
-    """The passphrase opens none of the store's key files."""
 
 
 def normalize_passphrase(passphrase: str) -> bytes:

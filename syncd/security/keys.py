@@ -30,21 +30,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd.backup.state import State, StateError
+from syncd.backup.state import State
+from syncd.errors import BadPassphrase, CryptoError, NotFound, StateError
 from syncd.redact import add_secret
 from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
     SCRYPT_N,
-    BadPassphrase,
     Crypto,
-    CryptoError,
     KeyFile,
     describe,
     new_master,
     unwrap,
     wrap,
 )
-from syncd.store import NotFound, ObjectInfo, Store, layout
+from syncd.store import ObjectInfo, Store, layout
 
 log = logging.getLogger("syncd.keys")
 PASSPHRASE_ENV = "SYNCD_PASSPHRASE"

@@ -24,7 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from syncd.store import NotFound, PreconditionFailed, Store, StoreError, layout
+from syncd.errors import (
+    LeaseError,
+    LeaseHeld,
+    LeaseLost,
+    LeaseStale,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+)
+from syncd.store import Store, layout
 
 log = logging.getLogger("syncd.lease")
 
@@ -34,22 +43,6 @@ DEFAULT_TTL = 30.0
 SAFE_SHARE = 0.8
 # lease.json is ~250 bytes; a bigger object is not one syncd wrote.
 LEASE_MAX = 4 << 10
-
-
-class LeaseError(Exception):
-    """The machine's lease is not ours (the message names the holder)."""
-
-
-class LeaseHeld(LeaseError):
-    """Another live writer holds the lease."""
-
-
-class LeaseLost(LeaseError):
-    """We held the lease and someone took it over: stop writing."""
-
-
-class LeaseStale(LeaseError):
-    """Our lease could not be renewed lately (store unreachable): no writes until it is."""
 
 
 def _when(t: float) -> str:

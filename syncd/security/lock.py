@@ -7,11 +7,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from syncd.errors import Locked
 from syncd.private import private_dir
-
-
-class Locked(Exception):
-    """Another process holds the lock; the message names its pid."""
 
 
 class ProcessLock:

@@ -30,12 +30,13 @@ from typing import Literal
 
 from syncd.backup.scan import ScanResult, scan
 from syncd.backup.ship import FlushResult
-from syncd.backup.state import State, StateError
+from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
+from syncd.errors import Locked, StateError, SyncStopped
 from syncd.redact import redact
-from syncd.security.lock import Locked, ProcessLock
-from syncd.service.daemon import SyncStopped, sync_once
+from syncd.security.lock import ProcessLock
+from syncd.service.daemon import sync_once
 from syncd.service.log import setup as setup_logging
 
 log = logging.getLogger("syncd.catchup")

@@ -22,27 +22,26 @@ from syncd.backup.state import State
 from syncd.backup.watch import Watcher
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.format.segment import FormatError
+from syncd.errors import (
+    CryptoError,
+    LeaseHeld,
+    LeaseLost,
+    StoreError,
+    SyncdError,
+    SyncError,
+    SyncStopped,
+)
 from syncd.progress import Meter
-from syncd.security.crypto import Crypto, CryptoError
+from syncd.security.crypto import Crypto
 from syncd.security.keys import hint_of, open_crypto, passphrase_configured
-from syncd.security.lease import Lease, LeaseError, LeaseHeld, LeaseLost
+from syncd.security.lease import Lease
 from syncd.security.lock import ProcessLock
 from syncd.service.log import set_level
 from syncd.service.metrics import MetricsServer
 from syncd.service.notify import Notifier
-from syncd.store import RetryStore, StoreError, open_store
+from syncd.store import RetryStore, open_store
 
 log = logging.getLogger("syncd.daemon")
-
-
-class SyncError(Exception):
-    """Not everything could be made durable; the message says what and why."""
-
-
-class SyncStopped(SyncError):
-    """``sync_once`` was stopped (its ``stop`` was set) at a segment boundary: what was
-    committed stays, the rest waits for the next run."""
 
 
 @dataclass
@@ -174,7 +173,7 @@ class Engine:
             result = ship_with_restart(self.shipper, paths)  # connects before its first PUT
         except InterruptedError:
             raise  # a stop (an OSError too), not an error
-        except (StoreError, OSError, RuntimeError, LeaseError, CryptoError) as e:
+        except (SyncdError, OSError) as e:
             record_error(self.state, str(e))
             raise
         if result.problems:
@@ -443,7 +442,7 @@ class Daemon:
         if engine.connected:
             try:  # what the store lost since the last look is shipped again
                 found.dirty |= engine.shipper.audit()
-            except (StoreError, FormatError, CryptoError) as e:
+            except SyncdError as e:
                 log.warning("cannot check the store for lost segments: %s", e)
         # Quiet when nothing happens: an hourly scan that finds nothing is not news.
         log.log(logging.INFO if found.dirty else logging.DEBUG,

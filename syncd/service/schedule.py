@@ -22,9 +22,8 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from syncd.archive.compact import CompactError, compact
+from syncd.archive.compact import compact
 from syncd.archive.options import (
-    ScheduleError,
     acknowledged_seq,
     compact_options,
     ensure_dictionary,
@@ -33,14 +32,13 @@ from syncd.archive.options import (
     verify_budget,
 )
 from syncd.archive.prune import prune
-from syncd.archive.retention import PolicyError, parse_duration
 from syncd.archive.verify import verify
 from syncd.backup.errorlog import record_error
 from syncd.backup.state import State
-from syncd.config import Settings
-from syncd.format.segment import FormatError
+from syncd.config import Settings, parse_duration
+from syncd.errors import CompactError, ConfigError, ScheduleError, SyncdError
 from syncd.security.crypto import Crypto
-from syncd.store import Store, StoreError
+from syncd.store import Store
 
 log = logging.getLogger("syncd.schedule")
 # Its own INFO lines (job added, scheduler started) say nothing a user needs.
@@ -62,7 +60,7 @@ def trigger(name: str, text: str) -> BaseTrigger | None:
             raise ScheduleError(f"{name}: bad cron line {text!r}: {e}") from None
     try:
         return IntervalTrigger(seconds=parse_duration(text))
-    except PolicyError as e:
+    except ConfigError as e:
         raise ScheduleError(f"{name}: {e} (or give a cron line, or off)") from None
 
 
@@ -139,7 +137,7 @@ class Archiver:
                     if not report.ok:
                         raise CompactError(f"verify found {len(report.problems)} problems: "
                                            f"{report.problems[0]}")
-            except (CompactError, PolicyError, StoreError, FormatError, OSError) as e:
+            except (SyncdError, OSError) as e:
                 log.error("%s failed: %s", name, e)
                 self._record(error=f"{name}: {e}")
                 return None

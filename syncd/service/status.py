@@ -16,8 +16,9 @@ from syncd.backup.scan import scan
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
+from syncd.errors import StoreError
 from syncd.security.lock import ProcessLock
-from syncd.store import Store, StoreError, layout, open_store
+from syncd.store import Store, layout, open_store
 
 # How long ``status`` waits for the store before calling it unreachable.
 STORE_CHECK_TIMEOUT = 3.0

@@ -6,19 +6,17 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from syncd.store.base import (
+from syncd.errors import (
     AlreadyExists,
     InvalidKey,
+    NoSuchStore,
     NotFound,
-    ObjectInfo,
     PreconditionFailed,
-    Store,
     StoreError,
     TransientError,
-    check_key,
-    get_small,
 )
-from syncd.store.local import LocalStore, NoSuchStore
+from syncd.store.base import ObjectInfo, Store, check_key, get_small
+from syncd.store.local import LocalStore
 from syncd.store.memory import MemoryStore
 from syncd.store.retry import RetryStore
 from syncd.store.s3 import S3Store

@@ -6,33 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-
-class StoreError(Exception):
-    """A store operation failed; the message names the store and the key."""
-
-
-class NotFound(StoreError):
-    """The object does not exist."""
-
-
-class PreconditionFailed(StoreError):
-    """A conditional write found the object not as required (HTTP 412); nothing was written.
-
-    Raised as is by ``put(..., if_match=etag)`` when the object has another etag or is
-    missing.
-    """
-
-
-class AlreadyExists(PreconditionFailed):
-    """A conditional create found the key taken (HTTP 412); nothing was written."""
-
-
-class TransientError(StoreError):
-    """A failure that may pass: 5xx, throttling, timeouts, refused connections."""
-
-
-class InvalidKey(StoreError):
-    """A key that could escape the store's namespace (``..``, absolute, empty parts)."""
+from syncd.errors import InvalidKey, StoreError
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from syncd.store import AlreadyExists, PreconditionFailed, Store, StoreError
+from syncd.errors import AlreadyExists, PreconditionFailed, StoreError
+from syncd.store import Store
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from syncd.errors import AlreadyExists, NoSuchStore, NotFound, PreconditionFailed, StoreError
 from syncd.private import private_dir
-from syncd.store.base import (
-    AlreadyExists,
-    NotFound,
-    ObjectInfo,
-    PreconditionFailed,
-    StoreError,
-    check_key,
-)
+from syncd.store.base import ObjectInfo, check_key
 
 _HIDDEN = (".tmp-", ".lock-")
 
@@ -33,11 +27,6 @@ def _etag(st: os.stat_result) -> str:
     # Every write is a new inode (temp file, then link or rename); with the mtime and
     # size this changes on every write, without reading the object.
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
-
-
-class NoSuchStore(StoreError):
-    """The store's directory is missing and was not to be created (a command that only
-    reads it: a typo in the URL must not leave an empty store behind)."""
 
 
 class LocalStore:

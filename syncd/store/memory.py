@@ -6,14 +6,8 @@ import itertools
 import threading
 from collections.abc import Iterable, Iterator
 
-from syncd.store.base import (
-    AlreadyExists,
-    NotFound,
-    ObjectInfo,
-    PreconditionFailed,
-    check_key,
-    slice_range,
-)
+from syncd.errors import AlreadyExists, NotFound, PreconditionFailed
+from syncd.store.base import ObjectInfo, check_key, slice_range
 
 
 class MemoryStore:

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from syncd.store.base import AlreadyExists, ObjectInfo, PreconditionFailed, Store, TransientError
+from syncd.errors import AlreadyExists, PreconditionFailed, TransientError
+from syncd.store.base import ObjectInfo, Store
 
 T = TypeVar("T")
 log = logging.getLogger("syncd.store")

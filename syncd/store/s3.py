@@ -9,15 +9,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from syncd.store.base import (
-    AlreadyExists,
-    NotFound,
-    ObjectInfo,
-    PreconditionFailed,
-    StoreError,
-    TransientError,
-    check_key,
-)
+from syncd.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientError
+from syncd.store.base import ObjectInfo, check_key
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
