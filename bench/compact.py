@@ -59,8 +59,9 @@ from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings, load_settings
-from syncd.format.snapshot import list_snapshots, read_manifest
+from syncd.repository import Repository
 from syncd.store import Store, layout, open_store
+from tests.readers import list_snapshots, read_manifest
 
 MACHINE = "bench-main"
 BIG_MACHINE = "bench-big"
@@ -393,9 +394,8 @@ class Bench(BenchBase):
         start = math.ceil(time.time() / DAY) * DAY
         day = self.day = Day(start)
         clock = [start]
-        shipper = Shipper(root=settings.source, store=store, state=state,
-                          machine=settings.machine_id,
-                          selection=Selection(settings.include, settings.exclude),
+        shipper = Shipper(root=settings.source, repo=Repository(store, settings.machine_id),
+                          state=state, selection=Selection(settings.include, settings.exclude),
                           level=settings.zstd_level, segment_max=settings.segment_max_bytes,
                           clock=lambda: clock[0])
         copts = compact_options(settings)
@@ -429,7 +429,7 @@ class Bench(BenchBase):
             clock[0] = start + DAY
             log("fig 3: prune at the end of the day ...")
             t = time.monotonic()
-            day.prune = prune(store, MACHINE, policy, None,
+            day.prune = prune(Repository(store, MACHINE, None), policy,
                               max_share=settings.prune_max_share,
                               opts=dataclasses.replace(copts, now=clock[0]))
             day.prune_wall = time.monotonic() - t
@@ -449,7 +449,7 @@ class Bench(BenchBase):
         assert day is not None and self.sw is not None
         t = time.monotonic()
         try:
-            rep = compact(store, MACHINE, None, dataclasses.replace(copts, now=now))
+            rep = compact(Repository(store, MACHINE, None), dataclasses.replace(copts, now=now))
         except Exception as e:
             raise Failed(f"compact(store, {MACHINE!r}, None, CompactOptions(now="
                               f"{iso_utc(now)})) at simulated hour {hour}: "

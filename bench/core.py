@@ -42,12 +42,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from syncd import _layout as layout  # noqa: E402
 from syncd.config import Settings  # noqa: E402
-from syncd.format.reader import read_index  # noqa: E402
 from syncd.format.segment import TRAILER  # noqa: E402
+from syncd.repository import Repository  # noqa: E402
 from syncd.security.crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R  # noqa: E402
-from syncd.store import open_store  # noqa: E402
+from syncd.store import layout, open_store  # noqa: E402
 from tests.seaweed import Seaweed, start_seaweed  # noqa: E402
 
 SAMPLES = REPO.parent / "shared" / "claude-samples"
@@ -982,7 +981,8 @@ class Bench(BenchBase):
                     continue
                 found = time.time()
                 try:
-                    ix = read_index(store, layout.segment_key(machine, seq))
+                    ix = Repository(store, machine).read_index(
+                        layout.segment_key(machine, seq))
                 except Exception as e:
                     log(f"  cannot read segment {seq:016x}: {e}")
                     time.sleep(0.05)

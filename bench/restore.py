@@ -46,6 +46,7 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
 
 from syncd.format.segment import TAIL_READ, TRAILER
 from syncd.format.snapshot import Entry
+from syncd.repository import Repository
 from syncd.store import layout, open_store
 from syncd.view import Backup, load_backup
 
@@ -372,8 +373,8 @@ class Bench(BenchBase):
         self.seg_objects, self.stored = bucket_stats(self.sw, "syncd", SYNCD_PREFIX + "/")
         log(f"  {r.wall:.1f}s, {self.tree.bytes / MB / r.wall:.1f} MB/s, "
             f"{fmt_mb(self.stored)} in {self.seg_objects} objects")
-        self.backup: Backup = load_backup(
-            open_store(f"s3://syncd/{SYNCD_PREFIX}", endpoint_url=self.sw.endpoint), MACHINE)
+        store = open_store(f"s3://syncd/{SYNCD_PREFIX}", endpoint_url=self.sw.endpoint)
+        self.backup: Backup = load_backup(Repository(store, MACHINE))
         self.index_ranges = self.read_trailers()
         self.res.notes.append(f"syncd backup: {fmt_mb(self.stored)} in {self.seg_objects} "
                               f"objects ({len(self.index_ranges)} with an index), "

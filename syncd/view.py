@@ -8,33 +8,18 @@ tombstones and the session catalog. Without a snapshot every segment is folded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, NotFound, StoreError
+from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.fold import fold_index
-from syncd.format.reader import read_index
 from syncd.format.segment import SegmentIndex
-from syncd.format.snapshot import (
-    Entry,
-    Group,
-    Manifest,
-    current,
-    group_of,
-    list_snapshots,
-    read_groups,
-    read_manifest,
-    session_groups,
-)
-from syncd.security.crypto import Crypto, is_box
+from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
+from syncd.repository import Repository
 from syncd.seen import Seen
-from syncd.store import Store, get_small, layout
-
-# machine.json is a few hundred bytes (sealed and padded, under 1 KiB).
-MACHINE_JSON_MAX = 64 << 10
+from syncd.store import layout
 
 
 @dataclass
@@ -56,91 +41,30 @@ class Backup:
         return None
 
 
-def list_machines(store: Store) -> list[str]:
-    return sorted({o.key.split("/")[1] for o in store.list("machines/")
-                   if o.key.count("/") >= 2})
-
-
-def machine_info(store: Store, machine: str, crypto: Crypto | None = None) -> dict[str, Any]:
-    """What ``machine.json`` says (opened first in an encrypted store)."""
-    key = layout.machine_key(machine)
-    where = f"{store.url}{key}"
-    try:
-        raw = get_small(store, key, MACHINE_JSON_MAX)
-    except NotFound:
-        return {"machine": machine}
-    if crypto is not None:
-        raw = crypto.open_box(key, "machine.json", raw, where)
-    elif is_box(raw):
-        raise CryptoError(f"{where}: encrypted, but no key is loaded (the store has no keys/, "
-                          "or it was removed)")
-    try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        raise StoreError(f"{where}: not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise StoreError(f"{where}: not a JSON object")
-    # Only the fields we know, of the types we write: the rest is the store's invention.
-    info: dict[str, Any] = {"machine": machine}
-    for name in ("hostname", "os", "home", "claude_root"):
-        if isinstance(doc.get(name), str):
-            info[name] = doc[name][:4096]
-    for name in ("created", "format"):
-        if type(doc.get(name)) in (int, float):
-            info[name] = doc[name]
-    if isinstance(doc.get("key"), str):
-        info["key"] = doc["key"][:64]
-    return info
-
-
-def segment_keys(store: Store, machine: str, after: int = -1) -> list[tuple[str, int]]:
-    """``(key, size)`` of the machine's segments with a seq above ``after``."""
-    start = layout.segment_key(machine, after) if after >= 0 else ""
-    out = []
-    for info in store.list(layout.machine_prefix(machine) + "seg/", start_after=start):
-        if layout.segment_seq(info.key) is not None:
-            out.append((info.key, info.size))
-    return out
-
-
-def newest_manifest(store: Store, machine: str, crypto: Crypto | None = None,
-                    errors: list[str] | None = None) -> Manifest | None:
-    """The newest readable snapshot manifest; unreadable newer ones go to ``errors``."""
-    for _, _, key in reversed(current(list_snapshots(store, machine))):
-        try:
-            return read_manifest(store, key, crypto)
-        except (FormatError, StoreError) as e:
-            if errors is None:
-                raise
-            errors.append(str(e))
-    return None
-
-
-def load_backup(store: Store, machine: str, at: float | None = None,
-                crypto: Crypto | None = None,
+def load_backup(repo: Repository, at: float | None = None,
                 sessions: Collection[str] | None = None, seen: Seen | None = None) -> Backup:
-    """``machine``'s backup as of ``at`` (None: now).
+    """The repository machine's backup as of ``at`` (None: now).
 
-    ``crypto``: the unlocked key of an encrypted store (None: a plain store).
     ``sessions``: only these sessions' files are needed (and history.jsonl), so only
     their groups of the snapshot are read. ``seen``: what this host saw of the store
     before; a backup that ends before that is reported (lost segments, a rollback).
     """
+    machine = repo.machine
     errors = []
     try:
-        info = machine_info(store, machine, crypto)
+        info = repo.info()
     except (StoreError, CryptoError) as e:
-        if crypto is None and isinstance(e, CryptoError):
+        if repo.crypto is None and isinstance(e, CryptoError):
             raise  # a sealed store read without its key: nothing in it can be read
         # Its home is unknown (no home rule when remapping); the data may still restore.
         info = {"machine": machine}
         errors.append(str(e))
     b = Backup(machine, info, errors=errors)
-    snaps = current(list_snapshots(store, machine))
-    newest = newest_manifest(store, machine, crypto, b.errors) if snaps else None
+    snaps = current(repo.snapshots())
+    newest = repo.newest_manifest(b.errors) if snaps else None
     base = newest
     if newest is not None and at is not None and newest.time > at:
-        base = _manifest_at(store, snaps, newest.seq, at, crypto, b.errors)
+        base = _manifest_at(repo, snaps, newest.seq, at, b.errors)
     names: set[str] | None = None
     if base is not None and newest is not None:
         if sessions is not None:
@@ -154,16 +78,15 @@ def load_backup(store: Store, machine: str, at: float | None = None,
             b.errors.append(str(err))
 
         try:
-            groups = read_groups(store, base, names, crypto, lost)
-            where = groups if base is newest else read_groups(store, newest, names, crypto,
-                                                               lost)
+            groups = repo.read_groups(base, names, lost)
+            where = groups if base is newest else repo.read_groups(newest, names, lost)
         except (FormatError, StoreError) as e:
             raise BackupError(f"cannot read the snapshot: {e}") from e
         _from_snapshot(b, base, groups, where)
     # Segments already folded into the newest snapshot are only leftovers of an
     # interrupted clean-up; an older snapshot takes none (what they held is gone).
     after = newest.seq if newest is not None else -1
-    keys = segment_keys(store, machine, after)
+    keys = repo.segments(after)
     if seen is not None and at is None:
         # The newest seq the store holds now, readable or not.
         top = max([after] + [layout.segment_seq(k) or 0 for k, _ in keys])
@@ -175,18 +98,18 @@ def load_backup(store: Store, machine: str, at: float | None = None,
     if newest is None and not keys:
         if b.errors:  # there are manifests, and none of them reads
             raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")
-        known = list_machines(store)
-        raise NoBackup(f"{store.url}: no backup for machine {machine!r} "
-                          f"(machines in this store: {', '.join(known) or 'none'})")
+        known = repo.machines()
+        raise NoBackup(f"{repo.url}: no backup for machine {machine!r} "
+                       f"(machines in this store: {', '.join(known) or 'none'})")
     expected = after + 1
     for key, size in keys if base is newest else []:
         seq = layout.segment_seq(key) or 0
         if seq != expected:
-            b.errors.append(f"{store.url}{key}: segments {expected:016x}..{seq - 1:016x} "
+            b.errors.append(f"{repo.where(key)}: segments {expected:016x}..{seq - 1:016x} "
                             "are missing")
         expected = seq + 1
         try:
-            ix = read_index(store, key, size, crypto)
+            ix = repo.read_index(key, size)
         except (FormatError, StoreError) as e:
             b.errors.append(str(e))
             continue
@@ -201,8 +124,8 @@ def load_backup(store: Store, machine: str, at: float | None = None,
     return b
 
 
-def _manifest_at(store: Store, snaps: list[tuple[int, int, str]], below: int, at: float,
-                 crypto: Crypto | None, errors: list[str]) -> Manifest | None:
+def _manifest_at(repo: Repository, snaps: list[tuple[int, int, str]], below: int, at: float,
+                 errors: list[str]) -> Manifest | None:
     """The newest manifest below seq ``below`` built at or before ``at``.
 
     Times grow with seq, so a binary search reads about log2(n) indexes, not all newer
@@ -214,7 +137,7 @@ def _manifest_at(store: Store, snaps: list[tuple[int, int, str]], below: int, at
     while lo <= hi:
         mid = (lo + hi) // 2
         try:
-            m = read_manifest(store, cands[mid][2], crypto)
+            m = repo.read_manifest(cands[mid][2])
         except (FormatError, StoreError) as e:
             errors.append(str(e))
             del cands[mid]

@@ -23,6 +23,7 @@ from pathlib import Path
 from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
+from syncd.repository import Repository
 from syncd.store import LocalStore
 
 
@@ -58,9 +59,10 @@ def main(argv: list[str]) -> int:
     store = KillingStore(Path(root), int(kill_at), Path(log))
     opts = CompactOptions(pack_target=int(pack_target), small_pack=int(small_pack))
     if mode == ["prune"]:
-        print(json.dumps(prune(store, machine, Policy(keep_last=1), opts=opts).as_dict()))
+        repo = Repository(store, machine)
+        print(json.dumps(prune(repo, Policy(keep_last=1), opts=opts).as_dict()))
     else:
-        print(json.dumps(compact(store, machine, opts=opts).as_dict()))
+        print(json.dumps(compact(Repository(store, machine), opts=opts).as_dict()))
     return 0
 
 

@@ -20,11 +20,11 @@ from urllib.parse import urlparse
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings, load_settings
-from syncd.format.reader import read_index
 from syncd.format.segment import SegmentIndex
+from syncd.repository import Repository
 from syncd.restore.restorer import RestoreReport, restore_tree
 from syncd.store import Store, open_store
-from syncd.view import segment_keys
+from tests.readers import read_index
 
 MACHINE = "m1"
 
@@ -87,11 +87,12 @@ def store_of(settings: Settings, endpoint: str | None = None) -> Store:
 
 
 def restore(settings: Settings, target: Path, endpoint: str | None = None) -> RestoreReport:
-    return restore_tree(store_of(settings, endpoint), settings.machine_id, target)
+    return restore_tree(Repository(store_of(settings, endpoint), settings.machine_id), target)
 
 
 def indexes(store: Store, machine: str = MACHINE) -> list[tuple[str, SegmentIndex]]:
-    return [(key, read_index(store, key, size)) for key, size in segment_keys(store, machine)]
+    return [(key, read_index(store, key, size))
+            for key, size in Repository(store, machine).segments()]
 
 
 def assert_shipped_once(store: Store, expected: dict[bytes, bytes],

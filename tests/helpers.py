@@ -15,10 +15,11 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import TransientError
-from syncd.format.reader import read_index
+from syncd.repository import Repository
 from syncd.service.daemon import Daemon
 from syncd.store import MemoryStore, Store
 from syncd.store.layout import segment_key
+from tests.readers import read_index
 
 
 def write(root: Path, rel: str | bytes, data: bytes, mode: str = "wb") -> Path:
@@ -31,7 +32,7 @@ def write(root: Path, rel: str | bytes, data: bytes, mode: str = "wb") -> Path:
 
 def shipper(root: Path, store: Store, state_path: Path, machine: str = "m1",
             segment_max: int = 64 << 20) -> Shipper:
-    return Shipper(root=root, store=store, state=State(state_path), machine=machine,
+    return Shipper(root=root, repo=Repository(store, machine), state=State(state_path),
                    selection=Selection(), segment_max=segment_max)
 
 

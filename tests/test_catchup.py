@@ -16,14 +16,15 @@ from typing import Any
 
 import pytest
 
+from syncd.backup.engine import sync_once
 from syncd.backup.state import State
 from syncd.config import Settings
 from syncd.errors import SyncStopped
+from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.security.lock import ProcessLock
 from syncd.service import catchup as _catchup
 from syncd.service.catchup import catch_up
-from syncd.service.daemon import sync_once
 from syncd.store import open_store
 from tests.helpers import running, tree_bytes, wait_for, write
 from tests.test_daemon import _env, settings, shipped
@@ -69,7 +70,7 @@ def test_big_backlog_ships_in_a_child_then_the_daemon_goes_on(
         f = write(s.source, rels[7], b'{"n":"more"}\n', "ab")
         wait_for(lambda: shipped(s, rels[7]) == f.stat().st_size, what="append shipped")
     out = tmp_path / "out"
-    restore_tree(open_store(s.store), "m1", out)
+    restore_tree(Repository(open_store(s.store), "m1"), out)
     assert tree_bytes(out) == tree_bytes(s.source)
 
 
@@ -102,7 +103,7 @@ def test_a_failing_child_leaves_the_backlog_to_the_daemon(
         assert not d.stop.is_set()
     assert logged(caplog, r"reconcile scan: 60 files, 60 changed") is not None
     out = tmp_path / "out"
-    restore_tree(open_store(s.store), "m1", out)
+    restore_tree(Repository(open_store(s.store), "m1"), out)
     assert tree_bytes(out) == tree_bytes(s.source)
 
 
@@ -177,7 +178,7 @@ def test_sync_once_stops_at_a_segment_boundary(tmp_path: Path, monkeypatch: pyte
     assert not (tmp_path / "store" / "machines" / "m1" / "lease.json").exists()
     assert len(sync_once(s).segments) == expect.count(-1)
     out = tmp_path / "out"
-    restore_tree(open_store(s.store), "m1", out)
+    restore_tree(Repository(open_store(s.store), "m1"), out)
     assert tree_bytes(out) == tree_bytes(s.source)
 
 
@@ -316,7 +317,7 @@ def test_sigterm_during_the_catch_up_exits_0_and_loses_nothing(tmp_path: Path) -
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = tmp_path / "out"
-    restore_tree(open_store(s.store), "m1", out)
+    restore_tree(Repository(open_store(s.store), "m1"), out)
     assert tree_bytes(out) == tree_bytes(s.source)
 
 

@@ -25,16 +25,9 @@ from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.errors import CompactError, CryptoError, FormatError, RestoreError
-from syncd.format.reader import read_index
 from syncd.format.segment import END_MAGIC_SEALED, check_header
-from syncd.format.snapshot import (
-    Entry,
-    Manifest,
-    current,
-    list_snapshots,
-    read_groups,
-    read_manifest,
-)
+from syncd.format.snapshot import Entry, Manifest, current
+from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions, restore, restore_tree
 from syncd.security.crypto import Crypto, new_master
 from syncd.security.lock import ProcessLock
@@ -42,6 +35,7 @@ from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, open_store
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
 from tests.helpers import shipper, tree_bytes, write
+from tests.readers import list_snapshots, read_groups, read_index, read_manifest
 from tests.seaweed import Seaweed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,8 +80,8 @@ def history(sid: str, i: int) -> bytes:
 
 def make_shipper(src: Path, store: Store, state: Path, clock: Clock | None = None,
                  crypto: Crypto | None = None) -> Shipper:
-    return Shipper(root=src, store=store, state=State(state), machine=M, selection=Selection(),
-                   clock=clock or Clock(), crypto=crypto)
+    return Shipper(root=src, repo=Repository(store, M, crypto), state=State(state),
+                   selection=Selection(), clock=clock or Clock())
 
 
 def ship_all(sh: Shipper, src: Path, *gone: str) -> None:
@@ -129,7 +123,7 @@ def assert_restores(store: Store, src: Path | dict[bytes, bytes], out: Path,
                     crypto: Crypto | None = None, at: float | None = None) -> None:
     """A restore into the empty ``out`` is byte-identical to ``src`` and reports nothing."""
     want = tree_bytes(src) if isinstance(src, Path) else src
-    r = restore(store, M, RestoreOptions(target=out, at=at, crypto=crypto))
+    r = restore(Repository(store, M, crypto), RestoreOptions(target=out, at=at))
     assert r.errors == []
     assert tree_bytes(out) == want
 
@@ -153,7 +147,7 @@ def test_round_trip_through_compaction(tmp_path: Path) -> None:
     segs = keys(store, "seg")
     assert len(segs) == 3
 
-    rep = compact(store, M)
+    rep = compact(Repository(store, M))
 
     assert rep.errors == [] and rep.segments == 3
     assert rep.snapshot == f"machines/{M}/snap/{2:016x}-0000"
@@ -171,7 +165,7 @@ def test_appends_after_compaction_then_a_second_compaction_merges(tmp_path: Path
     src, store = tmp_path / "src", MemoryStore()
     sh = shipper(src, store, tmp_path / "st.db")
     three_flushes(src, sh)
-    first = compact(store, M)
+    first = compact(Repository(store, M))
     (old_pack,) = keys(store, "pack")
 
     write(src, TA, line(SA, 3) + line(SA, 4), "ab")
@@ -181,7 +175,7 @@ def test_appends_after_compaction_then_a_second_compaction_merges(tmp_path: Path
     # The snapshot, then the segment after it.
     assert_restores(store, src, tmp_path / "out1")
 
-    second = compact(store, M)
+    second = compact(Repository(store, M))
 
     assert second.errors == [] and second.segments == 1
     assert second.packs_merged == [old_pack]
@@ -204,7 +198,7 @@ def test_big_files_are_cut_into_bounded_frames(tmp_path: Path) -> None:
     write(src, TA, big[len(big) // 2 :], "ab")
     ship_all(sh, src)
     assert len(keys(store, "seg")) > 3
-    compact(store, M)
+    compact(Repository(store, M))
     clock.t += 10
     os.unlink(src / NOTE)
     ship_all(sh, src, NOTE)
@@ -212,7 +206,7 @@ def test_big_files_are_cut_into_bounded_frames(tmp_path: Path) -> None:
     write(src, NOTE, b"v2, recreated after the rm\n")
     ship_all(sh, src)
 
-    compact(store, M)
+    compact(Repository(store, M))
 
     got = {(e.path.decode(), e.gen): e for e in entries(store, assert_compacted(store))}
     spans = {p: [(x.start, x.end) for _, x in e.extents] for (p, _), e in got.items()}
@@ -234,10 +228,10 @@ def test_compacting_again_with_nothing_new_writes_nothing(tmp_path: Path) -> Non
     write(src, HIST, history(SA, 0))
     write(src, TODO, b"[]")
     ship_all(shipper(src, store, tmp_path / "st.db"), src)
-    compact(store, M)
+    compact(Repository(store, M))
     before = dict(store.objects)
 
-    again = compact(store, M)
+    again = compact(Repository(store, M))
 
     assert (again.note, again.snapshot, again.packs_merged) == ("nothing to compact", None, [])
     assert store.objects == before
@@ -255,7 +249,7 @@ def test_old_generations_stay_restorable_at_their_snapshot_time(tmp_path: Path) 
     clock.t += 60
     write(src, TA, line(SA, 2), "ab")
     ship_all(sh, src)
-    s1 = compact(store, M, opts=CompactOptions(now=clock.t))
+    s1 = compact(Repository(store, M), opts=CompactOptions(now=clock.t))
     t1 = read_manifest(store, s1.snapshot or "").time
     assert t1 == clock.t
     state1 = tree_bytes(src)
@@ -266,7 +260,7 @@ def test_old_generations_stay_restorable_at_their_snapshot_time(tmp_path: Path) 
         f.write(b'{"type":"summary"}' + b" " * 10)
     write(src, TB, line(SB, 1), "ab")  # appended: the same generation grows
     ship_all(sh, src)
-    s2 = compact(store, M, opts=CompactOptions(now=clock.t))
+    s2 = compact(Repository(store, M), opts=CompactOptions(now=clock.t))
     t2 = clock.t
     state2 = tree_bytes(src)
 
@@ -285,7 +279,7 @@ def test_old_generations_stay_restorable_at_their_snapshot_time(tmp_path: Path) 
     write(src, TB, line(SB, 2), "ab")
     write(src, TODO, b'[{"content":"x","status":"done"}]')
     ship_all(sh, src)
-    s3 = compact(store, M, opts=CompactOptions(now=clock.t))
+    s3 = compact(Repository(store, M), opts=CompactOptions(now=clock.t))
     assert s3.packs_merged and s1.snapshot and s2.snapshot
     assert all(k not in keys(store, "pack") for k, _ in s1.packs_written)
     assert_restores(store, state1, tmp_path / "again-t1", at=t1)
@@ -306,7 +300,8 @@ def test_tombstones_are_kept_then_expire(tmp_path: Path) -> None:
     deleted_at = clock.t
     keep = 7 * 86400.0
 
-    kept = compact(store, M, opts=CompactOptions(now=deleted_at + keep - 1, tombstone_keep=keep))
+    kept = compact(Repository(store, M),
+                   opts=CompactOptions(now=deleted_at + keep - 1, tombstone_keep=keep))
 
     assert kept.expired == []
     (note,) = [e for e in entries(store, newest(store)) if e.path == NOTE.encode()]
@@ -314,7 +309,8 @@ def test_tombstones_are_kept_then_expire(tmp_path: Path) -> None:
     # Restore brings a deleted file back while its tombstone is kept.
     assert_restores(store, with_note, tmp_path / "kept")
 
-    gone = compact(store, M, opts=CompactOptions(now=deleted_at + keep + 1, tombstone_keep=keep))
+    gone = compact(Repository(store, M),
+                   opts=CompactOptions(now=deleted_at + keep + 1, tombstone_keep=keep))
 
     assert gone.expired == [NOTE] and gone.snapshot is not None
     assert [e.retained for e in entries(store, newest(store)) if e.path == NOTE.encode()] \
@@ -329,18 +325,18 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     three_flushes(src, sh)
     before, puts = dict(store.objects), store.puts
 
-    rep = compact(store, M, opts=CompactOptions(dry_run=True))
+    rep = compact(Repository(store, M), opts=CompactOptions(dry_run=True))
 
     assert rep.segments == 3 and rep.snapshot is None and "dry run" in rep.note
     assert rep.packs_written == [] and rep.deleted == []
     assert store.objects == before and store.puts == puts
 
-    compact(store, M)
+    compact(Repository(store, M))
     write(src, TA, line(SA, 9), "ab")
     ship_all(sh, src)
     before, puts = dict(store.objects), store.puts
 
-    rep = compact(store, M, opts=CompactOptions(dry_run=True))
+    rep = compact(Repository(store, M), opts=CompactOptions(dry_run=True))
 
     assert rep.segments == 1 and rep.packs_merged == keys(store, "pack")  # what it would do
     assert store.objects == before and store.puts == puts
@@ -353,7 +349,7 @@ def test_encrypted_store_compacts_into_sealed_objects(tmp_path: Path) -> None:
     sh = make_shipper(src, store, tmp_path / "st.db", crypto=crypto)
     three_flushes(src, sh)
 
-    rep = compact(store, M, crypto)
+    rep = compact(Repository(store, M, crypto))
 
     assert rep.errors == [] and rep.snapshot is not None and len(rep.packs_written) == 1
     pack = rep.packs_written[0][0]
@@ -368,7 +364,7 @@ def test_encrypted_store_compacts_into_sealed_objects(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=f"{pack}: segment is encrypted, but no key"):
         read_index(store, pack)
     with pytest.raises(CryptoError, match="encrypted, but no key is loaded"):
-        restore_tree(store, M, tmp_path / "nokey")
+        restore_tree(Repository(store, M), tmp_path / "nokey")
     assert not (tmp_path / "nokey").exists() or tree_bytes(tmp_path / "nokey") == {}
     assert_restores(store, src, tmp_path / "out", crypto=crypto)
 
@@ -377,9 +373,9 @@ def test_encrypted_store_compacts_into_sealed_objects(tmp_path: Path) -> None:
     ship_all(sh, src)
     before = dict(store.objects)
     with pytest.raises(CompactError, match="newest snapshot is unreadable"):
-        compact(store, M)
+        compact(Repository(store, M))
     assert store.objects == before
-    again = compact(store, M, crypto)
+    again = compact(Repository(store, M, crypto))
     assert again.errors == [] and again.segments == 1
     assert_restores(store, src, tmp_path / "out2", crypto=crypto)
 
@@ -391,7 +387,7 @@ def test_round_trip_through_compaction_on_seaweedfs(tmp_path: Path, seaweed: Sea
     sh = shipper(src, store, tmp_path / "st.db")
     three_flushes(src, sh)
 
-    rep = compact(store, M)
+    rep = compact(Repository(store, M))
 
     assert rep.errors == [] and rep.segments == 3
     assert_compacted(store)
@@ -400,7 +396,7 @@ def test_round_trip_through_compaction_on_seaweedfs(tmp_path: Path, seaweed: Sea
     write(src, TB, line(SB, 5), "ab")
     ship_all(sh, src)
     assert_restores(store, src, tmp_path / "out2")
-    again = compact(store, M)
+    again = compact(Repository(store, M))
     assert again.errors == [] and again.segments == 1
     assert_compacted(store)
     assert_restores(store, src, tmp_path / "out3")
@@ -423,13 +419,13 @@ def test_a_damaged_frame_loses_only_its_file(tmp_path: Path, packs: str) -> None
     src, store = tmp_path / "src", MemoryStore()
     three_flushes(src, shipper(src, store, tmp_path / "st.db"))
     if packs == "one pack":
-        assert len(compact(store, M).packs_written) == 1
+        assert len(compact(Repository(store, M)).packs_written) == 1
     else:  # the damage confined to one pack
-        rep = compact(store, M, opts=CompactOptions(pack_target=1, small_pack=0))
+        rep = compact(Repository(store, M), opts=CompactOptions(pack_target=1, small_pack=0))
         assert len(rep.packs_written) > 5
     bad = flip_frame(store, TB)
 
-    r = restore_tree(store, M, tmp_path / "out")
+    r = restore_tree(Repository(store, M), tmp_path / "out")
 
     assert len(r.errors) == 1 and bad in r.errors[0]
     want = tree_bytes(src)
@@ -440,11 +436,11 @@ def test_a_damaged_frame_loses_only_its_file(tmp_path: Path, packs: str) -> None
 def test_an_unreadable_only_manifest_is_named_by_the_restore(tmp_path: Path) -> None:
     src, store = tmp_path / "src", MemoryStore()
     three_flushes(src, shipper(src, store, tmp_path / "st.db"))
-    snap = compact(store, M).snapshot or ""
+    snap = compact(Repository(store, M)).snapshot or ""
     store.objects[snap] = store.objects[snap][:-10]  # truncated
 
     with pytest.raises(RestoreError, match=snap):
-        restore_tree(store, M, tmp_path / "out")
+        restore_tree(Repository(store, M), tmp_path / "out")
 
 
 # -- kill -9 and the lock ------------------------------------------------------------
@@ -482,7 +478,7 @@ def kill_setup(tmp_path: Path, scenario: str) -> tuple[Path, Path]:
     write(src, TB, line(SB, 0, 6000))
     ship_all(sh, src)
     if scenario == "on-top":
-        compact(store, M, opts=KILL_OPTS)
+        compact(Repository(store, M), opts=KILL_OPTS)
         write(src, TA, line(SA, 12, 20000), "ab")
         write(src, HIST, line(SA, 13, 3000))
         write(src, TODO, todo(1, 3000))
@@ -525,7 +521,7 @@ def test_kill_9_before_every_store_write(tmp_path: Path, scenario: str) -> None:
         store = LocalStore(work / "store")
         assert_restores(store, src, work / "after-kill")
 
-        again = compact(store, M, opts=KILL_OPTS)
+        again = compact(Repository(store, M), opts=KILL_OPTS)
 
         assert again.errors == [], (k, again)
         assert_restores(store, src, work / "after-rerun")
@@ -543,7 +539,7 @@ def test_rerun_after_a_kill_before_the_clean_up_removes_the_leftovers(tmp_path: 
     assert r.returncode == -signal.SIGKILL
     store = LocalStore(tmp_path / "killed" / "store")
 
-    again = compact(store, M, opts=KILL_OPTS)
+    again = compact(Repository(store, M), opts=KILL_OPTS)
 
     assert again.errors == []
     assert_restores(store, src, tmp_path / "out")
@@ -559,14 +555,14 @@ def test_a_second_compaction_is_refused_while_the_lock_is_held(tmp_path: Path) -
     try:
         before = dict(store.objects)
         with pytest.raises(CompactError, match=rf"another compaction.*\(pid {os.getpid()}\)"):
-            compact(store, M, opts=CompactOptions(lock=path))
+            compact(Repository(store, M), opts=CompactOptions(lock=path))
         assert store.objects == before
     finally:
         held.release()
-    rep = compact(store, M, opts=CompactOptions(lock=path))
+    rep = compact(Repository(store, M), opts=CompactOptions(lock=path))
     assert rep.snapshot is not None and rep.errors == []
     # Released after the run: the next one takes it again.
-    assert compact(store, M, opts=CompactOptions(lock=path, dry_run=True)).errors == []
+    assert compact(Repository(store, M), opts=CompactOptions(lock=path, dry_run=True)).errors == []
 
 
 # -- a shipper that lost its state ---------------------------------------------------
@@ -574,7 +570,7 @@ def test_a_second_compaction_is_refused_while_the_lock_is_held(tmp_path: Path) -
 def test_lost_local_state_adopts_the_snapshot(tmp_path: Path) -> None:
     src, store = tmp_path / "src", MemoryStore()
     three_flushes(src, shipper(src, store, tmp_path / "st.db"))
-    rep = compact(store, M)
+    rep = compact(Repository(store, M))
     m = newest(store)
     assert m.key == rep.snapshot and keys(store, "seg") == []
     size = (src / TA).stat().st_size
@@ -644,12 +640,12 @@ def several_folders(src: Path, sh: Shipper) -> None:
 def test_one_session_load_reads_only_its_groups(tmp_path: Path) -> None:
     src, inner = tmp_path / "src", MemoryStore()
     several_folders(src, shipper(src, inner, tmp_path / "st.db"))
-    compact(inner, M)
+    compact(Repository(inner, M))
     m = newest(inner)
     size = len(inner.objects[m.key])
     store = Recording(inner)
 
-    b = load_backup(store, M, sessions=[SA])
+    b = load_backup(Repository(store, M), sessions=[SA])
 
     assert b.find_session(SA) is not None
     mine = {TA, SUB, TODO, FH, HIST}
@@ -675,11 +671,11 @@ def test_one_session_load_finds_a_session_newer_than_the_snapshot(tmp_path: Path
     sh = shipper(src, store, tmp_path / "st.db")
     write(src, TA, line(SA, 0))
     ship_all(sh, src)
-    compact(store, M)
+    compact(Repository(store, M))
     write(src, TB, line(SB, 0, cwd="/home/u/lib"))
     ship_all(sh, src)
 
-    b = load_backup(store, M, sessions=[SB])
+    b = load_backup(Repository(store, M), sessions=[SB])
 
     assert b.find_session(SB) is not None
     assert TB.encode() in b.files
@@ -695,7 +691,7 @@ def test_one_session_restore_reads_only_the_history_frames_that_name_it(
     pad = b"".join(history(SB, i) * 1 for i in range(15000))
     write(src, HIST, history(SA, 0) + pad + history(SA, 1) + pad + b'{"torn":')
     ship_all(sh, src)
-    compact(inner, M)
+    compact(Repository(inner, M))
     h = next(e for g in read_groups(inner, newest(inner)).values() for e in g.entries
              if e.path == HIST.encode())
     frames = [(k, x) for k, x in h.extents]
@@ -705,7 +701,7 @@ def test_one_session_restore_reads_only_the_history_frames_that_name_it(
         [False] * (len(frames) - 1) + [True]
     store = Recording(inner)
 
-    report = restore(store, M, RestoreOptions(target=tmp_path / "out", sessions=(SA,)))
+    report = restore(Repository(store, M), RestoreOptions(target=tmp_path / "out", sessions=(SA,)))
 
     assert not report.errors
     got = (tmp_path / "out" / HIST).read_bytes()

@@ -10,8 +10,7 @@ import pytest
 import zstandard
 
 from syncd.errors import BadPassphrase, CryptoError, FormatError
-from syncd.format.reader import extent_bytes, parse_segment
-from syncd.format.segment import END_MAGIC, HEADER, MAGIC, TRAILER, SegmentWriter
+from syncd.format.segment import END_MAGIC, HEADER, MAGIC, TRAILER, SegmentWriter, extent_bytes
 from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
     MAX_SCRYPT_MEMORY,
@@ -29,6 +28,7 @@ from syncd.security.crypto import (
     unwrap,
     wrap,
 )
+from tests.readers import parse_segment
 
 KEY = "machines/m1/seg/0000000000000000"
 CHEAP = 1 << 10  # scrypt N for unit tests: the format is the same, the cost is not

@@ -14,6 +14,7 @@ import pytest
 
 from syncd.backup.state import State
 from syncd.config import Settings, load_settings
+from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.service.daemon import Daemon
 from syncd.store import open_store
@@ -61,7 +62,7 @@ def test_appends_are_shipped_by_events(daemon: tuple[Daemon, Settings], tmp_path
         write(s.source, rel, f'{{"n":{i}}}\n'.encode(), "ab")
     wait_for(lambda: shipped(s, rel) == f.stat().st_size, what="appends shipped")
     out = tmp_path / "out"
-    restore_tree(open_store(s.store), "m1", out)
+    restore_tree(Repository(open_store(s.store), "m1"), out)
     assert (out / rel).read_bytes() == f.read_bytes()
 
 
@@ -110,7 +111,7 @@ def test_deleted_file_keeps_its_backup(daemon: tuple[Daemon, Settings], tmp_path
 
     wait_for(tombstoned, what="tombstone")
     out = tmp_path / "out"
-    restore_tree(open_store(s.store), "m1", out)
+    restore_tree(Repository(open_store(s.store), "m1"), out)
     assert (out / rel).read_bytes() == b"keep me\n"
 
 

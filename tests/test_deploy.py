@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from syncd import __version__
 from syncd.config import load_settings
 from syncd.store.layout import machine_key, segment_key
+from syncd.version import __version__
 from tests.helpers import tree_bytes, write
 from tests.seaweed import Seaweed, weed_binary
 from tests.test_service import _verify

@@ -16,6 +16,7 @@ import pytest
 import syncd.store
 from syncd.backup.state import State
 from syncd.config import Settings
+from syncd.repository import Repository
 from syncd.service.status import status
 from syncd.store import S3Store
 from syncd.store.layout import segment_key
@@ -97,7 +98,7 @@ def test_store_outage_daemon_catches_up(tmp_path: Path, seaweed: Seaweed, bucket
 
     want = tree(s.source)
     out = tmp_path / "out"
-    report = restore(s, out, endpoint=seaweed.endpoint)
+    report = restore(Repository(s, out), endpoint=seaweed.endpoint)
     assert not report.errors
     assert tree(out) == want
     assert_shipped_once(store_of(s, seaweed.endpoint), want)
@@ -158,7 +159,7 @@ def test_kill9_in_the_middle_of_a_flush(tmp_path: Path, seaweed: Seaweed, bucket
 
     want = tree(s.source)
     out = tmp_path / "out"
-    report = restore(restart, out)
+    report = restore(Repository(restart, out))
     assert not report.errors
     assert tree(out) == want
     assert_shipped_once(direct, want)  # nothing shipped twice, nothing skipped

@@ -22,15 +22,13 @@ import pytest
 
 from syncd.archive.verify import verify
 from syncd.format.catalog import is_session_id
-from syncd.format.dictionary import fetch
-from syncd.format.reader import read_extents, read_index
-from syncd.format.snapshot import read_groups, read_manifest
+from syncd.repository import Repository
 from syncd.restore.listing import load_all, sessions_table
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.security.crypto import Crypto, describe
 from syncd.security.keys import key_files, read_key_file, unlock
 from syncd.store import LocalStore, Store
-from syncd.view import machine_info
+from tests.readers import read_extents, read_groups, read_index, read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -121,8 +119,8 @@ def test_restores_byte_for_byte(store: str, point: Point, copy: Path, tmp_path: 
     s, crypto = open_golden(copy, STORES[store])
     want = expected_files(expected(store, point))
     out = tmp_path / "out"
-    report = restore(s, MACHINE, RestoreOptions(target=out, at=point.at, local_home=HOME,
-                                                crypto=crypto))
+    report = restore(Repository(s, MACHINE, crypto),
+                     RestoreOptions(target=out, at=point.at, local_home=HOME))
     assert report.errors == []
     assert {a.action for a in report.actions} == {"create"}
     got = restored_files(out)
@@ -134,7 +132,7 @@ def test_restores_byte_for_byte(store: str, point: Point, copy: Path, tmp_path: 
 def test_sessions_are_listed_with_their_titles(store: str, point: Point, copy: Path,
                                                tmp_path: Path) -> None:
     s, crypto = open_golden(copy, STORES[store])
-    backups, problems = load_all(s, None, point.at, crypto)
+    backups, problems = load_all(Repository(s, "", crypto), None, point.at)
     assert problems == []
     assert [b.machine for b in backups] == [MACHINE]
     assert backups[0].info.get("home") == HOME
@@ -148,7 +146,7 @@ def test_sessions_are_listed_with_their_titles(store: str, point: Point, copy: P
 @pytest.mark.parametrize("store", sorted(STORES))
 def test_verify_finds_no_problem(store: str, copy: Path) -> None:
     s, crypto = open_golden(copy, STORES[store])
-    rep = verify(s, MACHINE, crypto, read_data=100.0)
+    rep = verify(Repository(s, MACHINE, crypto), read_data=100.0)
     assert rep.problems == []
     assert (rep.snapshots, rep.segments, rep.unreferenced) == (2, 2, [])
     assert rep.packs >= 1 and rep.extents_read > 0 and rep.sampled_share == 1.0
@@ -203,12 +201,12 @@ def test_objects_parse_with_todays_reader(store: str, copy: Path) -> None:
             assert read_groups(s, man, None, crypto), key
         if kind == "dict":
             assert is_box(raw) == encrypted
-            assert fetch(s, MACHINE, key.rsplit("/", 1)[1], crypto).data
+            assert Repository(s, MACHINE, crypto).dictionary(key.rsplit("/", 1)[1]).data
         if kind == "machine.json":
             assert is_box(raw) == encrypted
             if encrypted:
                 assert HEADER.unpack_from(raw)[1:] == (sealed_v, 1, 0)
-            info_doc = machine_info(s, MACHINE, crypto)
+            info_doc = Repository(s, MACHINE, crypto).info()
             assert (info_doc["format"], info_doc["home"], info_doc["hostname"]) == (
                 version, HOME, MACHINE)
         if kind == "keys":

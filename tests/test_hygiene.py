@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from syncd.backup.engine import sync_once
 from syncd.backup.errorlog import record_error
 from syncd.backup.scan import scan
 from syncd.backup.state import State
 from syncd.claude import NEVER_DIRS, Selection, is_never
 from syncd.format.segment import HEADER, TRAILER, SegmentWriter
 from syncd.redact import add_env_secrets, add_secret, redact
+from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions, restore, restore_tree
-from syncd.service.daemon import sync_once
 from syncd.service.log import PLAIN_FORMAT, OneLine
 from syncd.store import LocalStore, MemoryStore
 from syncd.store.layout import segment_key
@@ -80,7 +81,8 @@ def test_conflict_copies_are_private(tmp_path: Path, loose_umask: None) -> None:
     sync_once(s)
     write(s.source, "plans/p.md", b"changed here\n")  # diverged: local kept, copy saved
     conflicts = tmp_path / "state" / "conflicts"
-    report = restore(store_of(s), "m1", RestoreOptions(target=s.source, conflicts_dir=conflicts))
+    report = restore(Repository(store_of(s), "m1"),
+                     RestoreOptions(target=s.source, conflicts_dir=conflicts))
     [copy] = [a.conflict_copy for a in report.actions if a.conflict_copy]
     assert copy is not None and Path(copy).read_bytes() == b"backed up\n"
     assert mode(copy) == 0o600
@@ -190,7 +192,7 @@ def test_restore_never_writes_a_never_list_file(tmp_path: Path) -> None:
     w.add_data(b"statsig/x", 1, 0, SECRET, mode=0o600, mtime_ns=1)
     w.add_data(b"history.jsonl", 1, 0, b"h\n", mode=0o600, mtime_ns=1)
     store.put(segment_key("m1", 0), w.finish())
-    report = restore_tree(store, "m1", tmp_path / "out")
+    report = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["history.jsonl"]
     skipped = {a.path for a in report.actions if a.action == "refuse"}
     assert skipped == {".credentials.json", "statsig/x"}

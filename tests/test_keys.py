@@ -8,25 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from syncd.backup.state import State
-from syncd.cli.util import store_and_key
+from syncd.backup.engine import Engine
+from syncd.backup.state import State, remembered_key
+from syncd.cli.util import repository_of
 from syncd.errors import BadPassphrase, CryptoError
+from syncd.repository import Repository
 from syncd.security.crypto import KEY_FILE_MAX_BYTES, SCRYPT_P, SCRYPT_R, Crypto, new_master, wrap
 from syncd.security.keys import (
     MAX_READS,
     MAX_TRIES,
     KeyHint,
-    add_key,
     init_encryption,
     key_files,
     list_keys,
     open_crypto,
     read_passphrase_file,
-    remembered_key,
-    remove_key,
     unlock,
 )
-from syncd.service.daemon import Engine
 from syncd.store import MemoryStore, ObjectInfo, open_store
 from tests.faultkit import make_settings
 
@@ -63,18 +61,19 @@ def test_init_refuses_an_encrypted_or_used_store() -> None:
 def test_add_and_remove_passphrases() -> None:
     store = MemoryStore()
     first = init_encryption(store, "old", n=CHEAP)
-    new_id = add_key(store, first, "new", n=CHEAP)
+    new_id = Repository(store, "m1", first).add_key("new", n=CHEAP)
     assert len(key_files(store)) == 2
     assert unlock(store, "new").master == first.master  # the master key stays
     with pytest.raises(CryptoError, match="the key file your passphrase opens"):
-        remove_key(store, unlock(store, "new"), new_id)
-    remove_key(store, unlock(store, "new"), first.key_id)  # rotate: the new one removes the old
+        Repository(store, "m1", unlock(store, "new")).remove_key(new_id)
+    # Rotate: the new one removes the old.
+    Repository(store, "m1", unlock(store, "new")).remove_key(first.key_id)
     with pytest.raises(BadPassphrase):
         unlock(store, "old")
     with pytest.raises(CryptoError, match="refusing to remove the last key file"):
-        remove_key(store, unlock(store, "new"), new_id)
+        Repository(store, "m1", unlock(store, "new")).remove_key(new_id)
     with pytest.raises(CryptoError, match="no key file keys/nope"):
-        remove_key(store, unlock(store, "new"), "nope")
+        Repository(store, "m1", unlock(store, "new")).remove_key("nope")
     [(name, kf)] = list_keys(store)
     assert name == f"keys/{new_id}" and not isinstance(kf, str) and kf.n == CHEAP
 
@@ -320,7 +319,7 @@ def test_a_writer_tries_its_key_first_and_never_switches_master(
     assert len(derives) == 1
     # Readers with this machine's state use the same hint.
     derives.clear()
-    _, crypto = store_and_key(s)
+    crypto = repository_of(s).crypto
     assert crypto is not None and crypto.fingerprint == real.fingerprint and len(derives) == 1
     # Only the rival is left: the writer refuses it rather than switching.
     store.delete_many([f"keys/{real.key_id}"])

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from syncd.backup.engine import Engine, sync_once
 from syncd.config import Settings, load_settings
 from syncd.errors import LeaseHeld, LeaseLost, LeaseStale, TransientError
 from syncd.security.lease import Holder, Lease
-from syncd.service.daemon import Engine, sync_once
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store
 from tests.helpers import LosesAnswers, start_daemon, wait_for, write
 
@@ -192,7 +192,7 @@ def test_store_down_at_start_then_the_lease_is_taken_while_idle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that is down at boot does not fail the start; once it is back the daemon
     takes its lease even though nothing changed (so a second writer is still refused)."""
-    import syncd.service.daemon
+    import syncd.backup.engine
     from syncd.store import RetryStore
 
     down = threading.Event()
@@ -207,7 +207,7 @@ def test_store_down_at_start_then_the_lease_is_taken_while_idle(
     def fake_open(url: str, **kw: object) -> RetryStore:
         return RetryStore(Flaky(tmp_path / "store"), deadline=0.2)
 
-    monkeypatch.setattr(syncd.service.daemon, "open_store", fake_open)
+    monkeypatch.setattr(syncd.backup.engine, "open_store", fake_open)
     s = settings(tmp_path, "state-a")
     dt = start_daemon(s)
     try:

@@ -14,6 +14,7 @@ from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
 from syncd.archive.verify import verify
 from syncd.errors import CompactError
+from syncd.repository import Repository
 from syncd.security.lock import ProcessLock
 from syncd.store import LocalStore, MemoryStore, Store
 from tests.helpers import tree_bytes, write
@@ -52,7 +53,7 @@ def day_of_snapshots(tmp_path: Path, store: Store, hours: int = 6) -> tuple[Path
         write(src, TA, line(SA, h, 2000), "ab")
         write(src, TODO, todo(h, 2000))
         ship_all(sh, src)
-        compact(store, M, opts=CompactOptions(now=clock.t))
+        compact(Repository(store, M), opts=CompactOptions(now=clock.t))
         trees.append(tree_bytes(src))
     return src, clock, trees
 
@@ -66,7 +67,7 @@ def test_prune_forgets_what_the_policy_does_not_keep_and_reclaims_its_data(
     assert {e.path.decode() for e in retained} == {TODO}  # five older todo generations
     before = sum(len(v) for v in store.objects.values())
 
-    r = prune(store, M, Policy(keep_last=2), opts=CompactOptions(now=clock.t))
+    r = prune(Repository(store, M), Policy(keep_last=2), opts=CompactOptions(now=clock.t))
 
     assert [v.keep for v in r.verdicts] == [True, True, False, False, False, False]
     assert r.verdicts[0].reasons[0] == "newest" and len(r.forgotten) == 4
@@ -76,7 +77,7 @@ def test_prune_forgets_what_the_policy_does_not_keep_and_reclaims_its_data(
     assert sum(len(v) for v in store.objects.values()) < before
     assert_restores(store, trees[-1], tmp_path / "now")
     assert_restores(store, trees[-2], tmp_path / "hour-4", at=T0 + 4 * HOUR + 1)
-    assert verify(store, M, read_data=100).ok
+    assert verify(Repository(store, M), read_data=100).ok
 
 
 def test_dry_run_changes_nothing_and_says_why(tmp_path: Path) -> None:
@@ -84,7 +85,8 @@ def test_dry_run_changes_nothing_and_says_why(tmp_path: Path) -> None:
     _src, clock, _ = day_of_snapshots(tmp_path, store, hours=3)
     before = dict(store.objects)
 
-    r = prune(store, M, Policy(keep_last=1), opts=CompactOptions(now=clock.t, dry_run=True))
+    r = prune(Repository(store, M), Policy(keep_last=1),
+              opts=CompactOptions(now=clock.t, dry_run=True))
 
     assert store.objects == before
     assert [v.reasons for v in r.verdicts] == [
@@ -97,7 +99,7 @@ def test_empty_policy_keeps_everything(tmp_path: Path) -> None:
     _src, clock, _ = day_of_snapshots(tmp_path, store, hours=3)
     before = sorted(store.objects)
 
-    r = prune(store, M, Policy(), opts=CompactOptions(now=clock.t))
+    r = prune(Repository(store, M), Policy(), opts=CompactOptions(now=clock.t))
 
     assert r.forgotten == [] and all(v.keep for v in r.verdicts)
     assert sorted(store.objects) == before
@@ -109,7 +111,7 @@ def test_a_policy_that_keeps_nothing_is_refused(tmp_path: Path) -> None:
     before = dict(store.objects)
 
     with pytest.raises(CompactError, match="refusing"):
-        prune(store, M, Policy(keep_within=1e-9), opts=CompactOptions(now=clock.t))
+        prune(Repository(store, M), Policy(keep_within=1e-9), opts=CompactOptions(now=clock.t))
 
     assert store.objects == before
 
@@ -119,13 +121,14 @@ def test_at_most_a_share_of_the_objects_goes_per_run(tmp_path: Path) -> None:
     _src, clock, trees = day_of_snapshots(tmp_path, store, hours=6)
     objects = len(store.objects)  # 6 manifests, packs, machine.json
 
-    r = prune(store, M, Policy(keep_last=1), max_share=2 / objects,
+    r = prune(Repository(store, M), Policy(keep_last=1), max_share=2 / objects,
               opts=CompactOptions(now=clock.t))
 
     assert len(r.forgotten) == 2 and len(r.deferred) == 3
     assert len(keys(store, "snap")) == 4
     # The oldest go first; the next run takes the rest.
-    r2 = prune(store, M, Policy(keep_last=1), max_share=1.0, opts=CompactOptions(now=clock.t))
+    r2 = prune(Repository(store, M), Policy(keep_last=1), max_share=1.0,
+               opts=CompactOptions(now=clock.t))
     assert len(r2.forgotten) == 3 and keys(store, "snap") == [newest(store).key]
     assert_restores(store, trees[-1], tmp_path / "out")
 
@@ -137,7 +140,7 @@ def test_prune_is_refused_while_a_compaction_runs(tmp_path: Path) -> None:
     holder.acquire()
     try:
         with pytest.raises(CompactError, match="another compaction or prune"):
-            prune(store, M, Policy(keep_last=1),
+            prune(Repository(store, M), Policy(keep_last=1),
                   opts=CompactOptions(now=clock.t, lock=tmp_path / "compact.lock"))
     finally:
         holder.release()
@@ -162,13 +165,13 @@ def test_kill_9_before_every_store_write_of_a_prune(tmp_path: Path) -> None:
         assert [write_kind(w) for w in done] == kinds[:k]
         killed = LocalStore(work / "store")
         assert_restores(killed, trees[-1], work / "after-kill")
-        assert verify(killed, M, read_data=100).ok
+        assert verify(Repository(killed, M), read_data=100).ok
 
-        again = prune(killed, M, Policy(keep_last=1))
+        again = prune(Repository(killed, M), Policy(keep_last=1))
 
         assert again.errors == [], (k, again)
         assert keys(killed, "snap") == [newest(killed).key]
         assert [e for e in entries(killed, newest(killed)) if e.retained] == []
         assert_restores(killed, trees[-1], work / "after-rerun")
-        assert verify(killed, M, read_data=100).ok
+        assert verify(Repository(killed, M), read_data=100).ok
     assert src.exists()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,3 +31,113 @@ def test_ruff_clean() -> None:
 def test_mypy_strict() -> None:
     r = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# -- layering -----------------------------------------------------------------------------
+# The pipeline reads bottom-up: a module imports only modules of its rank or below. The
+# face (syncd/__init__.py) and the command line sit on top; nothing imports the command
+# line. Imports under ``if TYPE_CHECKING:`` are not imports at run time.
+RANKS: list[tuple[str, ...]] = [
+    ("syncd.errors", "syncd.version", "syncd.private", "syncd.redact", "syncd.worker",
+     "syncd.progress", "syncd.claude", "syncd.gitinfo", "syncd.config"),
+    ("syncd.store",),
+    ("syncd.security.crypto",),
+    ("syncd.security",),
+    ("syncd.format",),
+    ("syncd.repository", "syncd.seen", "syncd.backup.state", "syncd.backup.errorlog"),
+    ("syncd.view",),
+    ("syncd.backup", "syncd.archive", "syncd.restore"),
+    ("syncd.service",),
+    ("syncd.cli", "syncd", "syncd.__main__"),
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in (ROOT / "syncd").rglob("*.py"):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
+                node.test.id == "TYPE_CHECKING":
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        else:
+            yield from _runtime_imports(node)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{name}: relative import"
+                base = node.module or ""
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
+                           for a in node.names]
+            else:
+                targets = [a.name for a in node.names]
+            deps |= {t for t in targets if t in mods and t != name}
+        graph[name] = deps
+    return graph
+
+
+def _rank(module: str) -> int:
+    best = (-1, -1)
+    for rank, prefixes in enumerate(RANKS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best[0]:
+                best = (len(p), rank)
+    assert best[1] >= 0, f"{module} has no rank in RANKS"
+    return best[1]
+
+
+def test_each_module_imports_only_its_rank_or_below() -> None:
+    upward = [f"{m} (rank {_rank(m)}) imports {d} (rank {_rank(d)})"
+              for m, deps in _graph().items() for d in deps if _rank(d) > _rank(m)]
+    assert upward == []
+
+
+def test_store_and_format_import_nothing_above_them() -> None:
+    graph = _graph()
+    allowed = {"syncd.store": ("syncd.store", "syncd.errors", "syncd.private"),
+               "syncd.format": ("syncd.format", "syncd.errors", "syncd.worker",
+                                "syncd.store.layout", "syncd.security.crypto")}
+    for pkg, ok in allowed.items():
+        for m, deps in graph.items():
+            if m == pkg or m.startswith(pkg + "."):
+                bad = [d for d in deps if not any(d == o or d.startswith(o + ".") for o in ok)]
+                assert bad == [], f"{m} imports {bad}"
+
+
+def test_nothing_imports_the_command_line() -> None:
+    users = [m for m, deps in _graph().items() if not m.startswith(("syncd.cli", "syncd.__main__"))
+             for d in deps if d.startswith("syncd.cli")]
+    assert users == []
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycles.append([*path[path.index(d):], d])
+            elif d not in state:
+                visit(d, [*path, d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []

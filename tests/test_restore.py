@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from syncd.errors import RestoreError
+from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.store import MemoryStore
 from tests.helpers import shipper, tree_bytes, write
@@ -24,14 +25,14 @@ def _backup(tmp_path: Path, content: bytes) -> MemoryStore:
 def test_existing_prefix_is_fast_forwarded(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"a\nb\nc\n")
     write(tmp_path / "out", S, b"a\n")
-    r = restore_tree(store, "m1", tmp_path / "out")
+    r = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert (tmp_path / "out" / S).read_bytes() == b"a\nb\nc\n" and r.written == [S]
 
 
 def test_newer_local_is_kept(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"a\n")
     write(tmp_path / "out", S, b"a\nb\n")
-    r = restore_tree(store, "m1", tmp_path / "out")
+    r = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert (tmp_path / "out" / S).read_bytes() == b"a\nb\n"
     assert r.kept == [f"{S} (local is newer (the backup is a prefix of it))"]
 
@@ -39,14 +40,14 @@ def test_newer_local_is_kept(tmp_path: Path) -> None:
 def test_diverged_local_is_kept(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"a\nb\n")
     write(tmp_path / "out", S, b"a\nX\n")
-    r = restore_tree(store, "m1", tmp_path / "out")
+    r = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert (tmp_path / "out" / S).read_bytes() == b"a\nX\n" and "diverged" in r.kept[0]
 
 
 def test_identical_is_skipped(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"same\n")
     write(tmp_path / "out", S, b"same\n")
-    r = restore_tree(store, "m1", tmp_path / "out")
+    r = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert r.skipped == [S] and r.written == []
 
 
@@ -56,7 +57,7 @@ def test_restored_files_are_private_and_not_stale(tmp_path: Path) -> None:
     old = time.time() - 60 * 86400
     os.utime(f, (old, old))
     shipper(tmp_path / "src", store, tmp_path / "st.db").ship([S.encode()])
-    restore_tree(store, "m1", tmp_path / "out")
+    restore_tree(Repository(store, "m1"), tmp_path / "out")
     st = (tmp_path / "out" / S).stat()
     assert st.st_mode & 0o077 == 0
     assert st.st_mtime > time.time() - 86400  # Claude's 30-day cleanup would delete it
@@ -64,7 +65,7 @@ def test_restored_files_are_private_and_not_stale(tmp_path: Path) -> None:
 
 def test_no_staging_left_behind(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"x\n")
-    restore_tree(store, "m1", tmp_path / "out")
+    restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert tree_bytes(tmp_path / "out") == {S.encode(): b"x\n"}
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["projects"]
 
@@ -72,7 +73,7 @@ def test_no_staging_left_behind(tmp_path: Path) -> None:
 def test_unknown_machine_names_the_known_ones(tmp_path: Path) -> None:
     store = _backup(tmp_path, b"x\n")
     with pytest.raises(RestoreError, match=r"no backup for machine 'nope'.*m1"):
-        restore_tree(store, "nope", tmp_path / "out")
+        restore_tree(Repository(store, "nope"), tmp_path / "out")
 
 
 def test_symlinked_parent_in_target_is_refused(tmp_path: Path) -> None:
@@ -81,7 +82,7 @@ def test_symlinked_parent_in_target_is_refused(tmp_path: Path) -> None:
     outside.mkdir()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "projects").symlink_to(outside)
-    r = restore_tree(store, "m1", tmp_path / "out")
+    r = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert r.written == [] and "not a directory" in r.errors[0]
     assert list(outside.iterdir()) == []
 

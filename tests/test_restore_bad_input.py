@@ -13,6 +13,7 @@ import pytest
 
 from syncd.claude import project_folder
 from syncd.errors import RestoreError
+from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import LocalStore, MemoryStore
 from tests.helpers import shipper, tree_bytes, write
@@ -59,7 +60,7 @@ def test_full_disk_leaves_nothing_half_written(tmp_path: Path, tiny_fs: Path,
     before = tree_bytes(target)
     # Said before anything is fetched: the backup's sizes do not fit.
     with pytest.raises(RestoreError, match=r"needs 2\.1 MB, the filesystem has"):
-        restore(store, "desk", RestoreOptions(target=target, local_home="/home/a"))
+        restore(Repository(store, "desk"), RestoreOptions(target=target, local_home="/home/a"))
     assert tree_bytes(target) == before
     # And when the disk fills up all the same (the free space was misjudged).
     real = os.statvfs
@@ -71,7 +72,7 @@ def test_full_disk_leaves_nothing_half_written(tmp_path: Path, tiny_fs: Path,
 
     monkeypatch.setattr(os, "statvfs", roomy)
     with pytest.raises(RestoreError, match="No space left on device"):
-        restore(store, "desk", RestoreOptions(target=target, local_home="/home/a"))
+        restore(Repository(store, "desk"), RestoreOptions(target=target, local_home="/home/a"))
     assert tree_bytes(target) == before
     assert sorted(os.listdir(target)) == ["history.jsonl"]  # no staging, no partial files
 
@@ -81,7 +82,7 @@ def test_unwritable_target_is_a_clear_error(tmp_path: Path) -> None:
     _backup(tmp_path, store, "m1", "/home/a/app")
     (tmp_path / "file").write_text("x")
     with pytest.raises(RestoreError, match="cannot create"):
-        restore(store, "m1", RestoreOptions(target=tmp_path / "file" / "sub"))
+        restore(Repository(store, "m1"), RestoreOptions(target=tmp_path / "file" / "sub"))
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -148,7 +149,7 @@ def test_project_maps_to_the_local_clone_with_the_same_remote(
     _git(clone, "init", "-q")
     _git(clone, "remote", "add", "origin", "https://github.com/acme/proj")
     target = tmp_path / "laptop" / ".claude"
-    r = restore(store, "desk", RestoreOptions(
+    r = restore(Repository(store, "desk"), RestoreOptions(
         target=target, local_home=str(tmp_path / "laptop"),
         project_roots=(str(tmp_path / "laptop" / "code"),)))
     assert r.sessions[SID] == str(clone)

@@ -9,6 +9,7 @@ import pytest
 
 from syncd.claude import project_folder
 from syncd.errors import RestoreError
+from syncd.repository import Repository
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import MemoryStore
@@ -70,7 +71,7 @@ def _opts(tmp_path: Path, **kw: object) -> RestoreOptions:
 def test_catalog_lists_sessions_without_reading_transcripts(
         alice: tuple[MemoryStore, Path]) -> None:
     store, _ = alice
-    b = load_backup(store, "desk")
+    b = load_backup(Repository(store, "desk"))
     s = b.find_session(SID)
     assert s is not None and s.project == "/home/alice/app" and s.title == "Bug hunt"
     assert s.fields["first_prompt"] == "fix the bug"
@@ -81,7 +82,7 @@ def test_catalog_lists_sessions_without_reading_transcripts(
 def test_home_is_remapped_and_folders_follow(alice: tuple[MemoryStore, Path],
                                              tmp_path: Path) -> None:
     store, _ = alice
-    report = restore(store, "desk", _opts(tmp_path))
+    report = restore(Repository(store, "desk"), _opts(tmp_path))
     assert report.errors == []
     root = tmp_path / "bob" / ".claude"
     new = root / "projects" / "-home-bob-app"
@@ -101,7 +102,8 @@ def test_home_is_remapped_and_folders_follow(alice: tuple[MemoryStore, Path],
 
 def test_explicit_map_beats_home(alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:
     store, _ = alice
-    restore(store, "desk", _opts(tmp_path, maps=(Rule("/home/alice/app", "/srv/work app"),)))
+    restore(Repository(store, "desk"),
+            _opts(tmp_path, maps=(Rule("/home/alice/app", "/srv/work app"),)))
     folder = tmp_path / "bob" / ".claude" / "projects" / project_folder("/srv/work app")
     first = json.loads((folder / f"{SID}.jsonl").read_bytes().splitlines()[0])
     assert first["cwd"] == "/srv/work app"
@@ -110,7 +112,7 @@ def test_explicit_map_beats_home(alice: tuple[MemoryStore, Path], tmp_path: Path
 def test_one_session_brings_its_files_and_history_lines(
         alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:
     store, _ = alice
-    restore(store, "desk", _opts(tmp_path, sessions=(SID,)))
+    restore(Repository(store, "desk"), _opts(tmp_path, sessions=(SID,)))
     root = tmp_path / "bob" / ".claude"
     got = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert got == ["history.jsonl", f"projects/-home-bob-app/{SID}.jsonl",
@@ -122,28 +124,28 @@ def test_one_session_brings_its_files_and_history_lines(
 
 def test_project_selection(alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:
     store, _ = alice
-    r = restore(store, "desk", _opts(tmp_path, projects=("/home/bob/lib",)))
+    r = restore(Repository(store, "desk"), _opts(tmp_path, projects=("/home/bob/lib",)))
     assert list(r.sessions) == [OTHER]
 
 
 def test_unknown_session_is_an_error(alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:
     store, _ = alice
     with pytest.raises(RestoreError, match="session nope is not in machine 'desk'"):
-        restore(store, "desk", _opts(tmp_path, sessions=("nope",)))
+        restore(Repository(store, "desk"), _opts(tmp_path, sessions=("nope",)))
 
 
 def test_dry_run_writes_nothing(alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:
     store, _ = alice
-    r = restore(store, "desk", _opts(tmp_path, dry_run=True))
+    r = restore(Repository(store, "desk"), _opts(tmp_path, dry_run=True))
     assert {a.action for a in r.actions} == {"create"} and len(r.actions) == 5
     assert not (tmp_path / "bob").exists()
 
 
 def test_restore_twice_is_idempotent(alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:
     store, _ = alice
-    restore(store, "desk", _opts(tmp_path))
+    restore(Repository(store, "desk"), _opts(tmp_path))
     before = tree_bytes(tmp_path / "bob")
-    r = restore(store, "desk", _opts(tmp_path))
+    r = restore(Repository(store, "desk"), _opts(tmp_path))
     assert {a.action for a in r.actions} == {"skip"}
     assert tree_bytes(tmp_path / "bob") == before
 
@@ -159,10 +161,10 @@ def test_point_in_time(tmp_path: Path) -> None:
     sh.clock = lambda: 2000.0
     sh.ship([rel.encode()])
     out = tmp_path / "out"
-    restore(store, "m1", RestoreOptions(target=out, at=1500.0))
+    restore(Repository(store, "m1"), RestoreOptions(target=out, at=1500.0))
     assert (out / rel).read_bytes() == b"one\n"
     with pytest.raises(RestoreError, match="no backup at or before"):
-        restore(store, "m1", RestoreOptions(target=tmp_path / "o2", at=999.0))
+        restore(Repository(store, "m1"), RestoreOptions(target=tmp_path / "o2", at=999.0))
 
 
 def test_long_project_path_gets_claudes_hashed_folder(tmp_path: Path,
@@ -173,7 +175,7 @@ def test_long_project_path_gets_claudes_hashed_folder(tmp_path: Path,
     rel = f"projects/{project_folder(long_cwd)}/{SID}.jsonl"
     write(src, rel, _line(SID, "u1", long_cwd, "hi"))
     shipper(src, store, tmp_path / "st.db", machine="desk").ship([rel.encode()])
-    r = restore(store, "desk", _opts(tmp_path))
+    r = restore(Repository(store, "desk"), _opts(tmp_path))
     new_cwd = long_cwd.replace("/home/alice", "/home/bob")
     assert r.sessions[SID] == new_cwd
     folder = project_folder(new_cwd)
@@ -184,13 +186,13 @@ def test_long_project_path_gets_claudes_hashed_folder(tmp_path: Path,
 def test_diverged_session_merge_and_conflict(alice: tuple[MemoryStore, Path],
                                              tmp_path: Path) -> None:
     store, _ = alice
-    restore(store, "desk", _opts(tmp_path))
+    restore(Repository(store, "desk"), _opts(tmp_path))
     local = tmp_path / "bob" / ".claude" / "projects" / "-home-bob-app" / f"{SID}.jsonl"
     original = local.read_bytes()
     newer = _line(SID, "L9", "/home/bob/app", "local work", ts="2027-01-01T00:00:00.000Z")
     lines = original.splitlines(keepends=True)
     local.write_bytes(b"".join(lines[:-1]) + newer)  # diverged: different last entry
-    r = restore(store, "desk", _opts(tmp_path))
+    r = restore(Repository(store, "desk"), _opts(tmp_path))
     act = next(a for a in r.actions if a.path.endswith(f"{SID}.jsonl"))
     assert act.action == "conflict" and act.conflict_copy is not None
     assert local.read_bytes() == b"".join(lines[:-1]) + newer  # untouched
@@ -205,11 +207,11 @@ def test_folder_follows_the_start_directory_not_a_later_cd(
     rel = f"projects/{project_folder('/home/alice/app')}/{SID}.jsonl"
     write(src, rel, _line(SID, "u1", "/home/alice/app/rock", "in a subdirectory"))
     shipper(src, store, tmp_path / "st.db", machine="desk").ship([rel.encode()])
-    restore(store, "desk", _opts(tmp_path))
+    restore(Repository(store, "desk"), _opts(tmp_path))
     root = tmp_path / "bob" / ".claude" / "projects"
     assert [p.name for p in root.iterdir()] == ["-home-bob-app"]
     # Restoring on the same machine moves nothing at all.
     monkeypatch.setenv("HOME", "/home/alice")
-    same = restore(store, "desk", RestoreOptions(target=tmp_path / "same",
+    same = restore(Repository(store, "desk"), RestoreOptions(target=tmp_path / "same",
                                                  local_home="/home/alice"))
     assert same.written == [rel]

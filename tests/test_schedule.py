@@ -14,12 +14,13 @@ from syncd.archive.options import ensure_dictionary
 from syncd.backup.state import State
 from syncd.config import Settings, load_settings
 from syncd.errors import ScheduleError
-from syncd.format.reader import read_index
+from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.service.schedule import Archiver, trigger
 from syncd.service.status import status
 from syncd.store import LocalStore, open_store
 from tests.helpers import running, tree_bytes, wait_for, write
+from tests.readers import read_index
 
 
 def settings(tmp_path: Path, **kw: object) -> Settings:
@@ -70,7 +71,7 @@ def test_daemon_compacts_on_schedule(tmp_path: Path) -> None:
     assert got["last_compaction_time"] is not None
     assert keys(s, "pack"), "compaction wrote no pack"
     out = tmp_path / "out"
-    report = restore_tree(open_store(s.store), "m1", out)
+    report = restore_tree(Repository(open_store(s.store), "m1"), out)
     assert not report.errors
     assert tree_bytes(out) == tree_bytes(src)
 
@@ -107,15 +108,15 @@ def test_dictionary_is_trained_used_and_read_back(tmp_path: Path) -> None:
     with running(s):
         wait_for(lambda: bool(keys(s, "seg")), what="seed")
     store = LocalStore(tmp_path / "store")
-    note = ensure_dictionary(s, store, None)
+    note = ensure_dictionary(s, Repository(store, s.machine_id, None))
     assert "adopted" in note, note
     assert len(keys(s, "dict")) == 1
-    assert "in use" in ensure_dictionary(s, store, None)
+    assert "in use" in ensure_dictionary(s, Repository(store, s.machine_id, None))
     with running(s):
         write(s.source, "projects/-home-a/s1.jsonl", _lines(1), "ab")
         wait_for(lambda: len(keys(s, "seg")) >= 2, what="the append")
     ix = read_index(store, sorted(keys(s, "seg"))[-1])
     assert ix.extra == {} and all(e.dict_id == meta(s, "dict_id") for e in ix.extents)
     out = tmp_path / "out"
-    assert not restore_tree(store, "m1", out).errors
+    assert not restore_tree(Repository(store, "m1"), out).errors
     assert tree_bytes(out) == tree_bytes(s.source)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from syncd.errors import BackupError
+from syncd.repository import Repository
 from syncd.seen import Seen
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
@@ -32,13 +33,13 @@ def test_a_rolled_back_backup_is_an_error_of_its_load(tmp_path: Path) -> None:
         write(src, T, b"line %d\n" % i, "ab")
         sh.ship([T.encode()])
     seen = Seen(tmp_path / "state", store.url)
-    assert load_backup(store, "m1", seen=seen).errors == []
+    assert load_backup(Repository(store, "m1"), seen=seen).errors == []
     store.delete_many([segment_key("m1", 2)])
-    b = load_backup(store, "m1", seen=seen)
+    b = load_backup(Repository(store, "m1"), seen=seen)
     assert len(b.errors) == 1 and "0000000000000002" in b.errors[0]
     store.delete_many([segment_key("m1", s) for s in (0, 1)])
     try:
-        load_backup(store, "m1", seen=seen)
+        load_backup(Repository(store, "m1"), seen=seen)
     except BackupError as e:
         assert "rolled back" in str(e)
     else:

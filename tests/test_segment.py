@@ -5,11 +5,18 @@ import itertools
 import pytest
 
 from syncd.errors import FormatError
-from syncd.format.reader import extent_bytes, parse_segment, read_index
-from syncd.format.segment import BATCH_BYTES, BATCH_MIN, FRAME_MAX, TAIL_READ, SegmentWriter
+from syncd.format.segment import (
+    BATCH_BYTES,
+    BATCH_MIN,
+    FRAME_MAX,
+    TAIL_READ,
+    SegmentWriter,
+    extent_bytes,
+)
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
+from tests.readers import parse_segment, read_index
 
 
 def _segment(n_files: int = 3, size: int = 1000) -> tuple[bytes, dict[bytes, bytes]]:

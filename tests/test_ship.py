@@ -7,11 +7,12 @@ import pytest
 from syncd.backup.ship import ship_with_restart
 from syncd.backup.state import State
 from syncd.errors import LeaseHeld, StoreError
-from syncd.format.reader import read_index
+from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.store import MemoryStore, ObjectInfo
 from syncd.store.layout import segment_key
 from tests.helpers import all_extents, shipper, tree_bytes, write
+from tests.readers import read_index
 
 S1 = "projects/-home-a/s1.jsonl"
 S2 = "projects/-home-a/s2.jsonl"
@@ -77,7 +78,7 @@ def test_new_generation_is_a_full_copy(tmp_path: Path, change: str, reason: str,
     assert reason in (ext[0].reason or "")
     assert reason in caplog.text
     out = tmp_path / "out"
-    restore_tree(store, "m1", out)
+    restore_tree(Repository(store, "m1"), out)
     assert (out / S1).read_bytes() == f.read_bytes()
 
 
@@ -94,7 +95,7 @@ def test_deletion_is_a_tombstone_and_data_stays(tmp_path: Path) -> None:
     assert [t.path for t in ix.tombstones] == [S1.encode()] and ix.tombstones[0].time > 0
     assert store.head(segment_key("m1", 0)) is not None  # never deleted
     out = tmp_path / "out"
-    restore_tree(store, "m1", out)
+    restore_tree(Repository(store, "m1"), out)
     assert (out / S1).read_bytes() == b"precious\n"
 
 
@@ -108,7 +109,7 @@ def test_recreated_file_starts_new_generation(tmp_path: Path) -> None:
     write(src, S1, b"new\n")
     sh.ship([S1.encode()])
     out = tmp_path / "out"
-    restore_tree(store, "m1", out)
+    restore_tree(Repository(store, "m1"), out)
     assert (out / S1).read_bytes() == b"new\n"
 
 
@@ -178,7 +179,7 @@ def test_large_flush_is_split_into_bounded_segments(tmp_path: Path) -> None:
     assert len(r.segments) == 3
     assert all(e.end - e.start <= 4 << 20 for e in all_extents(store))
     out = tmp_path / "out"
-    restore_tree(store, "m1", out)
+    restore_tree(Repository(store, "m1"), out)
     assert (out / S1).read_bytes() == big
 
 
@@ -204,7 +205,7 @@ def test_roundtrip_of_samples(tmp_path: Path, samples: Path) -> None:
     r = sh.ship(list(tree_bytes(src)))
     assert r.raw_bytes / r.stored_bytes >= 5  # real transcripts compress well
     out = tmp_path / "out"
-    restore_tree(store, "m1", out)
+    restore_tree(Repository(store, "m1"), out)
     assert tree_bytes(out) == tree_bytes(src)
     assert State(tmp_path / "st.db").next_seq == 1
 
@@ -233,7 +234,7 @@ def test_failed_upload_mid_flush_commits_only_confirmed_segments(tmp_path: Path)
     r = sh.ship([S1.encode()])
     assert r.segments == [1, 2] and r.raw_bytes == len(big) - first[-1].end
     out = tmp_path / "out"
-    restore_tree(store, "m1", out)
+    restore_tree(Repository(store, "m1"), out)
     assert (out / S1).read_bytes() == big
 
 
@@ -314,7 +315,7 @@ def test_a_segment_lost_in_the_store_is_shipped_again(tmp_path: Path, lost: list
     assert r.files == 2, "both files had bytes in the lost segment"
     assert "missing from" in caplog.text and "shipping 2 files again" in caplog.text
     assert sh.state.meta("store_repair")
-    out = restore_tree(store, "m1", tmp_path / "out")
+    out = restore_tree(Repository(store, "m1"), tmp_path / "out")
     assert out.errors == [] and tree_bytes(tmp_path / "out") == tree_bytes(src)
     # Seqs stay contiguous: a lost one between two others has an empty stand-in, lost
     # ones at the end are written again.
@@ -343,7 +344,7 @@ def test_a_file_gone_locally_keeps_what_the_store_still_has(tmp_path: Path) -> N
     (src / T).unlink()
     sh = shipper(src, store, tmp_path / "st.db")
     ship_with_restart(sh, [])
-    out = restore_tree(store, "m1", tmp_path / "out")
+    out = restore_tree(Repository(store, "m1"), tmp_path / "out")
     # The store lost the third line for good; the first two are restored, the deletion
     # is recorded, and the other file is whole again.
     assert (tmp_path / "out" / T).read_bytes() == b'{"line":0}\n{"line":1}\n'

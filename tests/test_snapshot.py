@@ -10,11 +10,11 @@ import pytest
 
 from syncd.errors import FormatError
 from syncd.format.catalog import Session
-from syncd.format.reader import read_extents
 from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter
-from syncd.format.snapshot import ROOT_GROUP, Entry, build, group_of, read_groups, read_manifest
+from syncd.format.snapshot import ROOT_GROUP, Entry, build, group_of
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore, layout
+from tests.readers import read_extents, read_groups, read_manifest
 
 M = "m1"
 SA = "aaaaaaaa-0000-4000-8000-000000000001"

@@ -24,26 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncd.archive.packer import PackWriter, Spool
 from syncd.errors import AlreadyExists, CompactError, FormatError, Locked, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.fold import fold_index
-from syncd.format.pack import HISTORY, PackWriter, Spool
-from syncd.format.reader import read_index
 from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, Extent, SegmentIndex
-from syncd.format.snapshot import (
-    Entry,
-    Manifest,
-    build,
-    current,
-    list_snapshots,
-    read_groups,
-    read_manifest,
-)
+from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current
 from syncd.progress import Meter, NullMeter
-from syncd.security.crypto import Crypto
+from syncd.repository import Repository
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout
-from syncd.view import segment_keys
 
 log = logging.getLogger("syncd.compact")
 
@@ -135,11 +125,12 @@ class _Tree:
         return out
 
 
-def compact(store: Store, machine: str, crypto: Crypto | None = None,
-            opts: CompactOptions | None = None) -> CompactReport:
+def compact(repo: Repository, opts: CompactOptions | None = None) -> CompactReport:
+    """Compact the repository machine's segments (and sparse packs) into packs and a new
+    snapshot manifest."""
     opts = opts or CompactOptions()
     with exclusive(opts.lock, "compaction"):
-        return _compact(store, machine, crypto, opts)
+        return _compact(repo, opts)
 
 
 @contextlib.contextmanager
@@ -160,22 +151,22 @@ def exclusive(path: Path | None, what: str) -> Iterator[None]:
         lock.release()
 
 
-def _compact(store: Store, machine: str, crypto: Crypto | None,
-             opts: CompactOptions) -> CompactReport:
+def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
+    machine = repo.machine
     now = time.time() if opts.now is None else opts.now
     rep = CompactReport(machine)
-    snaps = current(list_snapshots(store, machine))
+    snaps = current(repo.snapshots())
     newest: Manifest | None = None
     tree = _Tree()
     if snaps:
         try:
-            newest = read_manifest(store, snaps[-1][2], crypto)
-            groups = read_groups(store, newest, None, crypto)
+            newest = repo.read_manifest(snaps[-1][2])
+            groups = repo.read_groups(newest)
         except (FormatError, StoreError) as err:
             raise CompactError(f"the newest snapshot is unreadable, not building on it "
                                f"(run syncd verify): {err}") from err
         if opts.acknowledged is not None and newest.seq > opts.acknowledged:
-            raise CompactError(f"{store.url}{newest.key}: a snapshot beyond seq "
+            raise CompactError(f"{repo.where(newest.key)}: a snapshot beyond seq "
                                f"{opts.acknowledged:016x}, the newest this machine wrote: "
                                "not building on it (planted or foreign; remove it)")
         for g in groups.values():
@@ -189,7 +180,7 @@ def _compact(store: Store, machine: str, crypto: Crypto | None,
                 tree.sessions[s.path] = s
         tree.projects.update(newest.projects)
         tree.first_time, tree.time, tree.seq = newest.first_time, newest.time, newest.seq
-    segs = _segments(store, machine, tree.seq, crypto, rep)
+    segs = _segments(repo, tree.seq, rep)
     for key, size, ix in segs:
         tree.fold(key, ix)
         rep.segments += 1
@@ -202,9 +193,9 @@ def _compact(store: Store, machine: str, crypto: Crypto | None,
             rep.expired.append(os.fsdecode(path))
             changed = True
     if opts.keep is not None:
-        changed |= _recompute_retained(store, tree, newest, opts.keep, crypto, rep)
+        changed |= _recompute_retained(repo, tree, newest, opts.keep, rep)
     entries = [*tree.live.values(), *tree.retained.values()]
-    packs = {i.key: i.size for i in store.list(layout.machine_prefix(machine) + "pack/")
+    packs = {i.key: i.size for i in repo.store.list(layout.packs_prefix(machine))
              if layout.pack_range(i.key) is not None}
     used: dict[str, int] = {}
     for e in entries:
@@ -212,7 +203,7 @@ def _compact(store: Store, machine: str, crypto: Crypto | None,
             used[key] = used.get(key, 0) + x.clen
     small = [k for k in used if k in packs and packs[k] < opts.small_pack]
     sparse = {k for k in used if k in packs
-              and used[k] < opts.repack_share * _frame_bytes(store, k, packs[k])}
+              and used[k] < opts.repack_share * _frame_bytes(repo.store, k, packs[k])}
     move = set(sparse)
     if changed or len(small) > 1 or sparse:
         move |= set(small)
@@ -220,7 +211,7 @@ def _compact(store: Store, machine: str, crypto: Crypto | None,
         rep.note = "nothing to compact"
         if newest is not None and not opts.dry_run:
             # Leftovers of a run that died after its manifest, before its clean-up.
-            _sweep(store, machine, newest.seq, newest.key, set(used), rep)
+            _sweep(repo, newest.seq, newest.key, set(used), rep)
         return rep
     if tree.first_time is None:
         rep.note = "nothing to compact (no segment is readable)"
@@ -232,13 +223,13 @@ def _compact(store: Store, machine: str, crypto: Crypto | None,
         rep.note = "dry run: nothing written"
         return rep
     lo = min([s[2].seq for s in segs] + [_pack_lo(k) for k in move] + [tree.seq])
-    _write_packs(store, machine, entries, move, lo, tree, crypto, opts, rep)
+    _write_packs(repo, entries, move, lo, tree, opts, rep)
     rev = 0 if newest is None or tree.seq > newest.seq else newest.rev + 1
-    key = _write_manifest(store, machine, tree, entries, rev, crypto, opts)
+    key = _write_manifest(repo, tree, entries, rev, opts)
     rep.snapshot = key
     log.info("compacted %d segments of %s into %s (%d packs written)", rep.segments, machine,
              key, len(rep.packs_written))
-    _sweep(store, machine, tree.seq, key, {k for e in entries for k, _ in e.extents}, rep)
+    _sweep(repo, tree.seq, key, {k for e in entries for k, _ in e.extents}, rep)
     return rep
 
 
@@ -251,19 +242,19 @@ def _frame_bytes(store: Store, key: str, size: int) -> int:
     return max(0, min(size, int(off)) - HEADER.size)
 
 
-def _segments(store: Store, machine: str, after: int, crypto: Crypto | None,
+def _segments(repo: Repository, after: int,
               rep: CompactReport) -> list[tuple[str, int, SegmentIndex]]:
     """The readable segments after ``after``, in order, up to the first gap or damage."""
     out = []
     expected = after + 1
-    for key, size in segment_keys(store, machine, after):
+    for key, size in repo.segments(after):
         seq = layout.segment_seq(key)
         if seq != expected:
-            rep.errors.append(f"{store.url}{key}: segment {expected:016x} is missing; "
+            rep.errors.append(f"{repo.where(key)}: segment {expected:016x} is missing; "
                               "compacting only up to it")
             break
         try:
-            ix = read_index(store, key, size, crypto)
+            ix = repo.read_index(key, size)
         except (FormatError, StoreError) as e:
             rep.errors.append(f"{e}; compacting only up to it")
             break
@@ -272,9 +263,8 @@ def _segments(store: Store, machine: str, after: int, crypto: Crypto | None,
     return out
 
 
-def _recompute_retained(store: Store, tree: _Tree, newest: Manifest | None,
-                        keep: Collection[str], crypto: Crypto | None,
-                        rep: CompactReport) -> bool:
+def _recompute_retained(repo: Repository, tree: _Tree, newest: Manifest | None,
+                        keep: Collection[str], rep: CompactReport) -> bool:
     """Retain exactly the older generations the kept snapshots hold."""
     needed: set[tuple[bytes, int]] = set()
     for key in keep:
@@ -282,11 +272,11 @@ def _recompute_retained(store: Store, tree: _Tree, newest: Manifest | None,
             m = newest
         else:
             try:
-                m = read_manifest(store, key, crypto)
+                m = repo.read_manifest(key)
             except (FormatError, StoreError) as e:
                 raise CompactError(f"kept snapshot unreadable, not pruning what it may "
                                    f"need: {e}") from e
-        for g in read_groups(store, m, None, crypto).values():
+        for g in repo.read_groups(m).values():
             needed |= {(e.path, e.gen) for e in g.entries if not e.retained}
     live = {(e.path, e.gen) for e in tree.live.values()}
     gone = [k for k in tree.retained if k not in needed or k in live]
@@ -299,18 +289,18 @@ def _recompute_retained(store: Store, tree: _Tree, newest: Manifest | None,
     return bool(gone)
 
 
-def _write_packs(store: Store, machine: str, entries: list[Entry], move: set[str], lo: int,
-                 tree: _Tree, crypto: Crypto | None, opts: CompactOptions,
-                 rep: CompactReport) -> None:
+def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int,
+                 tree: _Tree, opts: CompactOptions, rep: CompactReport) -> None:
     """Rewrite every extent in a segment or in ``move`` into new packs, file by file."""
+    machine = repo.machine
     meter = opts.progress or NullMeter()
     meter.start(rep.raw_bytes)
     try:
-        spool = Spool(store, crypto, opts.spool_dir)
+        spool = Spool(repo, opts.spool_dir)
     except OSError as ex:
         raise CompactError(f"compaction of {machine}: cannot create a spool directory in "
                            f"{opts.spool_dir or 'the temp dir'}: {ex.strerror}") from ex
-    out = PackWriter(store, machine, lo, tree.seq, tree.time, crypto, level=opts.level,
+    out = PackWriter(repo, lo, tree.seq, tree.time, level=opts.level,
                      target=opts.pack_target, written=rep.packs_written)
     try:
         for e in sorted(entries, key=lambda e: (e.path, e.gen)):
@@ -356,7 +346,7 @@ def _pack_lo(key: str) -> int:
 
 
 def _moves(key: str, move: set[str]) -> bool:
-    return key in move or "/seg/" in key
+    return key in move or layout.kind_of(key) == "seg"
 
 
 def _runs(extents: list[tuple[str, Extent]],
@@ -372,38 +362,37 @@ def _runs(extents: list[tuple[str, Extent]],
         yield run
 
 
-def _write_manifest(store: Store, machine: str, tree: _Tree, entries: list[Entry], rev: int,
-                    crypto: Crypto | None, opts: CompactOptions) -> str:
+def _write_manifest(repo: Repository, tree: _Tree, entries: list[Entry], rev: int,
+                    opts: CompactOptions) -> str:
     assert tree.first_time is not None
+    machine = repo.machine
     for _ in range(16):
         key = layout.snapshot_key(machine, tree.seq, rev)
         blob = build(machine, tree.seq, rev, tree.time, tree.first_time, entries,
                      tree.catalog(machine), tree.projects, level=opts.level,
-                     cipher=None if crypto is None else crypto.cipher(key))
+                     cipher=repo.cipher(key))
         try:
-            store.put(key, blob)
+            repo.put(key, blob)
             return key
         except AlreadyExists:
             rev += 1  # left by a run that died before its clean-up: the next revision
-    raise CompactError(f"{store.url}{layout.snapshot_key(machine, tree.seq, rev)}: "
+    raise CompactError(f"{repo.where(layout.snapshot_key(machine, tree.seq, rev))}: "
                        "too many revisions of one snapshot")
 
 
-def _sweep(store: Store, machine: str, seq: int, manifest: str, referenced: set[str],
+def _sweep(repo: Repository, seq: int, manifest: str, referenced: set[str],
            rep: CompactReport) -> None:
     """Delete what the new manifest made redundant (it is confirmed in the store)."""
-    prefix = layout.machine_prefix(machine)
-    doomed = [key for key, _ in segment_keys(store, machine)
-              if (layout.segment_seq(key) or 0) <= seq]
-    for info in store.list(prefix + "pack/"):
+    doomed = [key for key, _ in repo.segments() if (layout.segment_seq(key) or 0) <= seq]
+    for info in repo.store.list(layout.packs_prefix(repo.machine)):
         r = layout.pack_range(info.key)
         # A pack above ``seq`` may belong to a compaction still running elsewhere.
         if r is not None and r[1] <= seq and info.key not in referenced:
             doomed.append(info.key)
-    snaps = list_snapshots(store, machine)
+    snaps = repo.snapshots()
     if snaps and snaps[-1][2] != manifest:
         # Someone else wrote a newer manifest meanwhile: its objects are not ours to judge.
-        rep.errors.append(f"{store.url}{snaps[-1][2]} appeared during the compaction; "
+        rep.errors.append(f"{repo.where(snaps[-1][2])} appeared during the compaction; "
                           "nothing deleted")
         return
     for s, _, key in snaps:
@@ -412,7 +401,7 @@ def _sweep(store: Store, machine: str, seq: int, manifest: str, referenced: set[
     if not doomed:
         return
     try:
-        store.delete_many(doomed)
+        repo.delete(doomed)
         rep.deleted = doomed
     except StoreError as e:
         # The backup is whole already; the next run finds these and deletes them.

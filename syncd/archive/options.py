@@ -11,9 +11,8 @@ from syncd.archive.retention import Policy
 from syncd.backup.state import State
 from syncd.config import Settings, parse_duration
 from syncd.errors import ConfigError
-from syncd.format.dictionary import publish, train
-from syncd.security.crypto import Crypto
-from syncd.store import Store
+from syncd.format.dictionary import train
+from syncd.repository import Repository
 
 # A dictionary that did not pay is not tried again for this long.
 DICT_RETRY = 7 * 86400.0
@@ -48,8 +47,7 @@ def verify_budget(settings: Settings) -> tuple[float, float | None]:
     return settings.verify_read_data, limit or None
 
 
-def ensure_dictionary(settings: Settings, store: Store, crypto: Crypto | None,
-                      now: float | None = None) -> str:
+def ensure_dictionary(settings: Settings, repo: Repository, now: float | None = None) -> str:
     """Train and publish this machine's dictionary once (the shipper picks it up from
     the state); says what happened."""
     if not settings.state_file.exists():
@@ -69,7 +67,7 @@ def ensure_dictionary(settings: Settings, store: Store, crypto: Crypto | None,
         state.set_meta(dict_tried=repr(now))
         if d is None:
             return f"no dictionary: {100 * gain:.0f} % smaller small frames is below 10 %"
-        publish(store, settings.machine_id, d, crypto)
+        repo.publish(d)
         state.set_meta(dict_id=d.id, dict_data=base64.b64encode(d.data).decode())
         return f"dictionary {d.id[:12]} adopted: small frames {100 * gain:.0f} % smaller"
     finally:

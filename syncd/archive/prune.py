@@ -15,9 +15,8 @@ from typing import Any
 from syncd.archive.compact import CompactOptions, CompactReport, _compact, exclusive
 from syncd.archive.retention import Policy, SnapRef, Verdict, plan
 from syncd.errors import CompactError, FormatError, PolicyError, StoreError
-from syncd.format.snapshot import current, list_snapshots, read_manifest
-from syncd.security.crypto import Crypto
-from syncd.store import Store, layout
+from syncd.format.snapshot import current
+from syncd.repository import Repository
 
 
 @dataclass
@@ -40,17 +39,20 @@ class PruneReport:
                 "compaction": None if self.compaction is None else self.compaction.as_dict()}
 
 
-def prune(store: Store, machine: str, policy: Policy, crypto: Crypto | None = None, *,
-          max_share: float = 0.5, opts: CompactOptions | None = None) -> PruneReport:
+def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
+          opts: CompactOptions | None = None) -> PruneReport:
+    """Forget the repository machine's snapshots ``policy`` does not keep, then reclaim
+    what only they needed."""
+    machine = repo.machine
     opts = opts or CompactOptions()
     rep = PruneReport(machine, policy.describe(), dry_run=opts.dry_run)
     with exclusive(opts.lock, "prune"):
-        snaps = list_snapshots(store, machine)
+        snaps = repo.snapshots()
         refs: list[SnapRef] = []
         unreadable: list[str] = []
         for seq, _, key in current(snaps):
             try:
-                refs.append(SnapRef(key, seq, read_manifest(store, key, crypto).time))
+                refs.append(SnapRef(key, seq, repo.read_manifest(key).time))
             except (FormatError, StoreError) as e:
                 # Kept: what it holds cannot be judged, and deleting it proves nothing.
                 unreadable.append(key)
@@ -64,19 +66,18 @@ def prune(store: Store, machine: str, policy: Policy, crypto: Crypto | None = No
         except PolicyError as e:
             raise CompactError(str(e)) from None
         forget = sorted((v.snap for v in rep.verdicts if not v.keep), key=lambda s: s.seq)
-        objects = sum(1 for _ in store.list(layout.machine_prefix(machine)))
+        objects = len(repo.objects())
         allowed = max(1, int(max_share * objects))
         now_forget, later = forget[:allowed], forget[allowed:]
         rep.forgotten = [s.key for s in now_forget]
         rep.deferred = [s.key for s in later]
         keep = [v.snap.key for v in rep.verdicts if v.keep] + rep.deferred + unreadable
         if opts.dry_run:
-            rep.compaction = _compact(store, machine, crypto,
-                                      dataclasses.replace(opts, keep=keep))
+            rep.compaction = _compact(repo, dataclasses.replace(opts, keep=keep))
             return rep
         gone = {s.seq for s in now_forget}
         # Every revision of a forgotten seq goes; data stays referenced by the newest
         # manifest until the compaction below writes one that no longer needs it.
-        store.delete_many([key for seq, _, key in snaps if seq in gone])
-        rep.compaction = _compact(store, machine, crypto, dataclasses.replace(opts, keep=keep))
+        repo.delete([key for seq, _, key in snaps if seq in gone])
+        rep.compaction = _compact(repo, dataclasses.replace(opts, keep=keep))
     return rep

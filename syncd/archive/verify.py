@@ -21,14 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from syncd.errors import FormatError, StoreError
-from syncd.format.pack import PACK_KIND
-from syncd.format.reader import read_extents, read_index
-from syncd.format.segment import HEADER, Extent
-from syncd.format.snapshot import Entry, Group, Manifest, current, read_groups, read_manifest
+from syncd.format.segment import HEADER, PACK_KIND, Extent
+from syncd.format.snapshot import Entry, Group, Manifest, current
 from syncd.progress import Meter, NullMeter
-from syncd.security.crypto import Crypto
-from syncd.store import Store, layout
-from syncd.view import list_machines
+from syncd.repository import Repository
+from syncd.store import layout
 
 # One request while sampling spans at most this many bytes of an object: memory stays
 # bounded and the clock is looked at often enough for --max-duration.
@@ -70,11 +67,12 @@ class VerifyReport:
                 "unreferenced": self.unreferenced}
 
 
-def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_data: float = 0.0,
+def verify(repo: Repository, *, read_data: float = 0.0,
            max_duration: float | None = None, rng: random.Random | None = None,
            clock: Callable[[], float] = time.monotonic,
            progress: Meter | None = None, acknowledged: int | None = None) -> VerifyReport:
-    """Check ``machine``'s backup; what is wrong goes to the report's ``problems``.
+    """Check the repository machine's backup; what is wrong goes to the report's
+    ``problems``.
 
     ``read_data``: the percentage (0..100) of the referenced stored bytes to fetch and
     check, picked at random. ``max_duration``: seconds from the start after which the
@@ -87,16 +85,18 @@ def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_dat
     if not 0.0 <= read_data <= 100.0:
         raise ValueError(f"read_data is a percentage from 0 to 100, not {read_data}")
     deadline = None if max_duration is None else clock() + max_duration
+    machine = repo.machine
     rep = VerifyReport(machine)
     prefix = layout.machine_prefix(machine)
-    listing = {i.key: i.size for i in store.list(prefix)}
-    v = _Verifier(store, machine, crypto, listing, rep, progress or NullMeter())
+    listing = {i.key: i.size for i in repo.objects()}
+    v = _Verifier(repo, listing, rep, progress or NullMeter())
     snaps = current(sorted(
         (*sid, key) for key in listing
-        if key.startswith(prefix + "snap/") and (sid := layout.snapshot_id(key)) is not None))
+        if key.startswith(layout.snapshots_prefix(machine))
+        and (sid := layout.snapshot_id(key)) is not None))
     if not snaps and not v.segment_keys(-1):
-        known = ", ".join(list_machines(store)) or "none"
-        rep.problems.append(f"{store.url}{prefix}: no backup for machine {machine!r} "
+        known = ", ".join(repo.machines()) or "none"
+        rep.problems.append(f"{repo.where(prefix)}: no backup for machine {machine!r} "
                             f"(machines in this store: {known})")
         return rep
     ref: tuple[Manifest, dict[str, Group]] | None = None
@@ -117,7 +117,7 @@ def verify(store: Store, machine: str, crypto: Crypto | None = None, *, read_dat
             # Only a reference that is the newest manifest knows what nothing needs.
             rep.unreferenced = sorted(
                 k for k in listing
-                if k.startswith(prefix + "pack/") and layout.pack_range(k) is not None
+                if k.startswith(layout.packs_prefix(machine)) and layout.pack_range(k) is not None
                 and k not in refs)
         v.segments(m.seq)
     if acknowledged is not None:
@@ -164,16 +164,16 @@ def _spans(exts: list[Extent]) -> Iterator[list[Extent]]:
 
 
 class _Verifier:
-    def __init__(self, store: Store, machine: str, crypto: Crypto | None,
-                 listing: dict[str, int], rep: VerifyReport, meter: Meter) -> None:
-        self.store, self.machine, self.crypto = store, machine, crypto
+    def __init__(self, repo: Repository, listing: dict[str, int], rep: VerifyReport,
+                 meter: Meter) -> None:
+        self.repo, self.machine = repo, repo.machine
         self.listing, self.rep, self.meter = listing, rep, meter
         # Stored frames the backup needs: what the data sample is drawn from.
         self.population: dict[tuple[str, int], Extent] = {}
         self.sampled = 0
 
     def where(self, key: str) -> str:
-        return f"{self.store.url}{key}"
+        return self.repo.where(key)
 
     def problem(self, key: str, what: str) -> None:
         self.rep.problems.append(f"{self.where(key)}: {what}")
@@ -188,8 +188,8 @@ class _Verifier:
         self.rep.snapshots += 1
         self.rep.checked_objects += 1
         try:
-            m = read_manifest(self.store, key, self.crypto)
-            groups = read_groups(self.store, m, None, self.crypto)
+            m = self.repo.read_manifest(key)
+            groups = self.repo.read_groups(m)
         except (FormatError, StoreError) as e:
             self.rep.problems.append(_named(self.where(key), e))
             return None
@@ -251,7 +251,7 @@ class _Verifier:
             inside = self.inside(key, size, exts)
             self.rep.checked_objects += 1
             try:
-                ix = read_index(self.store, key, size, self.crypto)
+                ix = self.repo.read_index(key, size)
             except (FormatError, StoreError) as e:
                 self.rep.problems.append(_named(self.where(key), e))
                 self.add(key, inside)  # its frames may still be whole
@@ -294,7 +294,7 @@ class _Verifier:
         return inside
 
     def segment_keys(self, after: int) -> list[tuple[int, str]]:
-        prefix = layout.machine_prefix(self.machine) + "seg/"
+        prefix = layout.segments_prefix(self.machine)
         out = []
         for key in self.listing:
             seq = layout.segment_seq(key) if key.startswith(prefix) else None
@@ -315,7 +315,7 @@ class _Verifier:
             self.rep.segments += 1
             self.rep.checked_objects += 1
             try:
-                ix = read_index(self.store, key, self.listing[key], self.crypto)
+                ix = self.repo.read_index(key, self.listing[key])
             except (FormatError, StoreError) as e:
                 self.rep.problems.append(_named(self.where(key), e))
                 continue
@@ -364,7 +364,7 @@ class _Verifier:
                 return True
             done = 0
             try:
-                for x, data in read_extents(self.store, key, run, self.crypto):
+                for x, data in self.repo.read_extents(key, run):
                     self.count(x, len(data))
                     done += 1
                     if done < len(run) and late():
@@ -377,7 +377,7 @@ class _Verifier:
                 if late():
                     return True
                 try:
-                    for _, data in read_extents(self.store, key, [x], self.crypto):
+                    for _, data in self.repo.read_extents(key, [x]):
                         self.count(x, len(data))
                 except (FormatError, StoreError) as e:
                     self.count(x, 0)

@@ -27,13 +27,12 @@ from syncd.backup.state import FileState, State
 from syncd.claude import Selection
 from syncd.errors import AlreadyExists, FormatError, NoBackup, SyncError
 from syncd.format.catalog import MetaScanner, session_of
-from syncd.format.reader import read_index
 from syncd.format.segment import FRAME_MAX, SegmentWriter, Tombstone
-from syncd.format.snapshot import Entry, current, list_snapshots, read_groups, read_manifest
+from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
-from syncd.security.crypto import Crypto
+from syncd.repository import Repository
 from syncd.security.lease import Lease
-from syncd.store import Store, layout
+from syncd.store import layout
 from syncd.view import Backup, load_backup
 from syncd.worker import worker
 
@@ -80,23 +79,23 @@ class _Batch:
 
 
 class Shipper:
-    def __init__(self, *, root: Path, store: Store, state: State, machine: str,
-                 selection: Selection, level: int = 3, segment_max: int = 64 << 20,
+    def __init__(self, *, root: Path, repo: Repository, state: State, selection: Selection,
+                 level: int = 3, segment_max: int = 64 << 20,
                  clock: Callable[[], float] = time.time,
                  should_stop: Callable[[], bool] = lambda: False,
-                 crypto: Crypto | None = None, lease: Lease | None = None,
+                 lease: Lease | None = None,
                  prepare: Callable[[], None] = lambda: None) -> None:
         self.root = os.fsencode(root)
-        self.store = store
+        # This machine's objects; its cipher is set once the engine unlocked the store
+        # (every segment and machine.json of an encrypted store is sealed).
+        self.repo = repo
         self.state = state
-        self.machine = machine
+        self.machine = repo.machine
         self.selection = selection
         self.level = level
         self.segment_max = segment_max
         self.clock = clock
         self.should_stop = should_stop
-        # An encrypted store: every segment and machine.json is sealed.
-        self.crypto = crypto
         # One writer per machine: checked (locally) before every PUT.
         self.lease = lease
         # Called before the first PUT (and before anything else touches the store): the
@@ -124,11 +123,11 @@ class Shipper:
         again. Cheap when all is well: one HEAD and two LISTs.
         """
         adopted = 0
-        snaps = current(list_snapshots(self.store, self.machine))
+        snaps = current(self.repo.snapshots())
         if snaps and snaps[-1][0] >= self.state.next_seq:
             self._adopt_snapshot(snaps[-1][2])
             adopted += 1
-        while self.store.head(layout.segment_key(self.machine, self.state.next_seq)):
+        while self.repo.store.head(layout.segment_key(self.machine, self.state.next_seq)):
             self._adopt(self.state.next_seq)
             adopted += 1
         if not self._audited:
@@ -151,16 +150,16 @@ class Shipper:
         self._audited = True
         last = self.state.next_seq - 1
         if snaps is None:
-            snaps = current(list_snapshots(self.store, self.machine))
+            snaps = current(self.repo.snapshots())
         missing, present = self._missing(snaps, last)
         if missing:
             # A compaction between the two LISTs deletes the segments its manifest holds.
-            snaps = current(list_snapshots(self.store, self.machine))
+            snaps = current(self.repo.snapshots())
             missing, present = self._missing(snaps, last)
         if not missing:
             return set()
         try:
-            view = load_backup(self.store, self.machine, crypto=self.crypto)
+            view = load_backup(self.repo)
         except NoBackup:  # everything is gone
             view = Backup(self.machine, {})
         marks: list[FileState] = []
@@ -183,7 +182,7 @@ class Shipper:
         if newest < last:
             self.state.set_meta(next_seq=str(newest + 1))
         note = (f"segments {_seqs(missing)} of machine {self.machine}, confirmed earlier, are "
-                f"missing from {self.store.url}: shipping {len(marks)} files again from the "
+                f"missing from {self.repo.url}: shipping {len(marks)} files again from the "
                 "local tree")
         log.warning("%s", note)
         self.state.set_meta(store_repair=json.dumps({"time": self.clock(), "note": note}))
@@ -196,10 +195,8 @@ class Shipper:
         base = snaps[-1][0] if snaps else -1
         if base >= last:
             return [], set()
-        start = layout.segment_key(self.machine, base) if base >= 0 else ""
-        present = {seq for info in self.store.list(layout.machine_prefix(self.machine) + "seg/",
-                                                   start_after=start)
-                   if (seq := layout.segment_seq(info.key)) is not None}
+        present = {seq for key, _ in self.repo.segments(base)
+                   if (seq := layout.segment_seq(key)) is not None}
         return [seq for seq in range(base + 1, last + 1) if seq not in present], present
 
     def _time_before(self, seq: int, present: set[int],
@@ -209,10 +206,9 @@ class Shipper:
         before = [s for s in present if s < seq]
         try:
             if before:
-                return read_index(self.store, layout.segment_key(self.machine, max(before)),
-                                  crypto=self.crypto).time
+                return self.repo.read_index(layout.segment_key(self.machine, max(before))).time
             if snaps:
-                return read_manifest(self.store, snaps[-1][2], self.crypto).time
+                return self.repo.read_manifest(snaps[-1][2]).time
         except FormatError:
             pass
         return 0.0
@@ -220,35 +216,27 @@ class Shipper:
     def _fill(self, seq: int, time_: float) -> None:
         """An empty segment in place of lost ``seq``."""
         key = layout.segment_key(self.machine, seq)
-        w = SegmentWriter(self.machine, seq, time_,
-                          cipher=None if self.crypto is None else self.crypto.cipher(key))
+        w = SegmentWriter(self.machine, seq, time_, cipher=self.repo.cipher(key))
         w.index.extra = {"lost": True}
         if self.lease is not None:
             self.lease.check()
         with contextlib.suppress(AlreadyExists):  # another run filled it
-            self.store.put(key, w.finish())
+            self.repo.put(key, w.finish())
 
     def _write_machine_json(self) -> None:
         doc = {"machine": self.machine, "hostname": socket.gethostname(),
                "os": f"{platform.system()} {platform.release()}", "home": str(Path.home()),
                "claude_root": os.fsdecode(self.root), "created": self.clock(), "format": 1}
-        key = layout.machine_key(self.machine)
-        blob = json.dumps(doc, indent=1).encode()
-        if self.crypto is not None:
-            # Home and Claude tree are paths: sealed like everything else.
-            doc.update(format=2, key=self.crypto.fingerprint)
-            blob = self.crypto.seal_box(key, "machine.json", json.dumps(doc, indent=1).encode())
         if self.lease is not None:
             self.lease.check()
-        with contextlib.suppress(AlreadyExists):  # written by an earlier run
-            self.store.put(key, blob)
+        self.repo.write_info(doc)  # one written by an earlier run stays
         self.state.set_meta(machine_json="1")
 
     def _adopt(self, seq: int) -> None:
         key = layout.segment_key(self.machine, seq)
-        ix = read_index(self.store, key, crypto=self.crypto)
+        ix = self.repo.read_index(key)
         if ix.machine != self.machine or ix.seq != seq:
-            raise FormatError(f"{self.store.url}{key}: written by machine {ix.machine!r} "
+            raise FormatError(f"{self.repo.where(key)}: written by machine {ix.machine!r} "
                                f"seq {ix.seq}, not by us; refusing to continue")
         ends: dict[bytes, tuple[int, int, int, int]] = {}
         for e in ix.extents:
@@ -267,19 +255,19 @@ class Shipper:
     def _adopt_snapshot(self, key: str) -> None:
         # Our state is older than the store's newest snapshot (it was lost, or restored
         # from an old copy) and the segments it would adopt were compacted away.
-        m = read_manifest(self.store, key, self.crypto)
+        m = self.repo.read_manifest(key)
         if m.machine != self.machine:
-            raise FormatError(f"{self.store.url}{key}: written by machine {m.machine!r}, "
+            raise FormatError(f"{self.repo.where(key)}: written by machine {m.machine!r}, "
                                "not by us; refusing to continue")
         if m.seq - self.state.next_seq > MAX_AHEAD or m.time > self.clock() + 86400:
             # Adopting it would move this machine's seqs there, and the next compaction
             # would delete every segment below it: a manifest no writer of ours made.
-            raise FormatError(f"{self.store.url}{key}: a snapshot at seq {m.seq:016x} (time "
+            raise FormatError(f"{self.repo.where(key)}: a snapshot at seq {m.seq:016x} (time "
                               f"{m.time:.0f}) far beyond this machine's seq "
                               f"{self.state.next_seq:016x}: refusing to adopt it (planted "
                               "or foreign; remove it from the store)")
         updates: list[FileState] = []
-        for g in read_groups(self.store, m, None, self.crypto).values():
+        for g in self.repo.read_groups(m).values():
             for e in g.entries:
                 if e.retained:
                     continue
@@ -371,11 +359,11 @@ class Shipper:
             raise _Restart()
         seq = self.state.next_seq
         key = layout.segment_key(self.machine, seq)
-        batch.writer.bind(seq, None if self.crypto is None else self.crypto.cipher(key))
+        batch.writer.bind(seq, self.repo.cipher(key))
         blob = batch.writer.finish()
         if self.lease is not None:
             self.lease.check()  # no store call: lost or not renewed lately → no PUT
-        self._upload = (batch, len(blob), worker("upload").submit(self.store.put, key, blob))
+        self._upload = (batch, len(blob), worker("upload").submit(self.repo.put, key, blob))
 
     def _next_segment(self, batch: _Batch, result: FlushResult) -> _Batch:
         """Upload ``batch``'s segment and start the next one (a flush cut in several)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from syncd.errors import StateError
 from syncd.private import FILE_MODE, create_private, private_dir
+from syncd.security.keys import KeyHint
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -135,3 +136,25 @@ class State:
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
+
+
+def key_hint(state: State) -> KeyHint:
+    """Which key opened this machine's store last (``Engine`` remembers it in the meta)."""
+    return KeyHint(state.meta("key_id"), state.meta("key_fingerprint"))
+
+
+def remembered_key(state_file: Path) -> KeyHint | None:
+    """The key hint in this machine's state database, read-only; None without one.
+
+    Only an order: a state that cannot be read gives no hint rather than an error.
+    """
+    if not state_file.exists():
+        return None
+    try:
+        state = State(state_file, readonly=True)
+        try:
+            return key_hint(state)
+        finally:
+            state.close()
+    except (StateError, sqlite3.Error):
+        return None

@@ -18,7 +18,7 @@ from syncd.archive.options import (
 )
 from syncd.archive.prune import prune
 from syncd.archive.verify import verify
-from syncd.cli.util import bad_value, settings_of, store_and_key
+from syncd.cli.util import bad_value, repository_of, settings_of
 from syncd.config import parse_duration
 from syncd.errors import ConfigError
 from syncd.progress import meter
@@ -52,12 +52,12 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     (nothing is deleted then).
     """
     settings = settings_of(ctx)
-    store, crypto = store_and_key(settings)
+    repo = repository_of(settings)
     opts = compact_options(settings, dry_run=dry_run)
-    note = None if dry_run else ensure_dictionary(settings, store, crypto)
+    note = None if dry_run else ensure_dictionary(settings, repo)
     with meter("compacting") as m:
         opts.progress = m
-        r = compact(store, settings.machine_id, crypto, opts)
+        r = compact(repo, opts)
     if not dry_run:
         record_job(settings, "compaction")
     if as_json:
@@ -87,12 +87,11 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     or failed.
     """
     settings = settings_of(ctx)
-    store, crypto = store_and_key(settings)
+    repo = repository_of(settings)
     opts = compact_options(settings, dry_run=dry_run)
     with meter("pruning") as m:
         opts.progress = m
-        r = prune(store, settings.machine_id, policy_of(settings), crypto,
-                  max_share=settings.prune_max_share, opts=opts)
+        r = prune(repo, policy_of(settings), max_share=settings.prune_max_share, opts=opts)
     if not dry_run:
         record_job(settings, "prune")
     if as_json:
@@ -134,13 +133,12 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
     Exit 0 when no problem was found, 1 when any was (each printed on one line).
     """
     settings = settings_of(ctx)
-    store, crypto = store_and_key(settings)
+    repo = repository_of(settings, machine)
+    mine = repo.machine == settings.machine_id
     with meter("verifying") as m:
-        mine = (machine or settings.machine_id) == settings.machine_id
-        r = verify(store, machine or settings.machine_id, crypto, read_data=read_data,
-                   max_duration=max_duration, progress=m,
+        r = verify(repo, read_data=read_data, max_duration=max_duration, progress=m,
                    acknowledged=acknowledged_seq(settings) if mine else None)
-    if r.ok and (machine or settings.machine_id) == settings.machine_id:
+    if r.ok and mine:
         record_job(settings, "verify")
     if as_json:
         _echo_json(r.as_dict())

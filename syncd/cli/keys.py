@@ -8,20 +8,19 @@ from pathlib import Path
 
 import click
 
+from syncd.backup.state import remembered_key
 from syncd.cli.util import settings_of, store_of
 from syncd.config import Settings
 from syncd.errors import CryptoError
+from syncd.repository import Repository
 from syncd.security.crypto import Crypto, KeyFile
 from syncd.security.keys import (
     NEW_PASSPHRASE_ENV,
-    add_key,
     get_passphrase,
     init_encryption,
     key_files,
     list_keys,
     open_crypto,
-    remembered_key,
-    remove_key,
 )
 from syncd.store import Store
 from syncd.store.check import check_store
@@ -89,7 +88,7 @@ def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
     crypto = _unlock(store, settings)
     new = _passphrase(new_passphrase_file, confirm=True, env=NEW_PASSPHRASE_ENV,
                       what="new passphrase")
-    key_id = add_key(store, crypto, new)
+    key_id = Repository(store, settings.machine_id, crypto).add_key(new)
     click.echo(f"added key file keys/{key_id}")
 
 
@@ -101,7 +100,7 @@ def key_remove(ctx: click.Context, key_id: str) -> None:
     settings = settings_of(ctx)
     store = store_of(settings)
     crypto = _unlock(store, settings)
-    remove_key(store, crypto, key_id.removeprefix("keys/"))
+    Repository(store, settings.machine_id, crypto).remove_key(key_id.removeprefix("keys/"))
     click.echo(f"removed key file keys/{key_id.removeprefix('keys/')}")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from syncd import __version__
+from syncd.backup.engine import sync_once
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
@@ -20,11 +20,13 @@ from syncd.config import load_settings
 from syncd.errors import StoreError, SyncdError, exit_code
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.service.daemon import Daemon, sync_once
+from syncd.service.daemon import Daemon
 from syncd.service.log import set_level
 from syncd.service.log import setup as setup_logging
+from syncd.service.signals import stop_on_signals
 from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, status
 from syncd.store import RetryStore, open_store
+from syncd.version import __version__
 
 EPILOG = """\b
 Exit codes:
@@ -95,8 +97,6 @@ def sync(ctx: click.Context, takeover: bool) -> None:
     # Run by hand: an unreachable store fails it within seconds, not the daemon's minute.
     settings = interactive(settings_of(ctx))
     # SIGTERM and Ctrl-C end it at a segment boundary, as they end the daemon's flush.
-    from syncd.service.catchup import stop_on_signals
-
     stop = stop_on_signals()
     with meter("shipping") as m:
         r = sync_once(settings, progress=m, takeover=takeover, prompt=True, stop=stop)

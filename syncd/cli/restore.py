@@ -13,11 +13,11 @@ import click
 
 from syncd.claude import Selection
 from syncd.cli.util import (
+    repository_of,
     resume_line,
     session_ids,
     session_prefix,
     settings_of,
-    store_and_key,
     time_option,
 )
 from syncd.config import Settings
@@ -52,9 +52,9 @@ def _echo_json(doc: Any) -> None:
 def machines(ctx: click.Context, as_json: bool) -> None:
     """The machines that have a backup in the store."""
     settings = settings_of(ctx)
-    store, crypto = store_and_key(settings)
-    seen = Seen(settings.state_dir, store.url)
-    rows, problems = machines_table(store, crypto, seen)
+    repo = repository_of(settings)
+    seen = Seen(settings.state_dir, repo.url)
+    rows, problems = machines_table(repo, seen)
     seen.save()
     if as_json:
         _echo_json(rows)
@@ -77,9 +77,9 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool) -> None:
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
     settings = settings_of(ctx)
-    store, crypto = store_and_key(settings)
-    seen = Seen(settings.state_dir, store.url)
-    backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+    repo = repository_of(settings)
+    seen = Seen(settings.state_dir, repo.url)
+    backups, problems = load_all(repo, machine, seen=seen)
     seen.save()
     rows = sessions_table(backups, settings.source, project)
     if as_json:
@@ -197,11 +197,11 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
                     maps=maps, worktrees=worktrees, dry_run=dry_run)
     opts.instructions = instructions
-    store, opts.crypto = store_and_key(settings)
-    opts.seen = Seen(settings.state_dir, store.url)
+    repo = repository_of(settings, machine)
+    opts.seen = Seen(settings.state_dir, repo.url)
     with meter("restoring") as m:
         opts.progress = m
-        report = restore(store, machine or settings.machine_id, opts)
+        report = restore(repo, opts)
     opts.seen.save()
     _report(report, as_json, dry_run)
     if report.errors:
@@ -218,17 +218,16 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
            worktrees: str) -> None:
     """Restore one session from any machine's backup and print how to resume it."""
     settings = settings_of(ctx)
-    store, crypto = store_and_key(settings)
-    seen = Seen(settings.state_dir, store.url)
-    backups, problems = load_all(store, machine, crypto=crypto, seen=seen)
+    repo = repository_of(settings)
+    seen = Seen(settings.state_dir, repo.url)
+    backups, problems = load_all(repo, machine, seen=seen)
     seen.save()
     for line in problems:  # a machine that cannot be read may hold the session too
         click.echo(redact(f"syncd: skipped: {line}"), err=True)
     backup, session = find_session(backups, session_id)
     opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
-    opts.crypto = crypto
-    report = restore(store, backup.machine, opts)
+    report = restore(repo.for_machine(backup.machine), opts)
     _report(report, False, False)
     if report.errors:
         sys.exit(1)

@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
+from syncd.backup.state import remembered_key
 from syncd.config import Settings, load_settings, parse_time
 from syncd.errors import ConfigError, NoSuchStore, RestoreError, UsageError
-from syncd.security.crypto import Crypto
-from syncd.security.keys import open_crypto, remembered_key
+from syncd.repository import Repository
+from syncd.security.keys import open_crypto
 from syncd.store import RetryStore, open_store
 
 # A command run by hand against a store it cannot reach fails within ~10 s (the daemon
@@ -55,11 +56,13 @@ def store_of(settings: Settings, *, create: bool = False) -> RetryStore:
         raise NoSuchStore(f"{e}{hint}") from None
 
 
-def store_and_key(settings: Settings) -> tuple[RetryStore, Crypto | None]:
-    """The store, unlocked when it is encrypted (prompting on a terminal); fails closed."""
+def repository_of(settings: Settings, machine: str | None = None) -> Repository:
+    """A machine's repository (default this one's), the store unlocked when it is
+    encrypted (prompting on a terminal); fails closed."""
     store = store_of(settings)
-    return store, open_crypto(store, settings.passphrase_file, prompt=True,
-                              hint=remembered_key(settings.state_file))
+    crypto = open_crypto(store, settings.passphrase_file, prompt=True,
+                         hint=remembered_key(settings.state_file))
+    return Repository(store, machine or settings.machine_id, crypto)
 
 
 # -- what the user typed ------------------------------------------------------------------

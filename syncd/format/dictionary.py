@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import zstandard
-
-from syncd.errors import AlreadyExists, CryptoError, FormatError
-from syncd.security.crypto import Crypto, is_box
-from syncd.store import Store, get_small, layout
 
 DICT_SIZE = 64 << 10
 MIN_GAIN = 0.10
@@ -78,49 +72,4 @@ def train(root: Path, level: int = 3) -> tuple[Dictionary | None, float | None]:
     return (Dictionary(zd.as_bytes()) if gain >= MIN_GAIN else None), gain
 
 
-def publish(store: Store, machine: str, d: Dictionary, crypto: Crypto | None) -> str:
-    key = layout.dict_key(machine, d.id)
-    blob = d.data if crypto is None else crypto.seal_box(key, _POSITION, d.data)
-    with contextlib.suppress(AlreadyExists):  # content-addressed: the same bytes
-        store.put(key, blob)
-    return key
-
-
-# A store's indexes can name any number of dictionaries: the cache keeps the last few.
-_cache: OrderedDict[tuple[str, str], Dictionary] = OrderedDict()
-_cache_lock = threading.Lock()
-_CACHE_MAX = 8
-
-
-def fetch(store: Store, machine: str, dict_id: str, crypto: Crypto | None) -> Dictionary:
-    """The dictionary ``dict_id`` of ``machine`` (cached), checked against its id."""
-    key = layout.dict_key(machine, dict_id)
-    with _cache_lock:
-        hit = _cache.get((store.url, key))
-    if hit is not None:
-        return hit
-    where = f"{store.url}{key}"
-    blob = get_small(store, key, DICT_SIZE + 1024)  # a sealed box adds under 1 KiB
-    try:
-        if crypto is not None:
-            blob = crypto.open_box(key, _POSITION, blob, where)
-        elif is_box(blob):
-            raise FormatError(f"{where}: encrypted, but no key is loaded")
-    except CryptoError as e:
-        raise FormatError(str(e)) from None
-    d = Dictionary(blob)
-    if d.id != dict_id:
-        raise FormatError(f"{where}: dictionary content does not match its id (corrupted)")
-    with _cache_lock:
-        _cache[(store.url, key)] = d
-        while len(_cache) > _CACHE_MAX:
-            _cache.popitem(last=False)
-    return d
-
-
-def machine_of(key: str) -> str:
-    parts = key.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "machines" else ""
-
-
-__all__ = ["Dictionary", "fetch", "machine_of", "publish", "train"]
+__all__ = ["Dictionary", "train"]

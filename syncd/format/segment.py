@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +32,8 @@ from syncd.errors import CryptoError, FormatError
 from syncd.security.crypto import PAD_BLOCK, ObjectCipher, pad, unpad
 from syncd.worker import worker
 
+# An index's "kind" (docs/FORMAT.md): packs and snapshot manifests share the container.
+PACK_KIND = "pack"
 MAGIC = b"SYNCDSEG"
 END_MAGIC = b"SYNCDEND"
 END_MAGIC_SEALED = b"SYNCDEN2"
@@ -528,3 +531,48 @@ def decode_extent(frame: bytes, ext: Extent, where: str,
     if hashlib.sha256(data).hexdigest() != ext.sha256:
         raise FormatError(f"{where}: checksum mismatch for {ext.path!r} [{ext.start},{ext.end})")
     return data
+
+
+def parse_segment(blob: bytes, where: str, cipher: ObjectCipher | None = None) -> SegmentIndex:
+    """The index of a segment held whole in memory (``cipher``: its object's, when sealed)."""
+    check_header(blob, where, sealed=cipher is not None)
+    got = parse_index(blob[-TAIL_READ:] if len(blob) > TAIL_READ else blob, len(blob), where,
+                      cipher)
+    if isinstance(got, SegmentIndex):
+        return got
+    off, length = got
+    return decode_index(blob[off : off + length], index_digest(blob[-TRAILER.size:]), where,
+                        cipher=cipher, offset=off)
+
+
+def extent_bytes(blob: bytes, base: int, ext: Extent, where: str,
+                 cipher: ObjectCipher | None = None,
+                 zdict: zstandard.ZstdCompressionDict | None = None) -> bytes:
+    """The raw bytes of ``ext`` from ``blob``, which holds the object from offset ``base``."""
+    lo = ext.off - base
+    if ext.off < HEADER.size or lo < 0 or lo + ext.clen > len(blob):
+        raise FormatError(f"{where}: extent of {ext.path!r} lies outside the object")
+    return decode_extent(blob[lo : lo + ext.clen], ext, where, cipher, zdict)
+
+
+# Extents are fetched in windows of at most SPAN bytes: a window is one GET when at least
+# WHOLE_OBJECT_SHARE of it is needed (or it holds many frames), else one GET per frame.
+SPAN = 16 << 20
+WHOLE_OBJECT_SHARE = 0.5
+
+
+def windows(exts: list[Extent]) -> Iterator[tuple[list[Extent], bool]]:
+    """Runs of extents (sorted by offset) within SPAN bytes, and whether to GET each whole."""
+    run: list[Extent] = []
+    for e in exts:
+        if run and e.off + e.clen - run[0].off > SPAN:
+            yield run, _whole(run)
+            run = []
+        run.append(e)
+    if run:
+        yield run, _whole(run)
+
+
+def _whole(run: list[Extent]) -> bool:
+    span = max(e.off + e.clen for e in run) - run[0].off
+    return sum(e.clen for e in run) >= WHOLE_OBJECT_SHARE * span or len(run) > 64

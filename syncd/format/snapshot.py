@@ -11,18 +11,25 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from syncd.errors import FormatError
 from syncd.format.catalog import FIELD_MAX, Session, session_of
-from syncd.format.reader import read_extents, read_index
-from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter, decode_path, encode_path
-from syncd.security.crypto import Crypto, ObjectCipher
-from syncd.store import Store, layout
+from syncd.format.segment import (
+    FRAME_MAX,
+    Extent,
+    SegmentIndex,
+    SegmentWriter,
+    decode_path,
+    encode_path,
+)
+from syncd.security.crypto import ObjectCipher
+from syncd.store import layout
 
 KIND = "snapshot"
+HISTORY = b"history.jsonl"
 ROOT_GROUP = "."
 _PER_SESSION = (b"projects", b"file-history", b"tasks")
 _GROUP_PREFIX = b"g/"
@@ -165,10 +172,8 @@ def _entry_doc(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
     return d
 
 
-def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manifest:
-    """The manifest's index (one suffix GET): which groups, objects and sessions it holds."""
-    where = f"{store.url}{key}"
-    ix = read_index(store, key, None, crypto)
+def manifest_of(key: str, ix: SegmentIndex, where: str) -> Manifest:
+    """The manifest whose index is ``ix``: which groups, objects and sessions it holds."""
     x = ix.extra
     if x.get("kind") != KIND:
         raise FormatError(f"{where}: not a snapshot manifest")
@@ -189,55 +194,26 @@ def read_manifest(store: Store, key: str, crypto: Crypto | None = None) -> Manif
     return m
 
 
-def read_groups(store: Store, m: Manifest, names: Iterable[str] | None = None,
-                crypto: Crypto | None = None,
-                on_error: Callable[[str, FormatError], None] | None = None
-                ) -> dict[str, Group]:
-    """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped.
+def group_path(name: str) -> bytes:
+    """The path under which a group's frames are stored in its manifest."""
+    return _GROUP_PREFIX + os.fsencode(name)
 
-    Each group is parsed as soon as its frames are in, so memory holds one group's JSON
-    at a time; a group that claims more than GROUP_MAX bytes is refused unread.
-    ``on_error``: told of each group that cannot be read, and the others still come;
-    without it the first one raises.
-    """
-    where = f"{store.url}{m.key}"
-    bad: dict[str, FormatError] = {}
-    wanted = sorted(m.groups) if names is None else sorted(set(names) & set(m.groups))
-    for name in wanted:
-        size = sum(e.end - e.start for e in m.groups[name])
-        if size > GROUP_MAX:
-            bad[name] = FormatError(f"{where}: group {name!r} claims {size} bytes, more than "
-                                    f"the {GROUP_MAX} a reader accepts (refusing it)")
-    wanted = [n for n in wanted if n not in bad]
-    by_path = {_GROUP_PREFIX + os.fsencode(n): n for n in wanted}
-    left = {p: len(m.groups[n]) for p, n in by_path.items()}
-    parts: dict[bytes, list[tuple[int, bytes]]] = {}
-    out = {}
 
-    def damaged(x: Extent, err: FormatError) -> None:
-        bad.setdefault(by_path[x.path], err)
+def oversize(m: Manifest, name: str, where: str) -> FormatError | None:
+    """Why group ``name`` of ``m`` is refused unread (None: it is within GROUP_MAX)."""
+    size = sum(e.end - e.start for e in m.groups[name])
+    if size <= GROUP_MAX:
+        return None
+    return FormatError(f"{where}: group {name!r} claims {size} bytes, more than the "
+                       f"{GROUP_MAX} a reader accepts (refusing it)")
 
-    for e, data in read_extents(store, m.key, [e for n in wanted for e in m.groups[n]], crypto,
-                                damaged if on_error is not None else None):
-        name = by_path[e.path]
-        if name in bad:
-            continue
-        parts.setdefault(e.path, []).append((e.start, data))
-        left[e.path] -= 1
-        if left[e.path]:
-            continue
-        text = b"".join(c for _, c in sorted(parts.pop(e.path)))
-        try:
-            doc = json.loads(text)
-            del text
-            out[name] = _group(doc, m, where)
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
-            bad[name] = FormatError(f"{where}: unreadable group {name!r}: {e}")
-    for name, problem in sorted(bad.items()):
-        if on_error is None:
-            raise problem
-        on_error(name, problem)
-    return out
+
+def parse_group(text: bytes, m: Manifest, name: str, where: str) -> Group:
+    """Group ``name`` of ``m`` from its JSON."""
+    try:
+        return _group(json.loads(text), m, where)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise FormatError(f"{where}: unreadable group {name!r}: {e}") from e
 
 
 def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
@@ -264,16 +240,6 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
                                   fields={str(k): str(v)[:FIELD_MAX]
                                           for k, v in d["fields"].items()}))
     return g
-
-
-def list_snapshots(store: Store, machine: str) -> list[tuple[int, int, str]]:
-    """``(seq, rev, key)`` of every manifest, oldest first."""
-    out = []
-    for info in store.list(layout.machine_prefix(machine) + "snap/"):
-        sid = layout.snapshot_id(info.key)
-        if sid is not None:
-            out.append((*sid, info.key))
-    return sorted(out)
 
 
 def current(snaps: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:

@@ -8,48 +8,48 @@ from typing import Any
 
 from syncd.errors import BackupError, CryptoError, FormatError, LookupFailed, NoBackup, StoreError
 from syncd.format.catalog import Session
-from syncd.format.reader import read_index
-from syncd.security.crypto import Crypto
+from syncd.repository import Repository
 from syncd.seen import Seen
-from syncd.store import Store, layout
-from syncd.view import Backup, list_machines, load_backup, machine_info, newest_manifest
+from syncd.store import layout
+from syncd.view import Backup, load_backup
 
 
-def machines_table(store: Store, crypto: Crypto | None = None, seen: Seen | None = None
+def machines_table(repo: Repository, seen: Seen | None = None
                    ) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per machine, and one line per object that could not be read (that
-    machine's row then lacks what it would have told)."""
+    """One row per machine of ``repo``'s store, and one line per object that could not be
+    read (that machine's row then lacks what it would have told)."""
     rows, problems = [], []
-    for machine in list_machines(store):
+    for machine in repo.machines():
+        m = repo.for_machine(machine)
         try:
-            info = machine_info(store, machine, crypto)
+            info = m.info()
         except (StoreError, CryptoError) as e:
             info = {}
             problems.append(str(e))
-        objects = list(store.list(layout.machine_prefix(machine)))
-        keys = [(o.key, o.size) for o in objects if layout.segment_seq(o.key) is not None
-                and "/seg/" in o.key]
+        objects = m.objects()
+        kinds = [layout.kind_of(o.key) for o in objects]
+        keys = [(o.key, o.size) for o, kind in zip(objects, kinds, strict=True)
+                if kind == "seg" and layout.segment_seq(o.key) is not None]
         if seen is not None:
             seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + [
                 sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
-                and "/snap/" in o.key]
+                and layout.kind_of(o.key) == "snap"]
             problem = seen.check(machine, max(seqs) if seqs else None)
             if problem:
                 problems.append(problem)
         last: float | None = None
         try:
             if keys:
-                last = read_index(store, keys[-1][0], keys[-1][1], crypto).time
+                last = m.read_index(keys[-1][0], keys[-1][1]).time
             else:
-                snap = newest_manifest(store, machine, crypto, problems)
+                snap = m.newest_manifest(problems)
                 last = None if snap is None else snap.time
         except (FormatError, StoreError) as e:
             problems.append(str(e))
         rows.append({"machine": machine, "hostname": info.get("hostname"),
                      "home": info.get("home"), "os": info.get("os"),
-                     "segments": len(keys),
-                     "packs": sum(1 for o in objects if "/pack/" in o.key),
-                     "snapshots": sum(1 for o in objects if "/snap/" in o.key),
+                     "segments": len(keys), "packs": kinds.count("pack"),
+                     "snapshots": kinds.count("snap"),
                      "stored_bytes": sum(o.size for o in objects),
                      "last_backup": last})
     return rows, problems
@@ -69,16 +69,15 @@ def _row(s: Session, local: set[str]) -> dict[str, Any]:
             "local": s.session_id in local}
 
 
-def load_all(store: Store, machine: str | None = None, at: float | None = None,
-             crypto: Crypto | None = None, seen: Seen | None = None
-             ) -> tuple[list[Backup], list[str]]:
+def load_all(repo: Repository, machine: str | None = None, at: float | None = None,
+             seen: Seen | None = None) -> tuple[list[Backup], list[str]]:
     """Every machine's backup (or ``machine``'s), and one line per machine that could not
     be read: one damaged machine never hides the others."""
-    names = [machine] if machine else list_machines(store)
+    names = [machine] if machine else repo.machines()
     out, problems = [], []
     for name in names:
         try:
-            b = load_backup(store, name, at, crypto, seen=seen)
+            b = load_backup(repo.for_machine(name), at, seen=seen)
         except (BackupError, FormatError, StoreError, CryptoError) as e:
             if machine:
                 raise

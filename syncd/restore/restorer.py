@@ -25,18 +25,16 @@ from pathlib import Path
 from syncd.claude import Selection, carries_instructions, is_never, project_folder
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
 from syncd.format.catalog import Session, session_of
-from syncd.format.reader import read_extents
 from syncd.format.segment import Extent
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import private_dir, write_private
 from syncd.progress import Meter, NullMeter
+from syncd.repository import Repository
 from syncd.restore.install import Installer
 from syncd.restore.merge import decide
 from syncd.restore.remap import Remapper, Rule
-from syncd.security.crypto import Crypto
 from syncd.seen import Seen
-from syncd.store import Store
 from syncd.view import Backup, load_backup
 
 log = logging.getLogger("syncd.restore")
@@ -60,7 +58,6 @@ class RestoreOptions:
     project_roots: tuple[str, ...] = ()
     conflicts_dir: Path | None = None
     progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
-    crypto: Crypto | None = None   # the unlocked key of an encrypted store
     # What this machine backs up: nothing outside it is written, whatever a store holds.
     selection: Selection = field(default_factory=Selection)
     # Also write files that carry instructions or code (settings, CLAUDE.md, commands…).
@@ -126,17 +123,18 @@ def safe_relpath(path: bytes) -> bytes:
     return path
 
 
-def restore_tree(store: Store, machine: str, target: Path, progress: Meter | None = None,
-                 crypto: Crypto | None = None) -> RestoreReport:
-    """The whole backup of ``machine``, as it is now, into ``target``."""
-    return restore(store, machine, RestoreOptions(target=target, progress=progress,
-                                                  crypto=crypto))
+def restore_tree(repo: Repository, target: Path,
+                 progress: Meter | None = None) -> RestoreReport:
+    """The repository machine's whole backup, as it is now, into ``target``."""
+    return restore(repo, RestoreOptions(target=target, progress=progress))
 
 
-def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
+def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
+    """Restore the repository machine's backup as ``opts`` say."""
+    machine = repo.machine
     try:
         # One session (or a few): only their part of the snapshot is read.
-        backup = load_backup(store, machine, opts.at, opts.crypto,
+        backup = load_backup(repo, opts.at,
                              sessions=opts.sessions if opts.sessions and not opts.projects
                              else None, seen=opts.seen)
     except BackupError as e:
@@ -175,7 +173,7 @@ def restore(store: Store, machine: str, opts: RestoreOptions) -> RestoreReport:
     try:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
-        staged = _stage(store, files, staging, report, meter, opts.crypto)
+        staged = _stage(repo, files, staging, report, meter)
         for path in sorted(staged):
             f = files[path]
             try:
@@ -377,9 +375,8 @@ def _history_of(h: Entry, sids: set[str]) -> Entry:
 
 # -- fetching --------------------------------------------------------------------
 
-def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
-           report: RestoreReport, meter: Meter,
-           crypto: Crypto | None = None) -> dict[bytes, Path]:
+def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
+           report: RestoreReport, meter: Meter) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns those that arrived, whole or as the
     intact prefix of a transcript whose later bytes are lost (cut at a line end)."""
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
@@ -412,8 +409,7 @@ def _stage(store: Store, files: dict[bytes, Entry], staging: Path,
                 lose(owner[id(x)], x.start, x.end, str(err))
 
             try:
-                for x, data in read_extents(store, key, [x for _, x in wanted], crypto,
-                                            damaged):
+                for x, data in repo.read_extents(key, [x for _, x in wanted], damaged):
                     f = owner[id(x)]
                     if f.path in lost and x.start >= lost[f.path][0]:
                         continue

@@ -23,15 +23,13 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import sqlite3
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd.backup.state import State
-from syncd.errors import BadPassphrase, CryptoError, NotFound, StateError
+from syncd.errors import BadPassphrase, CryptoError, NotFound
 from syncd.redact import add_secret
 from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
@@ -62,28 +60,6 @@ class KeyHint:
 
     key_id: str | None = None
     master: str | None = None  # the master key's fingerprint
-
-
-def hint_of(state: State) -> KeyHint:
-    """What the writer (``Engine._unlock``) remembers in its state's meta."""
-    return KeyHint(state.meta("key_id"), state.meta("key_fingerprint"))
-
-
-def remembered_key(state_file: Path) -> KeyHint | None:
-    """The hint in this machine's state database, read-only; None without one.
-
-    Only an order: a state that cannot be read gives no hint rather than an error.
-    """
-    if not state_file.exists():
-        return None
-    try:
-        state = State(state_file, readonly=True)
-        try:
-            return hint_of(state)
-        finally:
-            state.close()
-    except (StateError, sqlite3.Error):
-        return None
 
 
 def key_files(store: Store) -> list[ObjectInfo]:
@@ -140,7 +116,8 @@ def init_encryption(store: Store, passphrase: str, *, n: int = SCRYPT_N) -> Cryp
         raise CryptoError(f"{store.url}: already holds unencrypted backups; an encrypted "
                           "store starts empty (use another bucket or prefix)")
     crypto = Crypto(new_master())
-    crypto.key_id = _write_key_file(store, crypto, passphrase, n)
+    crypto.key_id = write_key_file(
+        store, lambda key_id, key: wrap(crypto, passphrase, key_id, key, n=n))
     # Two `init --encrypt` at once would make two master keys: the first key file (in
     # key order) wins, the other init takes its own back and fails.
     rivals = [(key, kf) for key, kf in list_keys(store)
@@ -153,10 +130,11 @@ def init_encryption(store: Store, passphrase: str, *, n: int = SCRYPT_N) -> Cryp
     return crypto
 
 
-def _write_key_file(store: Store, crypto: Crypto, passphrase: str, n: int) -> str:
+def write_key_file(store: Store, wrapped: Callable[[str, str], bytes]) -> str:
+    """Write the key file ``wrapped(key_id, object_key)`` under a new id; returns the id."""
     key_id = os.urandom(8).hex()
     key = layout.key_file_key(key_id)
-    store.put(key, wrap(crypto, passphrase, key_id, key, n=n), if_none_match=True)
+    store.put(key, wrapped(key_id, key), if_none_match=True)
     return key_id
 
 
@@ -226,27 +204,6 @@ def unlock(store: Store, passphrase: str, infos: list[ObjectInfo] | None = None,
                    "this machine remembers): remove the key files you did not make from keys/")
     raise BadPassphrase(f"{store.url}: the passphrase opens none of the store's key files "
                         f"({_names(infos)}): wrong passphrase, or tampered key files{detail}")
-
-
-def add_key(store: Store, crypto: Crypto, passphrase: str, *, n: int = SCRYPT_N) -> str:
-    """A new key file for another passphrase; returns its key id."""
-    return _write_key_file(store, crypto, passphrase, n)
-
-
-def remove_key(store: Store, crypto: Crypto, key_id: str) -> None:
-    """Remove one key file; never the last one, nor the one this passphrase opened."""
-    infos = key_files(store)
-    key = layout.key_file_key(key_id)
-    if key not in {i.key for i in infos}:
-        raise CryptoError(f"{store.url}: no key file {key} (the store has: "
-                          f"{', '.join(i.key for i in infos) or 'none'})")
-    if len(infos) == 1:
-        raise CryptoError(f"{store.url}{key}: refusing to remove the last key file (the "
-                          "store could never be read again)")
-    if key_id == crypto.key_id:
-        raise CryptoError(f"{store.url}{key}: refusing to remove the key file your "
-                          "passphrase opens; run this with another passphrase of the store")
-    store.delete_many([key])
 
 
 # -- passphrases ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Literal
 
+from syncd.backup.engine import sync_once
 from syncd.backup.scan import ScanResult, scan
 from syncd.backup.ship import FlushResult
 from syncd.backup.state import State
@@ -36,8 +37,8 @@ from syncd.config import Settings
 from syncd.errors import Locked, StateError, SyncStopped
 from syncd.redact import redact
 from syncd.security.lock import ProcessLock
-from syncd.service.daemon import sync_once
 from syncd.service.log import setup as setup_logging
+from syncd.service.signals import stop_on_signals
 
 log = logging.getLogger("syncd.catchup")
 
@@ -270,27 +271,6 @@ def _child(settings: Settings, takeover: bool, level: int, parent: int,
         conn.send(_Report(os.getpid(), _peak_rss(), error=redact(str(e))[:500]))
         sys.exit(1)
     conn.send(_Report(os.getpid(), _peak_rss(), result))
-
-
-def stop_on_signals() -> threading.Event:
-    """An Event set by SIGTERM or SIGINT (a second one exits). The signals are blocked in
-    every thread (those started later inherit the mask) and taken by one thread in
-    ``sigwait``: a Python
-    handler would run in the main thread between any two bytecodes, where setting an
-    Event can deadlock on the lock that thread may be holding (a retry's ``stop.wait``)."""
-    stopping = threading.Event()
-    sigs = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-
-    def take() -> None:
-        signal.sigwait(sigs)
-        stopping.set()
-        # A second one ends the process at once (a prompt waiting for input, an impatient
-        # Ctrl-C): safe, the state only ever holds what the store confirmed.
-        os._exit(128 + signal.sigwait(sigs))
-
-    threading.Thread(target=take, name="syncd-signals", daemon=True).start()
-    return stopping
 
 
 def _die_with(parent: int) -> None:

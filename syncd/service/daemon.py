@@ -1,4 +1,5 @@
-"""The daemon: watch → dirty set → flush (quiet or max delay) → shipper; reconcile scans."""
+"""The daemon: watch → dirty set → flush (quiet or max delay) → the engine; reconcile
+scans; the archive jobs on their schedules."""
 
 from __future__ import annotations
 
@@ -6,21 +7,16 @@ import contextlib
 import ctypes
 import gc
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-from syncd.backup.errorlog import record_error
+from syncd.backup.engine import Engine
 from syncd.backup.scan import scan
-from syncd.backup.ship import FlushResult, Shipper, ship_with_restart
-from syncd.backup.state import State
 from syncd.backup.watch import Watcher
-from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import (
     CryptoError,
@@ -28,18 +24,11 @@ from syncd.errors import (
     LeaseLost,
     StoreError,
     SyncdError,
-    SyncError,
-    SyncStopped,
 )
-from syncd.progress import Meter
-from syncd.security.crypto import Crypto
-from syncd.security.keys import hint_of, open_crypto, passphrase_configured
-from syncd.security.lease import Lease
-from syncd.security.lock import ProcessLock
+from syncd.service.catchup import Wakeup, catch_up
 from syncd.service.log import set_level
 from syncd.service.metrics import MetricsServer
 from syncd.service.notify import Notifier
-from syncd.store import RetryStore, open_store
 
 log = logging.getLogger("syncd.daemon")
 
@@ -52,134 +41,6 @@ class _Dirty:
     dirs: set[bytes] = field(default_factory=set)
     first: float | None = None
     last: float | None = None
-
-
-class Engine:
-    """Everything one flush needs: store, state, key, lease, shipper. Shared by ``run``
-    and ``sync``.
-
-    Start-up, in order: the state's process lock; then ``connect``: one LIST of
-    ``keys/`` (an encrypted store is unlocked, or refused without a working passphrase)
-    and the machine's lease (refused when another writer holds it). Nothing is written
-    before ``connect`` succeeded; a flush connects before its first upload if needed, so
-    a daemon whose store is down at boot starts anyway and connects when the store is
-    back, and ``sync`` reads and compresses while the S3 client is being built.
-    """
-
-    def __init__(self, settings: Settings, stop: threading.Event | None = None,
-                 progress: Callable[[int], None] | None = None, *, takeover: bool = False,
-                 on_lease_lost: Callable[[str], None] | None = None,
-                 prompt: bool = False, connect: bool = True) -> None:
-        self.settings = settings
-        self.stop = stop or threading.Event()
-        self.takeover = takeover
-        self.prompt = prompt
-        self.on_lease_lost = on_lease_lost or (lambda msg: None)
-        if not settings.source.is_dir():
-            raise SyncError(f"source {settings.source} is not a directory")
-        self.lock = ProcessLock(settings.state_file.with_suffix(".lock"))
-        self.lock.acquire()
-        self.lease: Lease | None = None
-        self.crypto: Crypto | None = None
-        self.connected = False
-        try:
-            # One connection attempt takes at most half the retry budget (sync's is short).
-            self.store: RetryStore = open_store(
-                settings.store, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
-                retry_deadline=settings.store_retry_deadline, stop=self.stop,
-                connect_timeout=min(10.0, settings.store_retry_deadline / 2))
-            self.state = State(settings.state_file)
-        except Exception:
-            self.lock.release()
-            raise
-        self.selection = Selection(settings.include, settings.exclude)
-        self.root = os.fsencode(settings.source)
-        self.shipper = Shipper(root=settings.source, store=self.store, state=self.state,
-                               machine=settings.machine_id, selection=self.selection,
-                               level=settings.zstd_level, segment_max=settings.segment_max_bytes,
-                               should_stop=self.stop.is_set, prepare=self.connect)
-        if progress is not None:
-            self.shipper.progress = progress
-        if connect:
-            try:
-                self.connect()
-            except Exception:
-                self.close()
-                raise
-
-    def connect(self) -> None:
-        """Unlock the store (if encrypted) and take the lease; a no-op once done.
-
-        ``StoreError``: the store is unreachable, try again later. ``CryptoError`` and
-        ``LeaseHeld``: this process must not write to this store; do not retry.
-        """
-        if self.connected:
-            return
-        crypto = self._unlock(self.state, self.prompt)
-        lease = self._take_lease(self.state, self.takeover)
-        lease.start(self.on_lease_lost)
-        self.crypto, self.lease = crypto, lease
-        self.shipper.crypto, self.shipper.lease = crypto, lease
-        self.connected = True
-
-    def _unlock(self, state: State, prompt: bool) -> Crypto | None:
-        """The store's key (None: plain), checked against what this state wrote before.
-
-        The key file that opened it last is tried first, then those naming the master key
-        remembered: planted key files cost nothing then, and whatever opens, a master key
-        other than the remembered one is refused.
-        """
-        hint = hint_of(state)
-        crypto = open_crypto(self.store, self.settings.passphrase_file, prompt=prompt,
-                             hint=hint)
-        known = hint.master
-        found = None if crypto is None else crypto.fingerprint
-        if known and found != known:
-            raise CryptoError(
-                f"{self.store.url}: this machine's backup there is encrypted with key "
-                f"{known}, but the store now " + ("has no keys/ (removed?)" if found is None
-                                                  else f"holds key {found}")
-                + ": refusing to write")
-        if found and not known:
-            if state.next_seq:
-                raise CryptoError(f"{self.store.url}: encrypted, but this machine already "
-                                  "wrote unencrypted segments there: refusing to mix them "
-                                  f"(remove {state.path} to start an encrypted backup)")
-            state.set_meta(key_fingerprint=found)
-        if crypto is not None and crypto.key_id != hint.key_id:
-            state.set_meta(key_id=crypto.key_id)
-        return crypto
-
-    def _take_lease(self, state: State, takeover: bool) -> Lease:
-        owner = state.meta("lease_owner")
-        if not owner:
-            owner = os.urandom(16).hex()
-            state.set_meta(lease_owner=owner)
-        ttl = self.settings.lease_ttl
-        # Its own retries: a renewal gives up before the next one is due.
-        store = RetryStore(self.store.inner, deadline=ttl / 3, stop=self.stop)
-        lease = Lease(store, self.settings.machine_id, owner=owner, ttl=ttl, takeover=takeover)
-        lease.acquire()
-        return lease
-
-    def close(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
-        self.state.close()
-        self.lock.release()
-
-    def flush(self, paths: set[bytes]) -> FlushResult:
-        try:
-            result = ship_with_restart(self.shipper, paths)  # connects before its first PUT
-        except InterruptedError:
-            raise  # a stop (an OSError too), not an error
-        except (SyncdError, OSError) as e:
-            record_error(self.state, str(e))
-            raise
-        if result.problems:
-            first = next(iter(result.problems.values()))
-            record_error(self.state, first)
-        return result
 
 
 # Settings a SIGHUP applies to the running daemon; any other change needs a restart.
@@ -285,7 +146,6 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.request_stop)
             signal.signal(signal.SIGHUP, self.request_reload)
-        from syncd.service.catchup import Wakeup, catch_up
 
         # Before the Engine: the child takes the state's lock and the lease itself. A stop
         # wakes its wait at once, so the child is told without waiting for a poll.
@@ -310,8 +170,8 @@ class Daemon:
             self._last_flush = (float(last_time), int(last_seq))
         from syncd.service.schedule import Archiver  # APScheduler: only the daemon needs it
 
-        archiver = Archiver(self.settings, lambda: (engine.store, engine.crypto)
-                            if engine.connected else None, self.stop)
+        archiver = Archiver(self.settings, lambda: engine.repo if engine.connected else None,
+                            self.stop)
         metrics = MetricsServer.start_for(self.settings)
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
@@ -530,52 +390,3 @@ def _release_memory() -> None:
     gc.collect()  # cycles left by the flush first, so their memory is free to return
     with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL(None).malloc_trim(0)
-
-
-def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bool = False,
-              prompt: bool = False, stop: threading.Event | None = None) -> FlushResult:
-    """Scan, ship everything pending, return when it is durable; raise SyncError otherwise.
-
-    ``progress`` is told the bytes to read, then every frame read (a first seed's bar).
-    The machine's lease is held for the duration (``takeover``: from a dead holder).
-    ``stop``, once set, ends the pass at the next segment boundary (the segment in flight
-    is committed) with ``SyncStopped``.
-    """
-    # The store is connected to before the first upload, so the seed reads and compresses
-    # while the S3 client is built; but a passphrase prompt comes first, not mid-progress.
-    may_prompt = prompt and sys.stdin.isatty() and not passphrase_configured(
-        settings.passphrase_file)
-    engine = Engine(settings, stop, progress=progress.advance if progress is not None else None,
-                    takeover=takeover, prompt=prompt, connect=may_prompt)
-    try:
-        found = scan(engine.root, engine.selection, engine.state)
-        if progress is not None:
-            progress.start(found.pending_bytes)
-        total = FlushResult()
-        pending = found.dirty
-        for _ in range(5):
-            try:
-                result = engine.flush(pending)
-            except InterruptedError:
-                if not engine.stop.is_set():
-                    raise
-                raise SyncStopped("stopped: what was not shipped waits for the next run") \
-                    from None
-            total.segments += result.segments
-            total.raw_bytes += result.raw_bytes
-            total.stored_bytes += result.stored_bytes
-            total.files += result.files
-            total.tombstones += result.tombstones
-            total.problems = result.problems
-            # Files that changed while being read get another pass.
-            pending = result.requeue
-            if not pending:
-                break
-        problems = {**found.problems, **total.problems}
-        if problems:
-            first = next(iter(problems.values()))
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise SyncError(f"not backed up: {first}{more}")
-        return total
-    finally:
-        engine.close()

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from syncd import __version__
 from syncd.config import Settings
 from syncd.service.status import STORE_CHECK_TIMEOUT, status
 from syncd.store import Store, open_store
+from syncd.version import __version__
 
 log = logging.getLogger("syncd.metrics")
 

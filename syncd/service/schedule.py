@@ -37,8 +37,7 @@ from syncd.backup.errorlog import record_error
 from syncd.backup.state import State
 from syncd.config import Settings, parse_duration
 from syncd.errors import CompactError, ConfigError, ScheduleError, SyncdError
-from syncd.security.crypto import Crypto
-from syncd.store import Store
+from syncd.repository import Repository
 
 log = logging.getLogger("syncd.schedule")
 # Its own INFO lines (job added, scheduler started) say nothing a user needs.
@@ -65,11 +64,11 @@ def trigger(name: str, text: str) -> BaseTrigger | None:
 
 
 class Archiver:
-    """Runs the archive jobs while the daemon runs; ``connected`` gives the store and key
-    once the daemon has them (None: skip this run)."""
+    """Runs the archive jobs while the daemon runs; ``connected`` gives this machine's
+    repository once the daemon has connected (None: skip this run)."""
 
     def __init__(self, settings: Settings,
-                 connected: Callable[[], tuple[Store, Crypto | None] | None],
+                 connected: Callable[[], Repository | None],
                  stop: threading.Event) -> None:
         self.settings = settings
         self.connected = connected
@@ -107,32 +106,31 @@ class Archiver:
         with self._run_lock:
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-            got = self.connected()
-            if got is None:
+            repo = self.connected()
+            if repo is None:
                 log.info("%s skipped: not connected to the store yet", name)
                 return None
-            store, crypto = got
-            s, machine = self.settings, self.settings.machine_id
+            s = self.settings
             opts = compact_options(s)
             opts.should_stop = self.stop.is_set
             started = time.time()
             try:
                 result: dict[str, Any]
                 if name == "compaction":
-                    note = ensure_dictionary(s, store, crypto)
-                    result = compact(store, machine, crypto, opts).as_dict()
+                    note = ensure_dictionary(s, repo)
+                    result = compact(repo, opts).as_dict()
                     result["dictionary"] = note
                     if result["errors"]:
                         # Done as far as it could go (a missing or damaged segment stops
                         # it there): worth a look, and it shows in status.
                         self._record(error=f"compaction: {result['errors'][0]}")
                 elif name == "prune":
-                    result = prune(store, machine, policy_of(s), crypto,
-                                   max_share=s.prune_max_share, opts=opts).as_dict()
+                    result = prune(repo, policy_of(s), max_share=s.prune_max_share,
+                                   opts=opts).as_dict()
                 else:
                     share, limit = verify_budget(s)
-                    report = verify(store, machine, crypto, read_data=share,
-                                    max_duration=limit, acknowledged=acknowledged_seq(s))
+                    report = verify(repo, read_data=share, max_duration=limit,
+                                    acknowledged=acknowledged_seq(s))
                     result = report.as_dict()
                     if not report.ok:
                         raise CompactError(f"verify found {len(report.problems)} problems: "

@@ -2,17 +2,49 @@
 
 from __future__ import annotations
 
+MACHINES_PREFIX = "machines/"
+
 
 def machine_prefix(machine: str) -> str:
-    return f"machines/{machine}/"
+    return f"{MACHINES_PREFIX}{machine}/"
+
+
+def machine_of(key: str) -> str | None:
+    """The machine a key under ``machines/`` belongs to (None for any other key)."""
+    parts = key.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == MACHINES_PREFIX[:-1] else None
+
+
+def kind_of(key: str) -> str | None:
+    """What a key under a machine's prefix names: "seg", "pack", "snap" or "dict" (None for
+    anything else, machine.json and lease.json included)."""
+    parts = key.split("/")
+    if len(parts) == 4 and parts[0] == MACHINES_PREFIX[:-1] and parts[2] in _KINDS:
+        return parts[2]
+    return None
+
+
+_KINDS = frozenset({"seg", "pack", "snap", "dict"})
+
+
+def segments_prefix(machine: str) -> str:
+    return f"{MACHINES_PREFIX}{machine}/seg/"
+
+
+def snapshots_prefix(machine: str) -> str:
+    return f"{MACHINES_PREFIX}{machine}/snap/"
+
+
+def packs_prefix(machine: str) -> str:
+    return f"{MACHINES_PREFIX}{machine}/pack/"
 
 
 def machine_key(machine: str) -> str:
-    return f"machines/{machine}/machine.json"
+    return f"{machine_prefix(machine)}machine.json"
 
 
 def lease_key(machine: str) -> str:
-    return f"machines/{machine}/lease.json"
+    return f"{machine_prefix(machine)}lease.json"
 
 
 KEYS_PREFIX = "keys/"
@@ -23,7 +55,7 @@ def key_file_key(key_id: str) -> str:
 
 
 def segment_key(machine: str, seq: int) -> str:
-    return f"machines/{machine}/seg/{seq:016x}"
+    return f"{segments_prefix(machine)}{seq:016x}"
 
 
 def segment_seq(key: str) -> int | None:
@@ -39,7 +71,7 @@ def segment_seq(key: str) -> int | None:
 
 def pack_key(machine: str, lo: int, hi: int, tag: str) -> str:
     """A pack of data from segments ``lo..hi``; ``tag`` (8 hex) keeps two packs apart."""
-    return f"machines/{machine}/pack/{lo:016x}-{hi:016x}-{tag}"
+    return f"{packs_prefix(machine)}{lo:016x}-{hi:016x}-{tag}"
 
 
 def pack_range(key: str) -> tuple[int, int] | None:
@@ -55,7 +87,7 @@ def pack_range(key: str) -> tuple[int, int] | None:
 
 def snapshot_key(machine: str, seq: int, rev: int) -> str:
     """The manifest as of segment ``seq``; ``rev`` counts re-issues at the same seq."""
-    return f"machines/{machine}/snap/{seq:016x}-{rev:04x}"
+    return f"{snapshots_prefix(machine)}{seq:016x}-{rev:04x}"
 
 
 def snapshot_id(key: str) -> tuple[int, int] | None:
@@ -72,4 +104,4 @@ def snapshot_id(key: str) -> tuple[int, int] | None:
 
 def dict_key(machine: str, dict_id: str) -> str:
     """A zstd dictionary, named by the sha256 of its bytes."""
-    return f"machines/{machine}/dict/{dict_id}"
+    return f"{machine_prefix(machine)}dict/{dict_id}"

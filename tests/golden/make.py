@@ -58,12 +58,13 @@ from syncd.backup.ship import Shipper, ship_with_restart
 from syncd.backup.state import State
 from syncd.claude import Selection, project_folder
 from syncd.config import Settings, load_settings
-from syncd.format.reader import read_index
+from syncd.repository import Repository
 from syncd.restore.listing import load_all, sessions_table
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.security.crypto import Crypto
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, Store
+from tests.readers import read_index
 from tests.test_golden import (
     CHEAP_SCRYPT_N,
     GOLDEN,
@@ -333,8 +334,8 @@ def build(work: Path, encrypted: bool) -> tuple[Path, Built]:
     if encrypted:
         crypto = init_encryption(store, PASSPHRASE, n=CHEAP_SCRYPT_N)
     clock = Clock()
-    sh = Shipper(root=src, store=store, state=State(s.state_file), machine=MACHINE,
-                 selection=Selection(), level=s.zstd_level, clock=clock, crypto=crypto)
+    sh = Shipper(root=src, repo=Repository(store, MACHINE, crypto), state=State(s.state_file),
+                 selection=Selection(), level=s.zstd_level, clock=clock)
     t = Tree(src)
     built = Built([], [])
     titles: dict[str, str] = {}
@@ -352,10 +353,11 @@ def build(work: Path, encrypted: bool) -> tuple[Path, Built]:
                   not in state}
             for sid, title in titles.items()})
         if k in COMPACT_AFTER:
-            rep = compact(store, MACHINE, crypto, CompactOptions(now=clock.t + STEP / 2))
+            repo = Repository(store, MACHINE, crypto)
+            rep = compact(repo, CompactOptions(now=clock.t + STEP / 2))
             if rep.errors or rep.snapshot is None:
                 raise SystemExit(f"compaction after flush {k} failed: {rep.errors}")
-            note = ensure_dictionary(s, store, crypto, now=clock.t + STEP / 2)
+            note = ensure_dictionary(s, repo, now=clock.t + STEP / 2)
             if k == COMPACT_AFTER[0] and "adopted" not in note:
                 raise SystemExit(f"no dictionary: {note}")
     sh.state.close()
@@ -400,7 +402,7 @@ def check_store(store: Store, crypto: Crypto | None) -> None:
             raise SystemExit(f"{k} does not use the dictionary")
     if [k for k in keys if "/.tmp-" in k or "/.lock-" in k]:
         raise SystemExit(f"leftovers in the store: {keys}")
-    rep = verify(store, MACHINE, crypto, read_data=100.0)
+    rep = verify(Repository(store, MACHINE, crypto), read_data=100.0)
     if not rep.ok:
         raise SystemExit(f"verify: {rep.problems}")
 
@@ -433,8 +435,8 @@ def check_restores(dest: Path, encrypted: bool, built: Built, work: Path) -> Non
     for point in POINTS:
         store, crypto = open_golden(dest, encrypted)
         out = work / f"check-{point.name}"
-        report = restore(store, MACHINE, RestoreOptions(target=out, at=point.at,
-                                                        local_home=HOME, crypto=crypto))
+        report = restore(Repository(store, MACHINE, crypto),
+                         RestoreOptions(target=out, at=point.at, local_home=HOME))
         if report.errors:
             raise SystemExit(f"{dest.name} at {point.name}: {report.errors}")
         want = expected(built, point)
@@ -442,7 +444,7 @@ def check_restores(dest: Path, encrypted: bool, built: Built, work: Path) -> Non
         if got != {p: (hashlib.sha256(d).hexdigest(), len(d)) for p, d in want.items()}:
             raise SystemExit(f"{dest.name} at {point.name}: the restore differs from the "
                              f"source tree: {sorted(set(got) ^ set(want))}")
-        backups, problems = load_all(store, MACHINE, point.at, crypto)
+        backups, problems = load_all(Repository(store, "", crypto), MACHINE, point.at)
         if problems:
             raise SystemExit(f"{dest.name} at {point.name}: {problems}")
         rows = sessions_table(backups, work / "nowhere")

@@ -1,8 +1,7 @@
-"""Packs: compacted data, a segment container whose index says ``"kind": "pack"``.
-
-``Spool`` copies the source objects of a compaction to local files once each;
-``PackWriter`` cuts what compaction hands it into packs of about ``target`` bytes,
-compressing frames a batch at a time on every core.
+"""Writing packs: ``Spool`` copies the source objects of a compaction to local files
+once each; ``PackWriter`` cuts what compaction hands it into packs of about ``target``
+bytes, compressing frames a batch at a time on every core. (A pack is a segment
+container whose index says ``"kind": "pack"``: docs/FORMAT.md.)
 """
 
 from __future__ import annotations
@@ -16,15 +15,19 @@ from pathlib import Path
 import zstandard
 
 from syncd.errors import FormatError
-from syncd.format.reader import dictionary_for
-from syncd.format.segment import THREADS, Extent, SegmentWriter, decode_extent
-from syncd.format.snapshot import Entry, history_sids
+from syncd.format.segment import (
+    PACK_KIND,
+    THREADS,
+    Extent,
+    SegmentWriter,
+    check_extent,
+    decode_extent,
+)
+from syncd.format.snapshot import HISTORY, Entry, history_sids
 from syncd.private import private_dir
-from syncd.security.crypto import Crypto
-from syncd.store import Store, layout
+from syncd.repository import Repository
+from syncd.store import layout
 
-PACK_KIND = "pack"
-HISTORY = b"history.jsonl"
 _SPOOL_CHUNK = 8 << 20
 # Raw bytes compressed together, one frame per core at a time: bounded memory.
 BATCH = 16 << 20
@@ -35,41 +38,45 @@ class Spool:
     """Source objects copied to local files once each, read back by range.
 
     A file's extents are spread over many segments; this reads every object once, in
-    bounded memory, whatever order the files are written in.
+    bounded memory, whatever order the files are written in. Only as much of an object
+    is copied as the extents read from it reach, never what its size says.
     """
 
-    def __init__(self, store: Store, crypto: Crypto | None, where: Path | None) -> None:
-        self.store, self.crypto = store, crypto
+    def __init__(self, repo: Repository, where: Path | None) -> None:
+        self.repo = repo
         if where is not None:
             private_dir(where)
         self._dir = tempfile.TemporaryDirectory(prefix="syncd-compact-", dir=where)
-        self._fds: dict[str, int] = {}
+        self._files: dict[str, tuple[int, int]] = {}  # key -> (fd, bytes copied)
 
     def read(self, key: str, x: Extent) -> bytes:
-        fd = self._fds.get(key)
-        if fd is None:
-            fd = self._fds[key] = self._fetch(key)
+        where = self.repo.where(key)
+        check_extent(x, where)
+        fd = self._copy(key, x.off + x.clen)
         frame = os.pread(fd, x.clen, x.off)
         if len(frame) != x.clen:
-            raise FormatError(f"{self.store.url}{key}: extent of {x.path!r} lies outside "
-                              "the object")
-        return decode_extent(frame, x, f"{self.store.url}{key}",
-                             None if self.crypto is None else self.crypto.cipher(key),
-                             dictionary_for(self.store, key, x, self.crypto))
+            raise FormatError(f"{where}: extent of {x.path!r} lies outside the object")
+        return decode_extent(frame, x, where, self.repo.cipher(key),
+                             self.repo.frame_dictionary(key, x))
 
-    def _fetch(self, key: str) -> int:
-        path = os.path.join(self._dir.name, hashlib.sha256(key.encode()).hexdigest())
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        info = self.store.head(key)
-        if info is None:
-            os.close(fd)
-            raise FormatError(f"{self.store.url}{key}: object is missing")
-        for start in range(0, info.size, _SPOOL_CHUNK):
-            os.write(fd, self.store.get(key, start, min(_SPOOL_CHUNK, info.size - start)))
+    def _copy(self, key: str, upto: int) -> int:
+        """The spool file of ``key``, holding at least its first ``upto`` bytes."""
+        fd, have = self._files.get(key, (-1, 0))
+        if fd < 0:
+            path = os.path.join(self._dir.name, hashlib.sha256(key.encode()).hexdigest())
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            self._files[key] = (fd, 0)
+        while have < upto:
+            chunk = self.repo.store.get(key, have, _SPOOL_CHUNK)
+            if not chunk:
+                break  # the object ends here: the caller's read comes up short
+            os.pwrite(fd, chunk, have)
+            have += len(chunk)
+            self._files[key] = (fd, have)
         return fd
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd, _ in self._files.values():
             os.close(fd)
         self._dir.cleanup()
 
@@ -82,11 +89,10 @@ class PackWriter:
     was queued for.
     """
 
-    def __init__(self, store: Store, machine: str, lo: int, hi: int, time_: float,
-                 crypto: Crypto | None, *, level: int, target: int,
-                 written: list[tuple[str, int]]) -> None:
-        self.store, self.machine, self.lo, self.hi, self.time = store, machine, lo, hi, time_
-        self.crypto, self.level, self.target, self.written = crypto, level, target, written
+    def __init__(self, repo: Repository, lo: int, hi: int, time_: float, *, level: int,
+                 target: int, written: list[tuple[str, int]]) -> None:
+        self.repo, self.lo, self.hi, self.time = repo, lo, hi, time_
+        self.level, self.target, self.written = level, target, written
         self.zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
         self.key = ""
         self.w: SegmentWriter | None = None
@@ -108,10 +114,10 @@ class PackWriter:
                                                     threads=THREADS)
         for i, (e, start, raw, into, at) in enumerate(self._queue):
             if self.w is None:
-                self.key = layout.pack_key(self.machine, self.lo, self.hi, secrets.token_hex(4))
-                self.w = SegmentWriter(self.machine, self.hi, self.time, level=self.level,
-                                       cipher=None if self.crypto is None
-                                       else self.crypto.cipher(self.key))
+                machine = self.repo.machine
+                self.key = layout.pack_key(machine, self.lo, self.hi, secrets.token_hex(4))
+                self.w = SegmentWriter(machine, self.hi, self.time, level=self.level,
+                                       cipher=self.repo.cipher(self.key))
             self.w.add_frame(e.path, e.gen, start, len(raw), frames[i].tobytes(),
                              hashlib.sha256(raw).hexdigest(), mode=e.mode, mtime_ns=e.mtime_ns)
             into[at] = (self.key, self.w.index.extents[-1])
@@ -128,6 +134,6 @@ class PackWriter:
             return
         self.w.index.extra = {"kind": PACK_KIND, "lo": self.lo, "hi": self.hi}
         blob = self.w.finish()
-        self.store.put(self.key, blob)
+        self.repo.put(self.key, blob)
         self.written.append((self.key, len(blob)))
         self.w = None

@@ -1,0 +1,362 @@
+"""The repository: one machine's prefix in a store, with the store's cipher.
+
+Every read and write of syncd's objects goes through here: keys come from the layout,
+objects are sealed and opened when the store is encrypted (and refused when they are
+not what the store's kind says), and every read is bounded by what the reader expects
+(docs/FORMAT.md, "Reader limits"), never by what an object claims. Errors name the
+object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import zstandard
+
+from syncd.errors import AlreadyExists, CryptoError, FormatError, NotFound, StoreError
+from syncd.format.dictionary import DICT_SIZE, Dictionary
+from syncd.format.segment import (
+    HEADER,
+    INDEX_MAX,
+    TAIL_READ,
+    TRAILER,
+    Extent,
+    SegmentIndex,
+    check_extent,
+    check_header,
+    decode_index,
+    extent_bytes,
+    index_digest,
+    parse_index,
+    windows,
+)
+from syncd.format.snapshot import (
+    Group,
+    Manifest,
+    current,
+    group_path,
+    manifest_of,
+    oversize,
+    parse_group,
+)
+from syncd.security.crypto import SCRYPT_N, Crypto, ObjectCipher, is_box, wrap
+from syncd.security.keys import key_files, write_key_file
+from syncd.store import ObjectInfo, Store, get_small, layout
+
+# machine.json is a few hundred bytes (sealed and padded, under 1 KiB).
+MACHINE_JSON_MAX = 64 << 10
+# A dictionary is DICT_SIZE bytes; a sealed box adds under 1 KiB.
+DICTIONARY_MAX = DICT_SIZE + 1024
+_MACHINE_JSON = "machine.json"
+_DICT = "dict"
+
+# Dictionaries by (store URL, key): a store's indexes can name any number of them, the
+# cache keeps the last few.
+_dictionaries: OrderedDict[tuple[str, str], Dictionary] = OrderedDict()
+_dictionaries_lock = threading.Lock()
+_DICTIONARIES_KEPT = 8
+
+
+class Repository:
+    """``machine``'s objects in ``store``; ``crypto`` unlocks an encrypted store (None:
+    a plain one, whose readers refuse sealed objects, as sealed stores refuse plain ones)."""
+
+    def __init__(self, store: Store, machine: str, crypto: Crypto | None = None) -> None:
+        self.store = store
+        self.machine = machine
+        self.crypto = crypto
+
+    def __repr__(self) -> str:
+        return f"Repository({self.store.url}, {self.machine})"
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def for_machine(self, machine: str) -> Repository:
+        """Another machine's objects in the same store, with the same cipher."""
+        return Repository(self.store, machine, self.crypto)
+
+    def where(self, key: str) -> str:
+        return f"{self.store.url}{key}"
+
+    def cipher(self, key: str) -> ObjectCipher | None:
+        return None if self.crypto is None else self.crypto.cipher(key)
+
+    # -- the store ------------------------------------------------------------------------
+    def machines(self) -> list[str]:
+        """Every machine with an object in the store."""
+        return sorted({m for o in self.store.list(layout.MACHINES_PREFIX)
+                       if (m := layout.machine_of(o.key)) is not None})
+
+    def objects(self) -> list[ObjectInfo]:
+        """Every object under this machine's prefix (one LIST)."""
+        return list(self.store.list(layout.machine_prefix(self.machine)))
+
+    def put(self, key: str, blob: bytes) -> str:
+        """Write a new object (never over one: a taken key is ``AlreadyExists``)."""
+        return self.store.put(key, blob, if_none_match=True)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        self.store.delete_many(keys)
+
+    # -- machine.json ---------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """What ``machine.json`` says: only the fields a writer records, of their types."""
+        key = layout.machine_key(self.machine)
+        try:
+            raw = self._open_box(key, _MACHINE_JSON, get_small(self.store, key,
+                                                               MACHINE_JSON_MAX))
+        except NotFound:
+            return {"machine": self.machine}
+        where = self.where(key)
+        try:
+            doc = json.loads(raw)
+        except ValueError as e:
+            raise StoreError(f"{where}: not JSON: {e}") from e
+        if not isinstance(doc, dict):
+            raise StoreError(f"{where}: not a JSON object")
+        info: dict[str, Any] = {"machine": self.machine}
+        for name in ("hostname", "os", "home", "claude_root"):
+            if isinstance(doc.get(name), str):
+                info[name] = doc[name][:4096]
+        for name in ("created", "format"):
+            if type(doc.get(name)) in (int, float):
+                info[name] = doc[name]
+        if isinstance(doc.get("key"), str):
+            info["key"] = doc["key"][:64]
+        return info
+
+    def write_info(self, doc: dict[str, Any]) -> None:
+        """Write ``machine.json`` once (sealed in an encrypted store, with the key's
+        fingerprint); one written earlier stays."""
+        key = layout.machine_key(self.machine)
+        if self.crypto is None:
+            blob = json.dumps(doc, indent=1).encode()
+        else:
+            doc = {**doc, "format": 2, "key": self.crypto.fingerprint}
+            blob = self.crypto.seal_box(key, _MACHINE_JSON, json.dumps(doc, indent=1).encode())
+        with contextlib.suppress(AlreadyExists):
+            self.put(key, blob)
+
+    def _open_box(self, key: str, position: str, blob: bytes) -> bytes:
+        """A small object as written: opened in an encrypted store, refused sealed in a
+        plain one."""
+        where = self.where(key)
+        if self.crypto is not None:
+            return self.crypto.open_box(key, position, blob, where)
+        if is_box(blob):
+            raise CryptoError(f"{where}: encrypted, but no key is loaded (the store has no "
+                              "keys/, or it was removed)")
+        return blob
+
+    # -- segments (and packs and manifests, which share their container) -------------------
+    def segments(self, after: int = -1) -> list[tuple[str, int]]:
+        """``(key, size)`` of the machine's segments with a seq above ``after`` (one LIST)."""
+        start = layout.segment_key(self.machine, after) if after >= 0 else ""
+        return [(o.key, o.size) for o in self.store.list(layout.segments_prefix(self.machine),
+                                                         start_after=start)
+                if layout.segment_seq(o.key) is not None]
+
+    def read_index(self, key: str, size: int | None = None) -> SegmentIndex:
+        """The index of the object ``key`` (a segment, pack or manifest): one suffix GET,
+        rarely two."""
+        where = self.where(key)
+        if size is None:
+            info = self.store.head(key)
+            if info is None:
+                raise FormatError(f"{where}: segment is missing")
+            size = info.size
+        tail = self.store.get(key, -min(size, TAIL_READ)) if size else b""
+        if len(tail) != min(size, TAIL_READ):
+            raise FormatError(f"{where}: object changed size while being read (truncated?)")
+        cipher = self.cipher(key)
+        if size <= TAIL_READ:
+            check_header(tail, where, sealed=cipher is not None)
+        got = parse_index(tail, size, where, cipher)
+        if isinstance(got, SegmentIndex):
+            return got
+        off, length = got
+        if length > INDEX_MAX:
+            raise FormatError(f"{where}: index of {length} bytes, more than the {INDEX_MAX} a "
+                              "reader accepts (refusing it)")
+        # The tail already holds the index's last bytes: fetch only what comes before them.
+        have = len(tail) - TRAILER.size
+        blob = self.store.get(key, off, length - have) + tail[:have]
+        return decode_index(blob, index_digest(tail), where, cipher=cipher, offset=off)
+
+    def read_extents(self, key: str, exts: list[Extent],
+                     on_error: Callable[[Extent, FormatError], None] | None = None,
+                     ) -> Iterator[tuple[Extent, bytes]]:
+        """The raw bytes of each extent of object ``key``, checked, in offset order.
+
+        ``on_error``: told of each extent that fails its check, and the others still
+        come; without it the first failure raises. Memory is bounded by the fetch window
+        and the frame limits, whatever sizes the index claims.
+        """
+        where = self.where(key)
+        cipher = self.cipher(key)
+        good: list[Extent] = []
+        for e in sorted(exts, key=lambda e: e.off):
+            try:
+                check_extent(e, where)
+            except FormatError as err:
+                if on_error is None:
+                    raise
+                on_error(e, err)
+                continue
+            good.append(e)
+        for run, whole in windows(good):
+            lo, blob = 0, b""
+            if whole:
+                lo = 0 if run[0].off == HEADER.size else run[0].off  # the header is checked
+                blob = self.store.get(key, lo, max(e.off + e.clen for e in run) - lo)
+                if lo == 0:
+                    check_header(blob, where, sealed=cipher is not None)
+            for e in run:
+                try:
+                    if not whole:
+                        lo, blob = e.off, self.store.get(key, e.off, e.clen)
+                    data = extent_bytes(blob, lo, e, where, cipher, self.frame_dictionary(key, e))
+                except FormatError as err:
+                    if on_error is None:
+                        raise
+                    on_error(e, err)
+                    continue
+                yield e, data
+
+    def frame_dictionary(self, key: str, ext: Extent) -> zstandard.ZstdCompressionDict | None:
+        """The trained dictionary ``ext``'s frame needs (None when it needs none)."""
+        if not ext.dict_id:
+            return None
+        try:
+            return self.dictionary(ext.dict_id).zdict
+        except StoreError as e:
+            raise FormatError(f"{self.where(key)}: its dictionary is unreadable: {e}") from e
+
+    # -- snapshot manifests ---------------------------------------------------------------
+    def snapshots(self) -> list[tuple[int, int, str]]:
+        """``(seq, rev, key)`` of every manifest, oldest first (one LIST)."""
+        return sorted((*sid, o.key) for o in self.store.list(
+            layout.snapshots_prefix(self.machine))
+            if (sid := layout.snapshot_id(o.key)) is not None)
+
+    def read_manifest(self, key: str) -> Manifest:
+        """The manifest's index (one suffix GET): its groups, objects and sessions."""
+        return manifest_of(key, self.read_index(key), self.where(key))
+
+    def newest_manifest(self, errors: list[str] | None = None) -> Manifest | None:
+        """The newest readable manifest; unreadable newer ones go to ``errors`` (without
+        it the first one raises)."""
+        for _, _, key in reversed(current(self.snapshots())):
+            try:
+                return self.read_manifest(key)
+            except (FormatError, StoreError) as e:
+                if errors is None:
+                    raise
+                errors.append(str(e))
+        return None
+
+    def read_groups(self, m: Manifest, names: Iterable[str] | None = None,
+                    on_error: Callable[[str, FormatError], None] | None = None
+                    ) -> dict[str, Group]:
+        """The groups ``names`` (all when None) of manifest ``m``; absent names are skipped.
+
+        Each group is parsed as soon as its frames are in, so memory holds one group's
+        JSON at a time; one that claims more than a reader accepts is refused unread.
+        ``on_error``: told of each group that cannot be read, and the others still come;
+        without it the first one raises.
+        """
+        where = self.where(m.key)
+        wanted = sorted(m.groups) if names is None else sorted(set(names) & set(m.groups))
+        bad = {n: err for n in wanted if (err := oversize(m, n, where)) is not None}
+        wanted = [n for n in wanted if n not in bad]
+        by_path = {group_path(n): n for n in wanted}
+        left = {p: len(m.groups[n]) for p, n in by_path.items()}
+        parts: dict[bytes, list[tuple[int, bytes]]] = {}
+        out = {}
+
+        def damaged(x: Extent, err: FormatError) -> None:
+            bad.setdefault(by_path[x.path], err)
+
+        for e, data in self.read_extents(m.key, [e for n in wanted for e in m.groups[n]],
+                                         damaged if on_error is not None else None):
+            name = by_path[e.path]
+            if name in bad:
+                continue
+            parts.setdefault(e.path, []).append((e.start, data))
+            left[e.path] -= 1
+            if left[e.path] == 0:
+                text = b"".join(c for _, c in sorted(parts.pop(e.path)))
+                try:
+                    out[name] = parse_group(text, m, name, where)
+                except FormatError as err:
+                    bad[name] = err
+        for name, problem in sorted(bad.items()):
+            if on_error is None:
+                raise problem
+            on_error(name, problem)
+        return out
+
+    # -- key files ------------------------------------------------------------------------
+    def add_key(self, passphrase: str, *, n: int = SCRYPT_N) -> str:
+        """A key file wrapping the (unlocked) master key for another passphrase; its id."""
+        crypto = self._unlocked()
+        return write_key_file(self.store,
+                              lambda key_id, key: wrap(crypto, passphrase, key_id, key, n=n))
+
+    def remove_key(self, key_id: str) -> None:
+        """Remove one key file; never the last one, nor the one this passphrase opened."""
+        crypto = self._unlocked()
+        infos = key_files(self.store)
+        key = layout.key_file_key(key_id)
+        if key not in {i.key for i in infos}:
+            raise CryptoError(f"{self.url}: no key file {key} (the store has: "
+                              f"{', '.join(i.key for i in infos) or 'none'})")
+        if len(infos) == 1:
+            raise CryptoError(f"{self.where(key)}: refusing to remove the last key file (the "
+                              "store could never be read again)")
+        if key_id == crypto.key_id:
+            raise CryptoError(f"{self.where(key)}: refusing to remove the key file your "
+                              "passphrase opens; run this with another passphrase of the store")
+        self.delete([key])
+
+    def _unlocked(self) -> Crypto:
+        if self.crypto is None:
+            raise CryptoError(f"{self.url}: not encrypted (keys/ is empty)")
+        return self.crypto
+
+    # -- dictionaries ---------------------------------------------------------------------
+    def dictionary(self, dict_id: str) -> Dictionary:
+        """The machine's dictionary ``dict_id`` (cached), checked against its id."""
+        key = layout.dict_key(self.machine, dict_id)
+        with _dictionaries_lock:
+            hit = _dictionaries.get((self.store.url, key))
+        if hit is not None:
+            return hit
+        blob = get_small(self.store, key, DICTIONARY_MAX)
+        try:
+            d = Dictionary(self._open_box(key, _DICT, blob))
+        except CryptoError as e:
+            raise FormatError(str(e)) from None
+        if d.id != dict_id:
+            raise FormatError(f"{self.where(key)}: dictionary content does not match its id "
+                              "(corrupted)")
+        with _dictionaries_lock:
+            _dictionaries[(self.store.url, key)] = d
+            while len(_dictionaries) > _DICTIONARIES_KEPT:
+                _dictionaries.popitem(last=False)
+        return d
+
+    def publish(self, d: Dictionary) -> str:
+        """Store dictionary ``d`` under its content address; returns its key."""
+        key = layout.dict_key(self.machine, d.id)
+        blob = d.data if self.crypto is None else self.crypto.seal_box(key, _DICT, d.data)
+        with contextlib.suppress(AlreadyExists):  # content-addressed: the same bytes
+            self.put(key, blob)
+        return key
