@@ -24,6 +24,7 @@ from pydantic_settings import (
     InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from syncd.claude import DEFAULT_INCLUDE, default_root
@@ -58,7 +59,7 @@ _DAY = 86400.0
 _UNITS = {"y": 365 * _DAY, "mo": 30 * _DAY, "w": 7 * _DAY, "d": _DAY, "h": 3600.0,
           "min": 60.0, "s": 1.0}
 _ORDER = list(_UNITS)  # largest first; a duration lists its units in this order
-_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)([a-z]+)\s*")
+_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)\s*")
 
 
 def parse_duration(text: str) -> float:
@@ -343,5 +344,11 @@ def load_settings(config_file: Path | None = None, *, config_required: bool = Fa
         msg = first["msg"].removeprefix("Value error, ")
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise ConfigError(f"{_origin(name, cfg, overrides)}{key}: {msg}{more}") from None
+    except SettingsError as e:
+        # A list or table in an environment variable that is not JSON (SYNCD_INCLUDE=x).
+        m = re.search(r'field "(\w+)"', str(e))
+        var = f"$SYNCD_{m[1].upper()}" if m else "environment"
+        raise ConfigError(f"{var}: not valid JSON (a list is written like "
+                          '["projects/**", "history.jsonl"])') from None
     finally:
         _config.reset(token)

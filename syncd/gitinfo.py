@@ -1,7 +1,7 @@
 """What git says about a project directory: its remote and its worktrees.
 
 Recorded by the backing-up machine so that a restore elsewhere can find the
-local clone of the same repository (see ``_remap.py``).
+local clone of the same repository (see ``restore/remap.py``).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from typing import Any
 
 import zstandard
 
+from syncd import untrusted
+from syncd.config import MACHINE_ID
 from syncd.errors import AlreadyExists, CryptoError, FormatError, NotFound, StoreError
 from syncd.format.dictionary import DICT_SIZE, Dictionary
 from syncd.format.segment import (
@@ -90,13 +92,28 @@ class Repository:
 
     # -- the store ------------------------------------------------------------------------
     def machines(self) -> list[str]:
-        """Every machine with an object in the store."""
+        """Every machine with an object in the store (names no machine id can have, as a
+        store may hold anything, are not machines: never printed, never read)."""
         return sorted({m for o in self.store.list(layout.MACHINES_PREFIX)
-                       if (m := layout.machine_of(o.key)) is not None})
+                       if (m := layout.machine_of(o.key)) is not None
+                       and MACHINE_ID.fullmatch(m)})
 
     def objects(self) -> list[ObjectInfo]:
         """Every object under this machine's prefix (one LIST)."""
         return list(self.store.list(layout.machine_prefix(self.machine)))
+
+    def exists(self, key: str) -> bool:
+        """One HEAD."""
+        return self.store.head(key) is not None
+
+    def read_range(self, key: str, start: int, length: int | None = None) -> bytes:
+        """Raw bytes of an object (a negative ``start`` counts from its end)."""
+        return self.store.get(key, start, length)
+
+    def packs(self) -> list[tuple[str, int]]:
+        """``(key, size)`` of the machine's packs (one LIST)."""
+        return [(o.key, o.size) for o in self.store.list(layout.packs_prefix(self.machine))
+                if layout.pack_range(o.key) is not None]
 
     def put(self, key: str, blob: bytes) -> str:
         """Write a new object (never over one: a taken key is ``AlreadyExists``)."""
@@ -116,7 +133,7 @@ class Repository:
             return {"machine": self.machine}
         where = self.where(key)
         try:
-            doc = json.loads(raw)
+            doc = untrusted.loads(raw)
         except ValueError as e:
             raise StoreError(f"{where}: not JSON: {e}") from e
         if not isinstance(doc, dict):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from syncd.private import private_dir, write_private
+from syncd.store import layout
 
 # Entries kept per file: a team bucket can hold many machines, the file stays small.
 MAX_MACHINES = 4096
@@ -41,7 +42,7 @@ class Seen:
         now = -1 if newest is None else newest
         if seen is not None and now < seen[0]:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen[1]))
-            return (f"{self.url}machines/{machine}/: the store's newest segment is "
+            return (f"{self.url}{layout.machine_prefix(machine)}: the store's newest segment is "
                     f"{'none' if newest is None else f'{newest:016x}'}, but {seen[0]:016x} "
                     f"was seen here on {when}: segments were lost or the store was rolled "
                     f"back (if it was reset on purpose, remove {self.path})")

@@ -155,3 +155,14 @@ def test_one_parser_for_durations_and_times() -> None:
     assert parse_time("2026-11-30T14:00:00+00:00") == 1796047200.0
     with pytest.raises(ConfigError, match="cannot read time 'soon'"):
         parse_time("soon")
+
+
+def test_a_list_variable_that_is_not_json_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from syncd.config import load_settings, parse_duration
+    from syncd.errors import ConfigError
+
+    monkeypatch.setenv("SYNCD_INCLUDE", "projects/**")
+    with pytest.raises(ConfigError, match=r"^\$SYNCD_INCLUDE: not valid JSON"):
+        load_settings(tmp_path / "none.toml")
+    assert parse_duration("2 h") == parse_duration("2h") == 7200

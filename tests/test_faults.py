@@ -78,7 +78,7 @@ def test_torn_last_line_ships_as_is_then_only_the_rest(tmp_path: Path) -> None:
     assert [(e.path, e.gen, e.start, e.end) for e in ix0[0][1].extents if e.path == A] == \
         [(A, 1, 0, len(torn))]
     early = tmp_path / "early"
-    restore(Repository(s, early))
+    restore(s, early)
     assert (early / os.fsdecode(A)).read_bytes() == torn
 
     write(s.source, A, rest, "ab")
@@ -90,7 +90,7 @@ def test_torn_last_line_ships_as_is_then_only_the_rest(tmp_path: Path) -> None:
         [(A, 1, len(torn), len(whole))]
     # Fresh restore, and a fast-forward of the earlier (torn) restore.
     for target in (tmp_path / "fresh", early):
-        report = restore(Repository(s, target))
+        report = restore(s, target)
         assert not report.errors
         assert tree(target) == tree(s.source)
     assert (early / os.fsdecode(A)).read_bytes() == whole
@@ -114,7 +114,7 @@ def test_100mb_single_line_bounded_frames_and_memory(tmp_path: Path) -> None:
         result = sync_once(s)
         _, ship_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        report = restore(Repository(s, tmp_path / "out"))
+        report = restore(s, tmp_path / "out")
         _, restore_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -231,7 +231,7 @@ def test_file_changes_under_the_shipper(tmp_path: Path, monkeypatch: pytest.Monk
     store = store_of(s)
     ixs = [ix for _k, ix in indexes(store)]
     out = tmp_path / "out"
-    report = restore(Repository(s, out))
+    report = restore(s, out)
     assert not report.errors
     got, now = tree(out), tree(s.source)
     assert got[C] == now[C]  # the other files still ship
@@ -287,7 +287,7 @@ def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.undo()
 
     out = tmp_path / "out"
-    restore(Repository(s, out))
+    restore(s, out)
     got = tree(out)
     assert got == {A: line(1), C: line(3)}  # the others shipped
 
@@ -299,7 +299,7 @@ def test_permission_denied_in_process(tmp_path: Path, monkeypatch: pytest.Monkey
 
     # Readable again: the next pass ships it.
     sync_once(s)
-    restore(Repository(s, out))
+    restore(s, out)
     assert tree(out) == tree(s.source)
 
 
@@ -334,7 +334,7 @@ def test_permission_denied_as_unprivileged_user() -> None:
         st = json.loads(r.stdout)
         assert os.fsdecode(DENIED) in (st["last_error"] or "")
         out = base / "out"
-        restore(Repository(s, out))
+        restore(s, out)
         assert tree(out) == {A: line(1), C: line(3)}
     finally:
         shutil.rmtree(base)
@@ -358,7 +358,7 @@ def test_non_utf8_names_round_trip(tmp_path: Path) -> None:
     assert paths == set(names)
 
     out = tmp_path / "out"
-    report = restore(Repository(s, out))
+    report = restore(s, out)
     assert not report.errors
     assert tree(out) == tree(s.source)
     assert b"caf\xe9.jsonl" in os.listdir(os.path.join(os.fsencode(out), b"projects/x"))
@@ -403,7 +403,7 @@ def test_symlinks_out_of_the_tree_are_not_followed(tmp_path: Path) -> None:
     result = sync_once(s)
     assert result.files == 1
     out = tmp_path / "out"
-    assert not restore(Repository(s, out)).errors
+    assert not restore(s, out).errors
     assert tree(out) == {A: line(1)}
     _assert_no_secret(s, out)
 
@@ -424,7 +424,7 @@ def test_tracked_directory_replaced_by_symlink_is_not_followed(tmp_path: Path) -
     write(s.source, A, line(3), "ab")
     sync_once(s)
     out = tmp_path / "out"
-    assert not restore(Repository(s, out)).errors
+    assert not restore(s, out).errors
     assert tree(out)[A] == line(2) + line(3)
     assert tree(out)[sub] == line(1)  # the backup keeps what it had
     _assert_no_secret(s, out)
@@ -447,7 +447,7 @@ def test_daemon_does_not_follow_symlinks_created_while_running(tmp_path: Path) -
         wait_for(lambda: status(s)["bytes_pending"] == 0 and shipped(s, B) == len(line(2)),
                  20, "the marker")
     out = tmp_path / "out"
-    assert not restore(Repository(s, out)).errors
+    assert not restore(s, out).errors
     assert tree(out) == {A: line(1), B: line(2)}
     _assert_no_secret(s, out)
 
@@ -491,7 +491,7 @@ def test_corrupted_segment_names_the_object_and_others_restore(
     store.put(key, bytes(blob), if_none_match=False)
 
     out = tmp_path / "out"
-    report = restore(Repository(s, out))
+    report = restore(s, out)
     assert report.errors, "a damaged object went unnoticed"
     assert all("\n" not in e for e in report.errors)
     assert any(key in e for e in report.errors), report.errors
@@ -530,7 +530,7 @@ def test_store_paths_escaping_the_target_are_refused(
     (tmp_path / "restore").mkdir()
     before = set(tmp_path.rglob("*"))
     target = tmp_path / "restore" / "target"
-    report = restore(Repository(s, target))
+    report = restore(s, target)
     refused = [e for e in report.errors if "unsafe path" in e]
     assert len(refused) == len(bad), report.errors
     assert tree(target) == {A: line(1), B: line(7)}  # the sound entries still restore
@@ -552,7 +552,7 @@ def test_restore_does_not_write_through_a_symlink_in_the_target(tmp_path: Path) 
     target.mkdir()
     os.symlink(outside, target / "projects")
     try:
-        errors = restore(Repository(s, target)).errors
+        errors = restore(s, target).errors
     except RestoreError as e:
         errors = [str(e)]
     assert any("symlink" in e for e in errors), errors

@@ -16,7 +16,6 @@ import pytest
 import syncd.store
 from syncd.backup.state import State
 from syncd.config import Settings
-from syncd.repository import Repository
 from syncd.service.status import status
 from syncd.store import S3Store
 from syncd.store.layout import segment_key
@@ -98,7 +97,7 @@ def test_store_outage_daemon_catches_up(tmp_path: Path, seaweed: Seaweed, bucket
 
     want = tree(s.source)
     out = tmp_path / "out"
-    report = restore(Repository(s, out), endpoint=seaweed.endpoint)
+    report = restore(s, out, endpoint=seaweed.endpoint)
     assert not report.errors
     assert tree(out) == want
     assert_shipped_once(store_of(s, seaweed.endpoint), want)
@@ -159,7 +158,7 @@ def test_kill9_in_the_middle_of_a_flush(tmp_path: Path, seaweed: Seaweed, bucket
 
     want = tree(s.source)
     out = tmp_path / "out"
-    report = restore(Repository(restart, out))
+    report = restore(restart, out)
     assert not report.errors
     assert tree(out) == want
     assert_shipped_once(direct, want)  # nothing shipped twice, nothing skipped

@@ -13,10 +13,18 @@ from syncd.backup.state import State, remembered_key
 from syncd.cli.util import repository_of
 from syncd.errors import BadPassphrase, CryptoError
 from syncd.repository import Repository
-from syncd.security.crypto import KEY_FILE_MAX_BYTES, SCRYPT_P, SCRYPT_R, Crypto, new_master, wrap
+from syncd.security.crypto import (
+    KEY_FILE_MAX_BYTES,
+    SCRYPT_N,
+    SCRYPT_P,
+    SCRYPT_R,
+    Crypto,
+    new_master,
+    wrap,
+)
 from syncd.security.keys import (
     MAX_READS,
-    MAX_TRIES,
+    MAX_WORK,
     KeyHint,
     init_encryption,
     key_files,
@@ -158,7 +166,8 @@ def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
 
     def counting(*, salt: bytes, length: int, n: int, r: int, p: int) -> object:
         calls.append((n, r, p))
-        return real(salt=salt, length=length, n=n, r=r, p=p)
+        # Cheap whatever a planted file asks: its tag fails anyway, the real one is cheap.
+        return real(salt=salt, length=length, n=min(n, CHEAP), r=r, p=p)
 
     monkeypatch.setattr(scrypt, "Scrypt", counting)
     return calls
@@ -243,18 +252,31 @@ def test_one_unlock_tries_a_bounded_number_of_key_files(
         derives: list[tuple[int, int, int]]) -> None:
     store = MemoryStore()
     real = init_encryption(store, "pw", n=CHEAP)
-    planted = 3 * MAX_TRIES
+    # Planted files of syncd's own cost: the work of 16 is spent, no more.
+    tries = MAX_WORK // (SCRYPT_N * SCRYPT_R * SCRYPT_P)
+    planted = 3 * tries
     for i in range(planted):
-        plant(store, f"{i:04x}")
+        plant(store, f"{i:04x}", n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
     derives.clear()
     with pytest.raises(BadPassphrase, match=(
             rf"keys/0000, keys/0001, keys/0002, keys/0003, keys/0004 and {planted - 4} more\)"
-            rf".*gave up after trying {MAX_TRIES} of {planted + 1} key files")):
+            rf".*gave up after trying {tries} of {planted + 1} key files")):
         unlock(store, "pw")
-    assert len(derives) == MAX_TRIES
+    assert len(derives) == tries
     derives.clear()
     assert unlock(store, "pw", hint=KeyHint(real.key_id)).master == real.master
     assert len(derives) == 1  # the remembered one is tried outside the cap
+
+
+def test_many_cheap_planted_key_files_do_not_hide_the_real_one(
+        derives: list[tuple[int, int, int]]) -> None:
+    store = MemoryStore()
+    real = init_encryption(store, "pw", n=CHEAP)
+    for i in range(40):  # all sorted before the real one, each nearly free to refuse
+        plant(store, f"{i:04x}")
+    derives.clear()
+    assert unlock(store, "pw").master == real.master
+    assert len(derives) == 41
 
 
 def test_one_unlock_reads_a_bounded_number_of_key_files(

@@ -108,3 +108,29 @@ def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
     assert got == data.replace(b"/home/a/p", b"/home/b/p").replace(b"/home/a/end",
                                                                    b"/home/b/end")
     assert long in got  # longer than LINE_MAX: copied untouched, never cut in pieces
+
+
+@pytest.mark.parametrize(("local", "action", "after"), [
+    (b"a\nb\nc\n", "skip", b"a\nb\nc\n"),
+    (b"a\n", "fast-forward", b"a\nb\nc\n"),
+    (b"a\nb\nc\nd\n", "keep", b"a\nb\nc\nd\n"),
+    (b"a\nX\n", "conflict", b"a\nX\n"),
+])
+def test_files_too_big_to_merge_in_memory_are_compared_as_streams(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bytes, action: str,
+        after: bytes) -> None:
+    from syncd.restore import restorer
+    from syncd.restore.restorer import RestoreOptions, restore
+
+    monkeypatch.setattr(restorer, "MERGE_MAX", 2)
+    monkeypatch.setattr(restorer, "CHUNK", 3)  # comparisons cross chunk boundaries
+    store = _backup(tmp_path, b"a\nb\nc\n")
+    write(tmp_path / "out", S, local)
+    r = restore(Repository(store, "m1"), RestoreOptions(
+        target=tmp_path / "out", conflicts_dir=tmp_path / "conflicts"))
+    [a] = [a for a in r.actions if a.source == S]
+    assert a.action == action and r.errors == []
+    assert (tmp_path / "out" / S).read_bytes() == after
+    if action == "conflict":
+        assert a.conflict_copy is not None
+        assert Path(a.conflict_copy).read_bytes() == b"a\nb\nc\n"

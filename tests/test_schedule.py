@@ -82,7 +82,8 @@ def test_failed_job_is_recorded_as_error(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     with running(s):
         wait_for(lambda: bool(keys(s, "seg")), what="first flush")
-    arch = Archiver(s, lambda: (store, None), stop=__import__("threading").Event())
+    repo = Repository(store, s.machine_id)
+    arch = Archiver(s, lambda: repo, stop=__import__("threading").Event())
     assert arch.run("compaction") is not None
     pack = keys(s, "pack")[0]
     path = tmp_path / "store" / pack

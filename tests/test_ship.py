@@ -6,7 +6,7 @@ import pytest
 
 from syncd.backup.ship import ship_with_restart
 from syncd.backup.state import State
-from syncd.errors import LeaseHeld, StoreError
+from syncd.errors import FormatError, LeaseHeld, StoreError
 from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.store import MemoryStore, ObjectInfo
@@ -150,6 +150,29 @@ def test_crash_between_put_and_commit_is_adopted(tmp_path: Path) -> None:
         (S1.encode(), 0, 1000), (S1.encode(), 1000, 1010), (S2.encode(), 0, 1000)]
 
 
+def test_an_adopted_segment_whose_bytes_changed_locally_starts_a_new_generation(
+        tmp_path: Path) -> None:
+    """Crash between PUT and commit, then the file is rewritten (same length) before the
+    restart: the segment is adopted, but the local bytes are not taken as shipped."""
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"a" * 1000)
+    sh = shipper(src, store, tmp_path / "st.db")
+
+    def crash(*a: object, **k: object) -> None:
+        raise SystemExit("killed after PUT")
+
+    sh.state.commit = crash  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        sh.ship([S1.encode()])
+    sh.state.close()
+    with open(src / S1, "r+b") as f:  # the same inode, other bytes
+        f.write(b"z" * 1000)
+    sh2 = shipper(src, store, tmp_path / "st.db")
+    ship_with_restart(sh2, [S1.encode()])
+    restore_tree(Repository(store, "m1"), tmp_path / "out")
+    assert (tmp_path / "out" / S1).read_bytes() == b"z" * 1000
+
+
 def test_lost_state_is_rebuilt_from_the_store(tmp_path: Path) -> None:
     src, store = tmp_path / "src", MemoryStore()
     write(src, S1, b"x" * 500)
@@ -166,7 +189,7 @@ def test_adopt_refuses_a_foreign_segment(tmp_path: Path) -> None:
     write(src, S1, b"x")
     shipper(src, store, tmp_path / "a.db", machine="other").ship([S1.encode()])
     store.put(segment_key("m1", 0), store.get(segment_key("other", 0)))
-    with pytest.raises(RuntimeError, match="not by us"):
+    with pytest.raises(FormatError, match="not by us"):
         shipper(src, store, tmp_path / "b.db").recover()
 
 

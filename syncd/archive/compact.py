@@ -33,7 +33,7 @@ from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.security.lock import ProcessLock
-from syncd.store import Store, layout
+from syncd.store import layout
 
 log = logging.getLogger("syncd.compact")
 
@@ -167,8 +167,10 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                                f"(run syncd verify): {err}") from err
         if opts.acknowledged is not None and newest.seq > opts.acknowledged:
             raise CompactError(f"{repo.where(newest.key)}: a snapshot beyond seq "
-                               f"{opts.acknowledged:016x}, the newest this machine wrote: "
-                               "not building on it (planted or foreign; remove it)")
+                               f"{opts.acknowledged:016x}, the newest this machine's state "
+                               "knows: not building on it (run syncd sync first: it adopts "
+                               "what an earlier run left; if it persists, the snapshot was "
+                               "planted or is foreign)")
         for g in groups.values():
             for e in g.entries:
                 if e.retained:
@@ -180,7 +182,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                 tree.sessions[s.path] = s
         tree.projects.update(newest.projects)
         tree.first_time, tree.time, tree.seq = newest.first_time, newest.time, newest.seq
-    segs = _segments(repo, tree.seq, rep)
+    segs = _segments(repo, tree.seq, rep, opts.acknowledged)
     for key, size, ix in segs:
         tree.fold(key, ix)
         rep.segments += 1
@@ -195,15 +197,14 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     if opts.keep is not None:
         changed |= _recompute_retained(repo, tree, newest, opts.keep, rep)
     entries = [*tree.live.values(), *tree.retained.values()]
-    packs = {i.key: i.size for i in repo.store.list(layout.packs_prefix(machine))
-             if layout.pack_range(i.key) is not None}
+    packs = dict(repo.packs())
     used: dict[str, int] = {}
     for e in entries:
         for key, x in e.extents:
             used[key] = used.get(key, 0) + x.clen
     small = [k for k in used if k in packs and packs[k] < opts.small_pack]
     sparse = {k for k in used if k in packs
-              and used[k] < opts.repack_share * _frame_bytes(repo.store, k, packs[k])}
+              and used[k] < opts.repack_share * _frame_bytes(repo, k, packs[k])}
     move = set(sparse)
     if changed or len(small) > 1 or sparse:
         move |= set(small)
@@ -226,6 +227,10 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     _write_packs(repo, entries, move, lo, tree, opts, rep)
     rev = 0 if newest is None or tree.seq > newest.seq else newest.rev + 1
     key = _write_manifest(repo, tree, entries, rev, opts)
+    try:  # what readers will see, read back before anything it replaces is deleted
+        repo.read_groups(repo.read_manifest(key))
+    except (FormatError, StoreError) as e:
+        raise CompactError(f"the new snapshot does not read back, nothing deleted: {e}") from e
     rep.snapshot = key
     log.info("compacted %d segments of %s into %s (%d packs written)", rep.segments, machine,
              key, len(rep.packs_written))
@@ -233,22 +238,25 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     return rep
 
 
-def _frame_bytes(store: Store, key: str, size: int) -> int:
+def _frame_bytes(repo: Repository, key: str, size: int) -> int:
     """The bytes of a pack's frames (all but header, index and trailer): one small GET."""
     try:
-        off = TRAILER.unpack(store.get(key, -TRAILER.size))[0]
+        off = TRAILER.unpack(repo.read_range(key, -TRAILER.size))[0]
     except (StoreError, struct.error):
         return size  # judged by its size; verify reports what is wrong with it
     return max(0, min(size, int(off)) - HEADER.size)
 
 
-def _segments(repo: Repository, after: int,
-              rep: CompactReport) -> list[tuple[str, int, SegmentIndex]]:
-    """The readable segments after ``after``, in order, up to the first gap or damage."""
+def _segments(repo: Repository, after: int, rep: CompactReport,
+              upto: int | None = None) -> list[tuple[str, int, SegmentIndex]]:
+    """The readable segments after ``after`` (up to ``upto``, the newest the writer's
+    state knows), in order, up to the first gap or damage."""
     out = []
     expected = after + 1
     for key, size in repo.segments(after):
         seq = layout.segment_seq(key)
+        if upto is not None and seq is not None and seq > upto:
+            break  # not acknowledged yet: the writer adopts or rewrites it first
         if seq != expected:
             rep.errors.append(f"{repo.where(key)}: segment {expected:016x} is missing; "
                               "compacting only up to it")
@@ -384,11 +392,11 @@ def _sweep(repo: Repository, seq: int, manifest: str, referenced: set[str],
            rep: CompactReport) -> None:
     """Delete what the new manifest made redundant (it is confirmed in the store)."""
     doomed = [key for key, _ in repo.segments() if (layout.segment_seq(key) or 0) <= seq]
-    for info in repo.store.list(layout.packs_prefix(repo.machine)):
-        r = layout.pack_range(info.key)
+    for key, _ in repo.packs():
+        r = layout.pack_range(key)
         # A pack above ``seq`` may belong to a compaction still running elsewhere.
-        if r is not None and r[1] <= seq and info.key not in referenced:
-            doomed.append(info.key)
+        if r is not None and r[1] <= seq and key not in referenced:
+            doomed.append(key)
     snaps = repo.snapshots()
     if snaps and snaps[-1][2] != manifest:
         # Someone else wrote a newer manifest meanwhile: its objects are not ours to judge.

@@ -67,7 +67,7 @@ class Spool:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             self._files[key] = (fd, 0)
         while have < upto:
-            chunk = self.repo.store.get(key, have, _SPOOL_CHUNK)
+            chunk = self.repo.read_range(key, have, _SPOOL_CHUNK)
             if not chunk:
                 break  # the object ends here: the caller's read comes up short
             os.pwrite(fd, chunk, have)

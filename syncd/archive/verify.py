@@ -8,7 +8,7 @@ decompressed and checked against its sha256 (every frame at 100 %).
 
 The reference is the newest *readable* manifest, as for a restore. Older manifests' own
 extents may point to packs that compaction has since replaced: that is by design
-(docs in ``_compact``), so only the reference's extents are checked against the store.
+(``archive/compact``), so only the reference's extents are checked against the store.
 """
 
 from __future__ import annotations

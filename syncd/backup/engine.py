@@ -192,7 +192,7 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
             total.stored_bytes += result.stored_bytes
             total.files += result.files
             total.tombstones += result.tombstones
-            total.problems = result.problems
+            total.problems.update(result.problems)
             # Files that changed while being read get another pass.
             pending = result.requeue
             if not pending:

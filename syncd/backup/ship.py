@@ -1,6 +1,7 @@
 """The shipper: reads the new bytes of dirty files into segments and makes them durable.
 
-Local state advances only after the store confirmed a segment (invariant 1).
+Local state advances only after the store confirmed a segment: a crash between the two
+ships the bytes again or adopts the segment, never skips them.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import zstandard
 
 from syncd.backup.state import FileState, State
 from syncd.claude import Selection
-from syncd.errors import AlreadyExists, FormatError, NoBackup, SyncError
+from syncd.errors import AlreadyExists, BackupError, FormatError, NoBackup, SyncError
 from syncd.format.catalog import MetaScanner, session_of
-from syncd.format.segment import FRAME_MAX, SegmentWriter, Tombstone
+from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
 from syncd.repository import Repository
@@ -127,11 +128,16 @@ class Shipper:
         if snaps and snaps[-1][0] >= self.state.next_seq:
             self._adopt_snapshot(snaps[-1][2])
             adopted += 1
-        while self.repo.store.head(layout.segment_key(self.machine, self.state.next_seq)):
+        while self.repo.exists(layout.segment_key(self.machine, self.state.next_seq)):
             self._adopt(self.state.next_seq)
             adopted += 1
         if not self._audited:
-            adopted += len(self.audit(snaps))
+            try:
+                adopted += len(self.audit(snaps))
+            except (FormatError, BackupError) as e:
+                # Not a reason to stop backing up: said, and looked at again hourly.
+                self._audited = True
+                log.warning("cannot check the store for lost segments: %s", e)
         if not self.state.meta("machine_json"):
             self._write_machine_json()
         self._recovered = True
@@ -147,7 +153,6 @@ class Shipper:
         the store holds gets an empty segment in its place, so seqs stay contiguous for
         readers. Run at start and hourly: two LISTs.
         """
-        self._audited = True
         last = self.state.next_seq - 1
         if snaps is None:
             snaps = current(self.repo.snapshots())
@@ -157,6 +162,7 @@ class Shipper:
             snaps = current(self.repo.snapshots())
             missing, present = self._missing(snaps, last)
         if not missing:
+            self._audited = True
             return set()
         try:
             view = load_backup(self.repo)
@@ -166,9 +172,10 @@ class Shipper:
         for row in self.state.files():
             have = view.files.get(row.path)
             if row.deleted_at is not None:
-                if have is not None and have.gen == row.gen and have.deleted_at is not None:
-                    continue
-                marks.append(row.but(deleted_at=None))  # its tombstone is shipped again
+                # Its tombstone was lost when the store still shows it live; a file the
+                # store no longer lists at all left the snapshots (tombstone_keep).
+                if have is not None and have.gen == row.gen and have.deleted_at is None:
+                    marks.append(row.but(deleted_at=None))  # the tombstone goes again
             elif have is None or have.gen != row.gen or _reach(have) < row.offset:
                 marks.append(row.but(dev=0, ino=0, check_hash=LOST))
         self.state.touch(marks)
@@ -178,7 +185,7 @@ class Shipper:
         newest = max(present | {snaps[-1][0] if snaps else -1})
         for seq in missing:
             if seq < newest:
-                self._fill(seq, self._time_before(seq, present, snaps))
+                self._fill(seq, self._time_near(seq, present))
         if newest < last:
             self.state.set_meta(next_seq=str(newest + 1))
         note = (f"segments {_seqs(missing)} of machine {self.machine}, confirmed earlier, are "
@@ -186,6 +193,7 @@ class Shipper:
                 "local tree")
         log.warning("%s", note)
         self.state.set_meta(store_repair=json.dumps({"time": self.clock(), "note": note}))
+        self._audited = True
         return self.repair
 
     def _missing(self, snaps: list[tuple[int, int, str]], last: int
@@ -199,22 +207,25 @@ class Shipper:
                    if (seq := layout.segment_seq(key)) is not None}
         return [seq for seq in range(base + 1, last + 1) if seq not in present], present
 
-    def _time_before(self, seq: int, present: set[int],
-                     snaps: list[tuple[int, int, str]]) -> float:
-        """The time of what precedes ``seq`` in the store: a filler keeps times growing
-        with seqs, which a point-in-time restore relies on."""
-        before = [s for s in present if s < seq]
-        try:
-            if before:
-                return self.repo.read_index(layout.segment_key(self.machine, max(before))).time
-            if snaps:
-                return self.repo.read_manifest(snaps[-1][2]).time
-        except FormatError:
-            pass
-        return 0.0
+    def _time_near(self, seq: int, present: set[int]) -> float | None:
+        """A time for the stand-in of lost ``seq`` that keeps times growing with seqs
+        (a point-in-time restore relies on it): that of the next segment the store holds
+        (the previous one's, when that cannot be read). None: neither reads."""
+        for near in (min((s for s in present if s > seq), default=None),
+                     max((s for s in present if s < seq), default=None)):
+            if near is None:
+                continue
+            try:
+                return self.repo.read_index(layout.segment_key(self.machine, near)).time
+            except FormatError as e:
+                log.warning("cannot read the time of %s: %s", near, e)
+        return None
 
-    def _fill(self, seq: int, time_: float) -> None:
-        """An empty segment in place of lost ``seq``."""
+    def _fill(self, seq: int, time_: float | None) -> None:
+        """An empty segment in place of lost ``seq`` (without a time none can be made: the
+        gap stays, readers report it, the files are whole again anyway)."""
+        if time_ is None:
+            return
         key = layout.segment_key(self.machine, seq)
         w = SegmentWriter(self.machine, seq, time_, cipher=self.repo.cipher(key))
         w.index.extra = {"lost": True}
@@ -239,11 +250,13 @@ class Shipper:
             raise FormatError(f"{self.repo.where(key)}: written by machine {ix.machine!r} "
                                f"seq {ix.seq}, not by us; refusing to continue")
         ends: dict[bytes, tuple[int, int, int, int]] = {}
+        held: dict[bytes, list[Extent]] = {}
         for e in ix.extents:
             ends[e.path] = (e.gen, e.end, e.mode, e.mtime_ns)
+            held.setdefault(e.path, []).append(e)
         updates: list[FileState] = []
         for path, (gen, end, mode, mtime_ns) in ends.items():
-            updates.append(self._adopted_state(path, gen, end, mode, mtime_ns))
+            updates.append(self._adopted_state(path, gen, end, mode, mtime_ns, held[path]))
         for t in ix.tombstones:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
@@ -278,9 +291,10 @@ class Shipper:
                     key, len(updates))
 
     def _adopted_state(self, path: bytes, gen: int, end: int, mode: int,
-                       mtime_ns: int) -> FileState:
-        # Trust the local file as the segment's source only if its bytes still match;
-        # otherwise a zero inode forces a fresh generation on the next flush.
+                       mtime_ns: int, extents: Iterable[Extent] = ()) -> FileState:
+        # Trust the local file as the segment's source only if its bytes still match
+        # (those of ``extents``, when given: the segment's own bytes of it); otherwise a
+        # zero inode forces a fresh generation on the next flush.
         full = os.path.join(self.root, path)
         try:
             fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -289,7 +303,9 @@ class Shipper:
         try:
             st = os.fstat(fd)
             prev = self.state.get(path)
-            if st.st_size >= end and (prev is None or prev.gen <= gen):
+            if st.st_size >= end and (prev is None or prev.gen <= gen) and all(
+                    hashlib.sha256(os.pread(fd, x.end - x.start, x.start)).hexdigest()
+                    == x.sha256 for x in extents):
                 return FileState(path, gen, end, st.st_dev, st.st_ino, st.st_mtime_ns,
                                  st.st_mode & 0o7777, check_hash(fd, end))
             return FileState(path, gen, end, 0, 0, mtime_ns, mode, None)

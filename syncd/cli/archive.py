@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import click
 
@@ -18,14 +16,8 @@ from syncd.archive.options import (
 )
 from syncd.archive.prune import prune
 from syncd.archive.verify import verify
-from syncd.cli.util import bad_value, repository_of, settings_of
-from syncd.config import parse_duration
-from syncd.errors import ConfigError
+from syncd.cli.util import duration_option, echo_json, repository_of, settings_of
 from syncd.progress import meter
-
-
-def _echo_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 def _mb(n: int) -> str:
@@ -61,7 +53,7 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     if not dry_run:
         record_job(settings, "compaction")
     if as_json:
-        _echo_json({**r.as_dict(), "dictionary": note})
+        echo_json({**r.as_dict(), "dictionary": note})
     else:
         if note:
             click.echo(note)
@@ -95,7 +87,7 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     if not dry_run:
         record_job(settings, "prune")
     if as_json:
-        _echo_json(r.as_dict())
+        echo_json(r.as_dict())
         return
     click.echo(f"{r.machine}: policy {r.policy}")
     for v in r.verdicts:
@@ -111,18 +103,11 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    try:
-        return None if value is None else parse_duration(value)
-    except ConfigError as e:
-        raise bad_value(param, str(e)) from None
-
-
 @click.command("verify", short_help="Check the backup is whole (exit 1 on any problem).")
 @click.option("--machine", default=None, help="Another machine's backup (default: this one).")
 @click.option("--read-data", type=click.FloatRange(0, 100), default=0.0, show_default=True,
               help="Also read and checksum this percentage of the stored data.")
-@click.option("--max-duration", default=None, callback=_duration,
+@click.option("--max-duration", default=None, callback=duration_option,
               help="Stop reading data after this long (90s, 10m, 1h).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -141,7 +126,7 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
     if r.ok and mine:
         record_job(settings, "verify")
     if as_json:
-        _echo_json(r.as_dict())
+        echo_json(r.as_dict())
     else:
         for p in r.problems:
             click.echo(f"problem: {p}")

@@ -22,7 +22,7 @@ from syncd.security.keys import (
     list_keys,
     open_crypto,
 )
-from syncd.store import Store
+from syncd.store import Store, layout
 from syncd.store.check import check_store
 
 
@@ -56,7 +56,7 @@ def init(ctx: click.Context, encrypt: bool) -> None:
         return
     passphrase = _passphrase(settings.passphrase_file, confirm=True)
     crypto = init_encryption(store, passphrase)
-    click.echo(f"{store.url}: encrypted; key file keys/{crypto.key_id} "
+    click.echo(f"{store.url}: encrypted; key file {layout.key_file_key(crypto.key_id)} "
                f"(master key {crypto.fingerprint}). Keep the passphrase safe: without it "
                "the backup cannot be read.")
 
@@ -89,7 +89,7 @@ def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
     new = _passphrase(new_passphrase_file, confirm=True, env=NEW_PASSPHRASE_ENV,
                       what="new passphrase")
     key_id = Repository(store, settings.machine_id, crypto).add_key(new)
-    click.echo(f"added key file keys/{key_id}")
+    click.echo(f"added key file {layout.key_file_key(key_id)}")
 
 
 @key.command("remove")
@@ -100,8 +100,9 @@ def key_remove(ctx: click.Context, key_id: str) -> None:
     settings = settings_of(ctx)
     store = store_of(settings)
     crypto = _unlock(store, settings)
-    Repository(store, settings.machine_id, crypto).remove_key(key_id.removeprefix("keys/"))
-    click.echo(f"removed key file keys/{key_id.removeprefix('keys/')}")
+    key_id = key_id.removeprefix(layout.KEYS_PREFIX)
+    Repository(store, settings.machine_id, crypto).remove_key(key_id)
+    click.echo(f"removed key file {layout.key_file_key(key_id)}")
 
 
 @key.command("list")
@@ -118,7 +119,7 @@ def key_list(ctx: click.Context) -> None:
             click.echo(f"{kf.key_id}  created {when}  master {kf.master}  "
                        f"scrypt n={kf.n} r={kf.r} p={kf.p}")
         else:
-            click.echo(f"{name.removeprefix('keys/')}  UNREADABLE: {kf}")
+            click.echo(f"{name.removeprefix(layout.KEYS_PREFIX)}  UNREADABLE: {kf}")
 
 
 @click.command("check-store", short_help="Check that the store provider does what syncd needs.")

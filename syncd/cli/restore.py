@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
 from syncd.claude import Selection
 from syncd.cli.util import (
+    echo_json,
     repository_of,
     resume_line,
     session_ids,
@@ -42,10 +41,6 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _echo_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
-
-
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -57,7 +52,7 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     rows, problems = machines_table(repo, seen)
     seen.save()
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
     else:
         for r in rows:
             mark = "*" if r["machine"] == settings.machine_id else " "
@@ -83,7 +78,7 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     seen.save()
     rows = sessions_table(backups, settings.source, project)
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
     else:
         for r in rows:
             local = "local" if r["local"] else "     "
@@ -104,7 +99,7 @@ def _text(value: object) -> str:
 def _problems(lines: list[str]) -> None:
     """One stderr line per object that could not be read; exit 1 when there was any."""
     for line in lines:
-        click.echo(redact(f"syncd: {line}"), err=True)
+        click.echo(redact(f"syncd: {_text(line)}"), err=True)
     if lines:
         sys.exit(1)
 
@@ -132,7 +127,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
 
 def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
     if as_json:
-        _echo_json({"machine": report.machine, "dry_run": dry_run,
+        echo_json({"machine": report.machine, "dry_run": dry_run,
                     "actions": [dataclasses.asdict(a) for a in report.actions],
                     "rules": [dataclasses.asdict(r) for r in report.rules],
                     "sessions": report.sessions, "errors": report.errors,
@@ -223,7 +218,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     backups, problems = load_all(repo, machine, seen=seen)
     seen.save()
     for line in problems:  # a machine that cannot be read may hold the session too
-        click.echo(redact(f"syncd: skipped: {line}"), err=True)
+        click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
     backup, session = find_session(backups, session_id)
     opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)

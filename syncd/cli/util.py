@@ -3,14 +3,16 @@ checks of what the user typed."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from syncd.backup.state import remembered_key
-from syncd.config import Settings, load_settings, parse_time
+from syncd.config import Settings, load_settings, parse_duration, parse_time
 from syncd.errors import ConfigError, NoSuchStore, RestoreError, UsageError
 from syncd.repository import Repository
 from syncd.security.keys import open_crypto
@@ -96,12 +98,24 @@ def session_prefix(ctx: click.Context, param: click.Parameter, value: str) -> st
     return value
 
 
-def time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """``--at``: a point in time (epoch seconds)."""
-    try:
-        return None if value is None else parse_time(value)
-    except ConfigError as e:
-        raise bad_value(param, str(e)) from None
+def _parsed(parse: Callable[[str], float]) -> Callable[
+        [click.Context, click.Parameter, str | None], float | None]:
+    """An option callback: ``parse`` the value; what it cannot read is bad usage."""
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+        try:
+            return None if value is None else parse(value)
+        except ConfigError as e:
+            raise bad_value(param, str(e)) from None
+    return callback
+
+
+# ``--at``: a point in time (epoch seconds); ``--max-duration``: seconds.
+time_option = _parsed(parse_time)
+duration_option = _parsed(parse_duration)
+
+
+def echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 # C0 and C1 controls and the bidi overrides that make a line read otherwise than it runs.

@@ -18,7 +18,6 @@ DICT_SIZE = 64 << 10
 MIN_GAIN = 0.10
 SAMPLE_BYTES = 8 << 20
 MIN_SAMPLES = 500
-_POSITION = "dict"
 
 
 class Dictionary:

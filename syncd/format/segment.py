@@ -28,6 +28,7 @@ from typing import Any
 
 import zstandard
 
+from syncd import untrusted
 from syncd.errors import CryptoError, FormatError
 from syncd.security.crypto import PAD_BLOCK, ObjectCipher, pad, unpad
 from syncd.worker import worker
@@ -46,11 +47,18 @@ FRAME_MAX = 4 << 20
 # A zstd frame of FRAME_MAX raw bytes is at most this long stored (compressBound, plus a
 # seal's nonce and tag): a reader refuses longer ones before fetching them.
 FRAME_STORED_MAX = FRAME_MAX + (FRAME_MAX >> 8) + (1 << 10)
-# Reader limits (docs/FORMAT.md): what an index may expand to, and how many entries a
-# writer puts in one index, so that indexes stay well below the limit. A store's object
-# can claim any size; memory is bounded by these, never by the claim.
-INDEX_MAX = 32 << 20
+# Reader limits (docs/FORMAT.md): what an index may expand to, absolutely and per stored
+# byte (an index's entries carry sha256 digests: real ones compress 3 to 10 times). A
+# store's object can claim any size; memory is bounded by these, never by the claim.
+INDEX_MAX = 64 << 20
+EXPANSION_MAX = 64
+EXPANSION_FLOOR = 1 << 20
+# A writer starts another object before its index reaches either of these, far below
+# what readers accept.
 MAX_ENTRIES = 32768
+INDEX_TARGET = 16 << 20
+# Index bytes of one entry besides its path (numbers, the sha256, the keys).
+_ENTRY_BYTES = 320
 # Frames with fewer raw bytes than this use the trained dictionary, when there is one.
 DICT_FRAME_MAX = 64 << 10
 # Suffix read that usually brings the whole index along with the trailer.
@@ -80,6 +88,12 @@ def decompress_exact(frame: bytes, size: int, where: str,
         raise FormatError(f"{where}: frame holds {'more' if len(data) > size else len(data)} "
                           f"bytes, {size} expected")
     return data
+
+
+def expansion_limit(stored: int, cap: int) -> int:
+    """What ``stored`` bytes of compressed JSON may expand to: ``cap``, and no more than a
+    real index or group could (see EXPANSION_MAX)."""
+    return min(cap, EXPANSION_MAX * stored + EXPANSION_FLOOR)
 
 
 def decompress_capped(blob: bytes, limit: int, where: str) -> bytes:
@@ -161,8 +175,8 @@ class SegmentIndex:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_KNOWN = frozenset({"v", "machine", "seq", "time", "entries", "sessions", "projects",
-                    "dict"})
+# Keys of packs, manifests and lost segments' stand-ins (docs/FORMAT.md).
+_EXTRA = frozenset({"kind", "lo", "hi", "rev", "first_time", "objects", "sids", "lost"})
 
 
 # Frames are compressed BATCH_BYTES at a time; those of at least BATCH_MIN raw bytes
@@ -204,6 +218,7 @@ class SegmentWriter:
         self._batched = 0
         self._big = 0  # frames of at least BATCH_MIN bytes in the batch
         self.raw_bytes = 0
+        self._index_bytes = 0  # about what the index's JSON will take
 
     def add_data(self, path: bytes, gen: int, start: int, data: bytes, *, mode: int,
                  mtime_ns: int, reason: str | None = None) -> None:
@@ -287,6 +302,7 @@ class SegmentWriter:
         self.index.extents.append(Extent(
             path, gen, start, start + length, self._size, len(frame), sha256, mode, mtime_ns,
             reason, dict_id))
+        self._index_bytes += len(path) * 2 + _ENTRY_BYTES
         self._parts.append(frame)
         self._size += len(frame)
         self.raw_bytes += length
@@ -321,19 +337,24 @@ class SegmentWriter:
 
     def add_tombstone(self, path: bytes, gen: int, time: float) -> None:
         self.index.tombstones.append(Tombstone(path, gen, time))
+        self._index_bytes += len(path) * 2 + _ENTRY_BYTES
 
     def add_session(self, path: bytes, gen: int, fields: dict[str, str]) -> None:
         if fields:
             self.index.sessions[path] = (gen, fields)
+            self._index_bytes += len(path) * 2 + len(json.dumps(fields))
 
     def add_project(self, cwd: str, info: dict[str, Any]) -> None:
         self.index.projects[cwd] = info
+        self._index_bytes += len(json.dumps({cwd: info}))
 
     @property
     def full(self) -> bool:
-        """Enough entries for one index: the writer starts another object."""
+        """Enough entries, or index bytes, for one index: the writer starts another
+        object (readers accept far more)."""
         pending = len(self._batch) + (len(self._running[0]) if self._running else 0)
-        return len(self.index.extents) + len(self.index.tombstones) + pending >= MAX_ENTRIES
+        return len(self.index.extents) + len(self.index.tombstones) + pending >= MAX_ENTRIES \
+            or self._index_bytes + pending * _ENTRY_BYTES >= INDEX_TARGET
 
     @property
     def empty(self) -> bool:
@@ -372,6 +393,9 @@ class SegmentWriter:
         text = "".join([dumps(head)[:-1], ',"entries":[', ",".join(pieces), "]",
                         "," + dumps(rest)[1:] if rest else "}"])
         del pieces
+        if len(text) > INDEX_MAX:  # readers would refuse it: better no object than that
+            raise FormatError(f"an index of {len(text)} bytes, more than the {INDEX_MAX} a "
+                              "reader accepts")
         blob = self._index_zstd.compress(text.encode())
         magic = END_MAGIC
         if self.cipher is not None:
@@ -432,9 +456,9 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
             blob = unpad(cipher.open(f"index@{offset}", blob, where), where)
         except CryptoError as e:
             raise FormatError(str(e)) from None
-    text = decompress_capped(blob, INDEX_MAX, f"{where}: index")
+    text = decompress_capped(blob, expansion_limit(len(blob), INDEX_MAX), f"{where}: index")
     try:
-        doc = json.loads(text)
+        doc = untrusted.loads(text)
         del text
         if not isinstance(doc, dict):
             raise FormatError(f"{where}: unreadable segment index: not an object")
@@ -458,7 +482,7 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
                                                            for k, v in s["fields"].items()})
         ix.projects = {str(k): p for k, v in doc.get("projects", {}).items()
                        if (p := _project(v)) is not None}
-        ix.extra = {k: v for k, v in doc.items() if k not in _KNOWN}
+        ix.extra = {k: v for k, v in doc.items() if k in _EXTRA}  # the rest: ignored
     except FormatError:
         raise
     except (zstandard.ZstdError, ValueError, KeyError, TypeError, AttributeError) as e:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncd import untrusted
 from syncd.errors import FormatError
 from syncd.format.catalog import FIELD_MAX, Session, session_of
 from syncd.format.segment import (
@@ -24,6 +25,7 @@ from syncd.format.segment import (
     SegmentWriter,
     decode_path,
     encode_path,
+    expansion_limit,
 )
 from syncd.security.crypto import ObjectCipher
 from syncd.store import layout
@@ -36,8 +38,9 @@ _GROUP_PREFIX = b"g/"
 # Session ids are listed in the index by this many leading hex digits: enough to find a
 # session's group, small enough that the index stays a few kB with thousands of sessions.
 SID_PREFIX = 8
-# A reader's limit on one group's JSON (docs/FORMAT.md): ~80 000 files in one folder.
-GROUP_MAX = 32 << 20
+# A reader's limit on one group's JSON (docs/FORMAT.md): ~800 000 files in one folder. A
+# writer refuses to write a bigger one (readers could not read it).
+GROUP_MAX = 256 << 20
 _HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]{1,100})"')
 
 
@@ -149,6 +152,10 @@ def build(machine: str, seq: int, rev: int, time: float, first_time: float,
         if ids:
             sids[name] = ids
         raw = json.dumps(doc, separators=(",", ":")).encode()
+        if len(raw) > GROUP_MAX:
+            # Readers would refuse it: better no snapshot than one that cannot be read.
+            raise FormatError(f"group {name!r} would hold {len(raw)} bytes, more than the "
+                              f"{GROUP_MAX} a reader accepts")
         path = _GROUP_PREFIX + os.fsencode(name)
         for start in range(0, max(len(raw), 1), FRAME_MAX):
             w.add_data(path, 0, start, raw[start : start + FRAME_MAX], mode=0, mtime_ns=0)
@@ -200,18 +207,20 @@ def group_path(name: str) -> bytes:
 
 
 def oversize(m: Manifest, name: str, where: str) -> FormatError | None:
-    """Why group ``name`` of ``m`` is refused unread (None: it is within GROUP_MAX)."""
+    """Why group ``name`` of ``m`` is refused unread (None: it is within the limits: at
+    most GROUP_MAX, and no more than its stored bytes can expand to)."""
     size = sum(e.end - e.start for e in m.groups[name])
-    if size <= GROUP_MAX:
+    limit = expansion_limit(sum(e.clen for e in m.groups[name]), GROUP_MAX)
+    if size <= limit:
         return None
     return FormatError(f"{where}: group {name!r} claims {size} bytes, more than the "
-                       f"{GROUP_MAX} a reader accepts (refusing it)")
+                       f"{limit} a reader accepts for it (refusing it)")
 
 
 def parse_group(text: bytes, m: Manifest, name: str, where: str) -> Group:
     """Group ``name`` of ``m`` from its JSON."""
     try:
-        return _group(json.loads(text), m, where)
+        return _group(untrusted.loads(text), m, where)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise FormatError(f"{where}: unreadable group {name!r}: {e}") from e
 

@@ -9,9 +9,10 @@ keep local and save a conflict copy.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
+
+from syncd import untrusted
 
 _UUID = re.compile(rb'"uuid":"([^"]+)"')
 _TS = re.compile(rb'"timestamp":"([^"]+)"')
@@ -40,7 +41,7 @@ def _uuid(line: bytes) -> bytes | None:
     if len(found) == 1:
         return bytes(found[0])
     try:
-        entry = json.loads(line)
+        entry = untrusted.loads(line)
     except ValueError:
         return None
     u = entry.get("uuid") if isinstance(entry, dict) else None

@@ -1,4 +1,4 @@
-"""Path remapping for restore on another machine (DESIGN.md §4).
+"""Path remapping for restore on another machine (README: "Restoring on another machine").
 
 Only path substrings change: a prefix rule matches at a path boundary
 (``/Users/bob`` never matches ``/Users/bobby`` nor ``/x/Users/bob``), in the raw JSON

@@ -2,7 +2,7 @@
 
 Files are fetched segment by segment (whole objects or byte ranges) into a staging
 directory, every extent checked against its sha256. Then each file is remapped to
-this machine's paths (``_remap``), compared with what is already there (``_merge``)
+this machine's paths (``restore/remap``), compared with what is already there (``restore/merge``)
 and written atomically: temp file, fsync, rename. A failure halfway leaves every
 existing file as it was; a local file is never replaced by an older or diverged copy.
 """
@@ -28,7 +28,7 @@ from syncd.format.catalog import Session, session_of
 from syncd.format.segment import Extent
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
-from syncd.private import private_dir, write_private
+from syncd.private import create_private, private_dir, write_private
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.restore.install import Installer
@@ -161,7 +161,8 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         if not os.access(opts.target, os.W_OK | os.X_OK):
             raise RestoreError(f"{opts.target}: not writable")
         # Sizes are what the backup claims: a disk that cannot hold them is said at once.
-        need = sum(f.size for f in files.values())
+        need = sum(min(f.size, sum(x.end - x.start for _, x in f.extents))
+                   for f in files.values())
         fs = os.statvfs(opts.target)
         if need > fs.f_bavail * fs.f_frsize:
             raise RestoreError(f"{opts.target}: the restore needs {need / 1e6:.1f} MB, the "
@@ -212,7 +213,7 @@ def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions)
     if not opts.selection.wants(rel):
         return "outside the include set: not restored"
     if not opts.instructions and carries_instructions(
-            rel, foreign=opts.local_machine is not None and backup.machine != opts.local_machine):
+            rel, foreign=backup.machine != opts.local_machine):  # unknown here: foreign
         return "carries instructions or code: restored only with --with-instructions"
     return None
 
@@ -530,28 +531,24 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                                      "local is not a regular file"))
         return None
     mtime_ns = _sane_mtime(f, report)
-    transform = (_remapped(f.path) and not remap.identity) or (
-        f.path == b"history.jsonl" and history_sids is not None)
+    if (_remapped(f.path) and not remap.identity) or (
+            f.path == b"history.jsonl" and history_sids is not None):
+        # Rewritten a batch of lines at a time: a file's size never decides memory.
+        staged, size = _rewrite(staged, f, remap, history_sids)
     if st is None:
-        # The common case, streamed: nothing local; rewritten a chunk of lines at a time
-        # (a file's size never decides memory).
-        if transform:
-            staged, size = _rewrite(staged, f, remap, history_sids)
+        # The common case, streamed: nothing local.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
             _make_parents(opts.target, rel)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
         report.actions.append(act)
         return dest, act
+    if max(size, st.st_size) > MERGE_MAX:
+        return _place_big(staged, dest, rel, src, st, mtime_ns, backup, opts, report,
+                          installer)
     data = staged.read_bytes()
-    if f.path == b"history.jsonl" and history_sids is not None:
-        data = _filter_history(data, history_sids)
-    if transform:
-        data = remap.lines(data)
-    local = None
-    if st is not None:
-        with open(dest, "rb") as fh:
-            local = fh.read()
+    with open(dest, "rb") as fh:
+        local = fh.read()
     d = decide(_kind(f.path), local, data)
     act = Action(d.action, os.fsdecode(rel), src, d.reason, len(d.content or b""))
     if opts.dry_run or (d.content is None and not d.conflict):
@@ -569,6 +566,52 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                     mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
     report.actions.append(act)
     return dest, act
+
+
+# Two copies of a file bigger than this are compared as streams, not merged in memory.
+MERGE_MAX = 64 << 20
+
+
+def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_result,
+               mtime_ns: int, backup: Backup, opts: RestoreOptions, report: RestoreReport,
+               installer: Installer) -> tuple[bytes, Action] | None:
+    """``_place`` for a file too big to merge in memory: the same skip, fast-forward and
+    keep; two diverged copies keep the local one and save the backup's beside it."""
+    relation = _relation(dest, staged)
+    act = Action(*{
+        "same": ("skip", "identical"),
+        "local-prefix": ("fast-forward", "local is a prefix of the backup"),
+        "backup-prefix": ("keep", "backup is a prefix of local"),
+        "diverged": ("conflict", "diverged, too big to merge in memory: local kept, "
+                                 "backup copy saved"),
+    }[relation], os.fsdecode(rel), src)
+    report.actions.append(act)
+    if opts.dry_run or act.action in ("skip", "keep"):
+        return None
+    if act.action == "conflict":
+        act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
+        return None
+    if _changed(dest, st):
+        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    act.size = staged.stat().st_size
+    installer.rename(os.fsencode(staged), dest, mtime_ns)
+    return dest, act
+
+
+def _relation(local: bytes, backup: Path) -> str:
+    """How two files compare, read a chunk at a time: "same", "local-prefix" (backup
+    extends local), "backup-prefix" or "diverged"."""
+    with open(local, "rb") as a, open(backup, "rb") as b:
+        while True:
+            x, y = a.read(CHUNK), b.read(CHUNK)
+            common = min(len(x), len(y))
+            if x[:common] != y[:common]:
+                return "diverged"
+            if len(x) != len(y):
+                # One ran out within this chunk: the other goes on beyond it.
+                return "local-prefix" if len(x) < len(y) else "backup-prefix"
+            if not x:
+                return "same"
 
 
 # A stored mtime past this far in the future is impossible (a clock gone wrong, or a
@@ -665,12 +708,17 @@ def _make_parents(target: Path, rel: bytes) -> None:
     _check_parents(target, rel)
 
 
-def _save_conflict(data: bytes, rel: bytes, machine: str, opts: RestoreOptions) -> str:
+def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOptions) -> str:
+    """The backup's copy (its bytes, or a file of them) beside syncd's state."""
     base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
     stamp = time.strftime("%Y%m%dT%H%M%S")
     path = os.path.join(os.fsencode(base), os.fsencode(machine), stamp.encode(), rel)
     private_dir(os.path.dirname(path))
-    write_private(path, data)
+    if isinstance(data, Path):
+        with open(data, "rb") as src, os.fdopen(create_private(path, os.O_TRUNC), "wb") as out:
+            shutil.copyfileobj(src, out, CHUNK)
+    else:
+        write_private(path, data)
     return os.fsdecode(path)
 
 

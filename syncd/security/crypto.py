@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from syncd import untrusted
 from syncd.errors import BadPassphrase, CryptoError
 
 if TYPE_CHECKING:
@@ -258,7 +259,7 @@ def _parse(raw: bytes, where: str) -> _Parsed:
         raise CryptoError(f"refusing key file {where}: more than {KEY_FILE_MAX_BYTES} bytes "
                           "(a key file holds ~400)")
     try:
-        doc = json.loads(raw)
+        doc = untrusted.loads(raw)
         if not isinstance(doc, dict) or _canonical(doc) != raw:
             raise ValueError("not in canonical form")
         if set(doc) != {"syncd_key", "id", "created", "master", "cipher", "kdf", "nonce",

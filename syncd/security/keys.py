@@ -13,7 +13,7 @@ stdin is a terminal. It is registered with the redactor the moment it is read.
 
 ``keys/`` is as untrusted as the rest of the bucket: anyone who can write there can plant
 key files. Each is read size-capped and its scrypt parameters checked before anything is
-derived (``_crypto``); the key file this machine's state remembers is tried first, then
+derived (``security/crypto``); the key file this machine's state remembers is tried first, then
 those naming the master key it remembers; and one unlock reads and derives a bounded
 number of the others.
 """
@@ -34,6 +34,8 @@ from syncd.redact import add_secret
 from syncd.security.crypto import (
     KEY_FILE_MAX_BYTES,
     SCRYPT_N,
+    SCRYPT_P,
+    SCRYPT_R,
     Crypto,
     KeyFile,
     describe,
@@ -47,9 +49,10 @@ log = logging.getLogger("syncd.keys")
 PASSPHRASE_ENV = "SYNCD_PASSPHRASE"
 NEW_PASSPHRASE_ENV = "SYNCD_NEW_PASSPHRASE"
 # Per unlock, besides the remembered key file: a real store holds a few key files, a
-# planted one any number, and each derive may cost up to ~0.5 s (_crypto's bounds).
-MAX_TRIES = 16   # key files derived
-MAX_READS = 64   # key files read (one small GET each)
+# planted one any number. The scrypt work spent on them (n·r·p each) is budgeted: as much
+# as 16 key files of syncd's own cost (~5 s), however cheap or dear each one is.
+MAX_WORK = 16 * SCRYPT_N * SCRYPT_R * SCRYPT_P
+MAX_READS = 256  # key files read (one small GET each)
 _SHOWN = 5       # key files named in one message
 
 
@@ -64,7 +67,8 @@ class KeyHint:
 
 def key_files(store: Store) -> list[ObjectInfo]:
     """The key files in the store: the one LIST that says whether it is encrypted."""
-    return [o for o in store.list(layout.KEYS_PREFIX) if "/" not in o.key[len("keys/"):]]
+    return [o for o in store.list(layout.KEYS_PREFIX)
+            if "/" not in o.key[len(layout.KEYS_PREFIX):]]
 
 
 def _where(store: Store, key: str) -> str:
@@ -144,7 +148,8 @@ def unlock(store: Store, passphrase: str, infos: list[ObjectInfo] | None = None,
 
     Tried in this order: the key file ``hint`` names, those naming the master key it
     remembers, then the rest in key order. Besides the hinted one, at most ``MAX_READS``
-    are read and ``MAX_TRIES`` derived. A key file that is too big, malformed or asks for
+    are read and ``MAX_WORK`` of scrypt work spent. A key file that is too big, malformed
+    or asks for
     scrypt parameters beyond syncd's bounds is refused before anything is derived.
     """
     infos = key_files(store) if infos is None else infos
@@ -165,25 +170,25 @@ def unlock(store: Store, passphrase: str, infos: list[ObjectInfo] | None = None,
                 continue
             yield info, raw, public
 
-    def in_order() -> Iterator[tuple[ObjectInfo, bytes]]:
+    def in_order() -> Iterator[tuple[ObjectInfo, bytes, int]]:
         for info, raw, _ in readable([i for i in infos if i.key == remembered]):
-            yield info, raw
-        later: list[tuple[ObjectInfo, bytes]] = []
+            yield info, raw, 0
+        later: list[tuple[ObjectInfo, bytes, int]] = []
         for info, raw, public in readable(others[:MAX_READS]):
             if hint.master and public.master != hint.master:
-                later.append((info, raw))
+                later.append((info, raw, public.n * public.r * public.p))
             else:
-                yield info, raw
+                yield info, raw, public.n * public.r * public.p
         yield from later
 
-    tried = derived = 0
+    work = derived = 0
     capped = len(others) > MAX_READS
-    for info, raw in in_order():
+    for info, raw, cost in in_order():
         if info.key != remembered:
-            if tried == MAX_TRIES:
+            if work + cost > MAX_WORK:
                 capped = True
                 break
-            tried += 1
+            work += cost
         derived += 1
         try:
             crypto = unwrap(raw, passphrase, info.key, _where(store, info.key))
@@ -200,8 +205,8 @@ def unlock(store: Store, passphrase: str, infos: list[ObjectInfo] | None = None,
     detail = f"; {problems[0]}" if problems else ""
     if capped:
         detail += (f"; gave up after trying {derived} of {len(infos)} key files (one unlock "
-                   f"reads at most {MAX_READS} and tries at most {MAX_TRIES}, besides the one "
-                   "this machine remembers): remove the key files you did not make from keys/")
+                   f"reads at most {MAX_READS} and spends the work of 16, besides the one this "
+                   "machine remembers): remove the key files you did not make from keys/")
     raise BadPassphrase(f"{store.url}: the passphrase opens none of the store's key files "
                         f"({_names(infos)}): wrong passphrase, or tampered key files{detail}")
 

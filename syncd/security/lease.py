@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from syncd import untrusted
 from syncd.errors import (
     LeaseError,
     LeaseHeld,
@@ -62,7 +63,7 @@ class Holder:
     @classmethod
     def parse(cls, raw: bytes) -> Holder | None:
         try:
-            d: Any = json.loads(raw)
+            d: Any = untrusted.loads(raw)
             return cls(str(d["hostname"]), int(d["pid"]), str(d["owner"]), str(d["instance"]),
                        float(d["since"]), float(d["renewed"]), float(d["ttl"]))
         except (ValueError, KeyError, TypeError):

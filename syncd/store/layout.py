@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 MACHINES_PREFIX = "machines/"
 
 
@@ -60,13 +62,8 @@ def segment_key(machine: str, seq: int) -> str:
 
 def segment_seq(key: str) -> int | None:
     """The seq of a segment key, or None for anything else under ``seg/``."""
-    name = key.rpartition("/")[2]
-    if len(name) != 16:
-        return None
-    try:
-        return int(name, 16)
-    except ValueError:
-        return None
+    m = _SEGMENT.fullmatch(key.rpartition("/")[2])
+    return None if m is None else int(m[0], 16)
 
 
 def pack_key(machine: str, lo: int, hi: int, tag: str) -> str:
@@ -76,13 +73,8 @@ def pack_key(machine: str, lo: int, hi: int, tag: str) -> str:
 
 def pack_range(key: str) -> tuple[int, int] | None:
     """``(lo, hi)`` of a pack key, or None for anything else under ``pack/``."""
-    parts = key.rpartition("/")[2].split("-")
-    if len(parts) != 3 or len(parts[0]) != 16 or len(parts[1]) != 16 or len(parts[2]) != 8:
-        return None
-    try:
-        return int(parts[0], 16), int(parts[1], 16)
-    except ValueError:
-        return None
+    m = _PACK.fullmatch(key.rpartition("/")[2])
+    return None if m is None else (int(m[1], 16), int(m[2], 16))
 
 
 def snapshot_key(machine: str, seq: int, rev: int) -> str:
@@ -92,14 +84,15 @@ def snapshot_key(machine: str, seq: int, rev: int) -> str:
 
 def snapshot_id(key: str) -> tuple[int, int] | None:
     """``(seq, rev)`` of a snapshot key, or None for anything else under ``snap/``."""
-    name = key.rpartition("/")[2]
-    seq, dash, rev = name.partition("-")
-    if len(seq) != 16 or not dash or len(rev) != 4:
-        return None
-    try:
-        return int(seq, 16), int(rev, 16)
-    except ValueError:
-        return None
+    m = _SNAPSHOT.fullmatch(key.rpartition("/")[2])
+    return None if m is None else (int(m[1], 16), int(m[2], 16))
+
+
+# Names exactly as written (lowercase hex of fixed width): int(x, 16) alone would also
+# take "0x…", "+…" and "1_0", so two names could claim one seq.
+_SEGMENT = re.compile(r"[0-9a-f]{16}")
+_PACK = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-[0-9a-f]{8}")
+_SNAPSHOT = re.compile(r"([0-9a-f]{16})-([0-9a-f]{4})")
 
 
 def dict_key(machine: str, dict_id: str) -> str:

@@ -17,7 +17,8 @@ log = logging.getLogger("syncd.store")
 
 
 class RetryStore:
-    """Wraps a store; gives up after ``deadline`` seconds and re-raises the last error.
+    """Wraps a store; gives up once a call has been failing for ``deadline`` seconds and
+    re-raises the last error.
 
     ``stop`` (an Event) cuts the wait short so a shutting-down daemon does not hang.
     """
@@ -36,13 +37,17 @@ class RetryStore:
         self.stop = stop or threading.Event()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        give_up = time.monotonic() + self.deadline
+        # The budget runs from the first failure: a long upload that then fails once is
+        # retried, whatever it took.
+        give_up: float | None = None
         attempt = 0
         while True:
             try:
                 return fn()
             except TransientError as e:
                 attempt += 1
+                if give_up is None:
+                    give_up = time.monotonic() + self.deadline
                 delay = random.uniform(0, min(self.cap, self.base * 2**attempt))
                 if time.monotonic() + delay > give_up or self.stop.is_set():
                     raise

@@ -1,0 +1,138 @@
+"""The repository: every read bounded by what a reader expects, sealed and plain objects
+kept apart, only machine names a machine id can have."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import zstandard
+
+from syncd.errors import CryptoError, FormatError, StoreError
+from syncd.format.segment import INDEX_MAX, TRAILER, SegmentWriter
+from syncd.repository import MACHINE_JSON_MAX, Repository
+from syncd.security.crypto import Crypto, new_master
+from syncd.store import MemoryStore, layout
+
+M = "m1"
+
+
+class Counting(MemoryStore):
+    """Remembers every GET: (key, start, length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[tuple[str, int, int | None]] = []
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        self.gets.append((key, start, length))
+        return super().get(key, start, length)
+
+
+def _segment(entries: int = 1) -> bytes:
+    w = SegmentWriter(M, 0, 1.0)
+    for i in range(entries):
+        w.add_data(f"projects/p/{i}.jsonl".encode(), 1, 0, b"x\n", mode=0o600, mtime_ns=1)
+    return w.finish()
+
+
+def _with_index(blob: bytes, index: bytes) -> bytes:
+    """``blob`` (a segment) with its index replaced by ``index`` (a zstd frame)."""
+    off = TRAILER.unpack(blob[-TRAILER.size:])[0]
+    return blob[:off] + index + TRAILER.pack(off, len(index), hashlib.sha256(index).digest(),
+                                             b"SYNCDEND")
+
+
+def test_an_index_claiming_more_than_a_reader_accepts_is_refused_unfetched() -> None:
+    store = Counting()
+    key = layout.segment_key(M, 0)
+    blob = _segment()
+    off = TRAILER.unpack(blob[-TRAILER.size:])[0]
+    # The trailer claims an index of INDEX_MAX + 1 bytes (the object is that big, sparse).
+    claimed = blob[:off] + b"\0" * (INDEX_MAX + 1) + TRAILER.pack(off, INDEX_MAX + 1,
+                                                                   b"\0" * 32, b"SYNCDEND")
+    store.put(key, claimed)
+    store.gets.clear()
+    with pytest.raises(FormatError, match="more than the"):
+        Repository(store, M).read_index(key)
+    assert store.gets == [(key, -(8 << 10), None)]  # the suffix GET only
+
+
+def test_an_index_expanding_far_beyond_its_stored_size_is_refused() -> None:
+    store = MemoryStore()
+    key = layout.segment_key(M, 0)
+    text = json.dumps({"v": 1, "machine": M, "seq": 0, "time": 1.0,
+                       "entries": [], "pad": " " * (8 << 20)}).encode()
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(text)
+    store.put(key, _with_index(_segment(), frame))
+    with pytest.raises(FormatError, match="expands beyond"):
+        Repository(store, M).read_index(key)
+
+
+def test_a_real_index_reads() -> None:
+    store = MemoryStore()
+    store.put(layout.segment_key(M, 0), _segment(100))
+    ix = Repository(store, M).read_index(layout.segment_key(M, 0))
+    assert len(ix.extents) == 100
+
+
+@pytest.mark.parametrize(("raw", "error"), [
+    (b"[1, 2]", "not a JSON object"),
+    (b"{", "not JSON"),
+    (b"[" * 5000, "not JSON"),
+    (b'{"home": 1e999}', "not JSON"),
+])
+def test_machine_json_that_no_writer_makes_is_one_error(raw: bytes, error: str) -> None:
+    store = MemoryStore()
+    store.put(layout.machine_key(M), raw)
+    with pytest.raises(StoreError, match=error):
+        Repository(store, M).info()
+
+
+def test_machine_json_keeps_only_the_fields_a_writer_records() -> None:
+    store = MemoryStore()
+    store.put(layout.machine_key(M), json.dumps({
+        "machine": "other", "home": "/home/a", "hostname": {"x": 1}, "format": 1,
+        "extra": "z" * 100}).encode())
+    assert Repository(store, M).info() == {"machine": M, "home": "/home/a", "format": 1}
+    store.put(layout.machine_key("big"), b" " * (MACHINE_JSON_MAX + 1), if_none_match=False)
+    with pytest.raises(StoreError, match="larger than"):
+        Repository(store, "big").info()
+
+
+def test_sealed_and_plain_objects_are_kept_apart() -> None:
+    store = MemoryStore()
+    crypto = Crypto(new_master())
+    sealed = Repository(store, "sealed", crypto)
+    sealed.write_info({"machine": "sealed", "home": "/home/s"})
+    Repository(store, "plain").write_info({"machine": "plain", "home": "/home/p"})
+    assert sealed.info()["home"] == "/home/s"
+    assert Repository(store, "plain").info()["home"] == "/home/p"
+    with pytest.raises(CryptoError, match="encrypted, but no key is loaded"):
+        Repository(store, "sealed").info()
+    with pytest.raises(CryptoError, match="not encrypted, but the store is"):
+        Repository(store, "plain", crypto).info()
+
+
+def test_only_names_a_machine_id_can_have_are_machines() -> None:
+    store = MemoryStore()
+    for name in ("laptop-1", "\x1b]52;c;aGk=\x07", "-dash", "a" * 65):
+        store.put(f"machines/{name}/machine.json", b"{}")
+    assert Repository(store, "laptop-1").machines() == ["laptop-1"]
+
+
+def test_a_lost_dictionary_is_one_error_for_the_frames_that_need_it() -> None:
+    store = MemoryStore()
+    repo = Repository(store, M)
+    w = SegmentWriter(M, 0, 1.0)
+    w.add_data(b"projects/p/a.jsonl", 1, 0, b"x\n", mode=0o600, mtime_ns=1)
+    blob = w.finish()
+    store.put(layout.segment_key(M, 0), blob)
+    ix = repo.read_index(layout.segment_key(M, 0))
+    ext = ix.extents[0]
+    needs = type(ext)(**{**{f: getattr(ext, f) for f in ext.__slots__}, "dict_id": "0" * 64})
+    failed: list[str] = []
+    got = list(repo.read_extents(layout.segment_key(M, 0), [needs],
+                                 lambda x, e: failed.append(str(e))))
+    assert got == [] and len(failed) == 1 and "dictionary" in failed[0]
