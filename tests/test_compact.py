@@ -123,7 +123,7 @@ def assert_restores(store: Store, src: Path | dict[bytes, bytes], out: Path,
                     crypto: Crypto | None = None, at: float | None = None) -> None:
     """A restore into the empty ``out`` is byte-identical to ``src`` and reports nothing."""
     want = tree_bytes(src) if isinstance(src, Path) else src
-    r = restore(Repository(store, M, crypto), RestoreOptions(target=out, at=at))
+    r = restore(Repository(store, M, crypto), RestoreOptions(target=out, at=at, local_machine=M))
     assert r.errors == []
     assert tree_bytes(out) == want
 
