@@ -425,8 +425,11 @@ class Bench(BenchBase):
                     day.segment_bytes += fr.stored_bytes
                     dirty.clear()
                 if k % per_hour == 0:
+                    # What the writer acknowledged by now: compaction folds no further.
+                    copts.acknowledged = state.next_seq - 1
                     self.hourly(store, settings, copts, k // per_hour, clock[0])
             clock[0] = start + DAY
+            copts.acknowledged = state.next_seq - 1
             log("fig 3: prune at the end of the day ...")
             t = time.monotonic()
             day.prune = prune(Repository(store, MACHINE, None), policy,
@@ -451,9 +454,9 @@ class Bench(BenchBase):
         try:
             rep = compact(Repository(store, MACHINE, None), dataclasses.replace(copts, now=now))
         except Exception as e:
-            raise Failed(f"compact(store, {MACHINE!r}, None, CompactOptions(now="
-                              f"{iso_utc(now)})) at simulated hour {hour}: "
-                              f"{type(e).__name__}: {e}") from e
+            raise Failed(f"compact(Repository(store, {MACHINE!r}), CompactOptions(now="
+                         f"{iso_utc(now)})) at simulated hour {hour}: "
+                         f"{type(e).__name__}: {e}") from e
         day.compact_wall.append(time.monotonic() - t)
         day.compactions.append(rep)
         if rep.errors:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from syncd.security.crypto import SCRYPT_N, SCRYPT_P, SCRYPT_R, Crypto, new_master, wrap  # noqa: E402
-from syncd.security.keys import MAX_TRIES  # noqa: E402
+from syncd.security.keys import MAX_WORK  # noqa: E402
 
 PASSPHRASE = "bench passphrase 4d1e"
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
@@ -98,8 +98,9 @@ def main() -> int:
             if rc:
                 print(f"syncd {' '.join(args)} failed: {err}", file=sys.stderr)
                 return 1
-        print(f"syncd writes n={SCRYPT_N} r={SCRYPT_R} p={SCRYPT_P}; at most {MAX_TRIES} "
-              "key files are derived per unlock besides the remembered one\n")
+        print(f"syncd writes n={SCRYPT_N} r={SCRYPT_R} p={SCRYPT_P}; one unlock spends at most "
+              f"{MAX_WORK // (SCRYPT_N * SCRYPT_R * SCRYPT_P)} such derivations' work "
+              "besides the remembered key file\n")
         head = (f"{'planted under keys/':40} {'reader':7} {'rc':>3} {'wall s':>7} "
                 f"{'+s':>6} {'peak MB':>8}")
         print(head)

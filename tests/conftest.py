@@ -42,3 +42,21 @@ def samples() -> Path:
     if not (SAMPLES / "SOURCES.md").exists():
         pytest.skip(f"real transcripts not present at {SAMPLES}")
     return SAMPLES
+
+
+@pytest.fixture
+def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """The (n, r, p) of every scrypt derivation made while the test runs. Each is made
+    cheap (n at most 2^10): a planted key file's tag fails anyway, and the tests' own
+    key files are that cheap already."""
+    from cryptography.hazmat.primitives.kdf import scrypt
+
+    calls: list[tuple[int, int, int]] = []
+    real = scrypt.Scrypt
+
+    def counting(*, salt: bytes, length: int, n: int, r: int, p: int) -> object:
+        calls.append((n, r, p))
+        return real(salt=salt, length=length, n=min(n, 1 << 10), r=r, p=p)
+
+    monkeypatch.setattr(scrypt, "Scrypt", counting)
+    return calls

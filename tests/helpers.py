@@ -122,3 +122,15 @@ class LosesAnswers(MemoryStore):
             self.lose -= 1
             raise TransientError("answer lost")
         return etag
+
+
+class Recording(MemoryStore):
+    """A MemoryStore that records every GET as (key, start, length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[tuple[str, int, int | None]] = []
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        self.gets.append((key, start, length))
+        return super().get(key, start, length)

@@ -114,22 +114,6 @@ def test_every_flipped_bit_of_a_key_file_is_refused() -> None:
             unwrap(bad, "pw", "keys/k1", "w")
 
 
-@pytest.fixture
-def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
-    """The (n, r, p) of every scrypt derivation made while the test runs."""
-    from cryptography.hazmat.primitives.kdf import scrypt
-
-    calls: list[tuple[int, int, int]] = []
-    real = scrypt.Scrypt
-
-    def counting(*, salt: bytes, length: int, n: int, r: int, p: int) -> object:
-        calls.append((n, r, p))
-        return real(salt=salt, length=length, n=n, r=r, p=p)
-
-    monkeypatch.setattr(scrypt, "Scrypt", counting)
-    return calls
-
-
 def with_kdf(raw: bytes, **kdf: int) -> bytes:
     """A key file with other scrypt parameters (its tag no longer verifies)."""
     doc = json.loads(raw)

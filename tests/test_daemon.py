@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,6 +114,27 @@ def test_deleted_file_keeps_its_backup(daemon: tuple[Daemon, Settings], tmp_path
     out = tmp_path / "out"
     restore_tree(Repository(open_store(s.store), "m1"), out)
     assert (out / rel).read_bytes() == b"keep me\n"
+
+
+def test_a_segment_lost_while_running_is_shipped_again_at_the_next_scan(
+        daemon: tuple[Daemon, Settings], tmp_path: Path) -> None:
+    d, s = daemon
+    rel = "projects/-home-a/0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b.jsonl"
+    write(s.source, rel, b'{"n":1}\n')
+    wait_for(lambda: shipped(s, rel) == 8, what="first line shipped")
+    write(s.source, rel, b'{"n":2}\n', "ab")
+    wait_for(lambda: shipped(s, rel) == 16, what="second line shipped")
+    store = open_store(s.store)
+    newest = max(o.key for o in store.list("machines/m1/seg/"))
+    store.delete_many([newest])  # the store loses it (a lifecycle rule, a hand)
+    d.request_scan()  # what the hourly reconcile scan does
+
+    def whole() -> bool:
+        out = tmp_path / f"out-{time.monotonic_ns()}"
+        r = restore_tree(Repository(open_store(s.store), "m1"), out)
+        return not r.errors and (out / rel).read_bytes() == b'{"n":1}\n{"n":2}\n'
+
+    wait_for(whole, what="the lost line back in the store")
 
 
 def _env(s: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -35,6 +35,7 @@ from syncd.security.keys import (
 )
 from syncd.store import MemoryStore, ObjectInfo, open_store
 from tests.faultkit import make_settings
+from tests.helpers import Recording
 
 CHEAP = 1 << 10
 
@@ -156,23 +157,6 @@ def test_concurrent_inits_leave_one_master(rival_first: bool) -> None:
 
 # -- a store is untrusted input: planted key files ------------------------------------------
 
-@pytest.fixture
-def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
-    """The (n, r, p) of every scrypt derivation made while the test runs."""
-    from cryptography.hazmat.primitives.kdf import scrypt
-
-    calls: list[tuple[int, int, int]] = []
-    real = scrypt.Scrypt
-
-    def counting(*, salt: bytes, length: int, n: int, r: int, p: int) -> object:
-        calls.append((n, r, p))
-        # Cheap whatever a planted file asks: its tag fails anyway, the real one is cheap.
-        return real(salt=salt, length=length, n=min(n, CHEAP), r=r, p=p)
-
-    monkeypatch.setattr(scrypt, "Scrypt", counting)
-    return calls
-
-
 def plant(store: MemoryStore, key_id: str, passphrase: str = "theirs", *,
           master: Crypto | None = None, **kdf: int) -> Crypto:
     """A key file under ``keys/<key_id>`` wrapping another master key (or ``master``);
@@ -185,18 +169,6 @@ def plant(store: MemoryStore, key_id: str, passphrase: str = "theirs", *,
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     store.put(f"keys/{key_id}", raw)
     return crypto
-
-
-class Recording(MemoryStore):
-    """A MemoryStore that records every GET as (key, start, length)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gets: list[tuple[str, int, int | None]] = []
-
-    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        self.gets.append((key, start, length))
-        return super().get(key, start, length)
 
 
 def test_planted_expensive_key_files_are_refused_without_deriving(

@@ -14,20 +14,9 @@ from syncd.format.segment import INDEX_MAX, TRAILER, SegmentWriter
 from syncd.repository import MACHINE_JSON_MAX, Repository
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore, layout
+from tests.helpers import Recording
 
 M = "m1"
-
-
-class Counting(MemoryStore):
-    """Remembers every GET: (key, start, length)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gets: list[tuple[str, int, int | None]] = []
-
-    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        self.gets.append((key, start, length))
-        return super().get(key, start, length)
 
 
 def _segment(entries: int = 1) -> bytes:
@@ -45,7 +34,7 @@ def _with_index(blob: bytes, index: bytes) -> bytes:
 
 
 def test_an_index_claiming_more_than_a_reader_accepts_is_refused_unfetched() -> None:
-    store = Counting()
+    store = Recording()
     key = layout.segment_key(M, 0)
     blob = _segment()
     off = TRAILER.unpack(blob[-TRAILER.size:])[0]

@@ -23,10 +23,12 @@ from syncd.config import Settings
 from syncd.errors import RestoreError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
+from syncd.repository import Repository
 from syncd.restore.listing import find_session, load_all, machines_table, sessions_table
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
+from syncd.view import Backup
 
 
 def _when(t: float | None) -> str:
@@ -72,10 +74,7 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool) -> None:
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
     settings = settings_of(ctx)
-    repo = repository_of(settings)
-    seen = Seen(settings.state_dir, repo.url)
-    backups, problems = load_all(repo, machine, seen=seen)
-    seen.save()
+    _, backups, problems = _backups(settings, machine)
     rows = sessions_table(backups, settings.source, project)
     if as_json:
         echo_json(rows)
@@ -87,6 +86,17 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
                        f"{_size(r['size']):>8}  {r['machine']:<20} {_text(r['project'])}  "
                        f"{title}")
     _problems(problems)
+
+
+def _backups(settings: Settings, machine: str | None
+             ) -> tuple[Repository, list[Backup], list[str]]:
+    """Every machine's backup (or ``machine``'s), what could not be read, and the
+    repository they came from; what this host saw of the store is kept up to date."""
+    repo = repository_of(settings)
+    seen = Seen(settings.state_dir, repo.url)
+    backups, problems = load_all(repo, machine, seen=seen)
+    seen.save()
+    return repo, backups, problems
 
 
 def _text(value: object) -> str:
@@ -213,10 +223,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
            worktrees: str) -> None:
     """Restore one session from any machine's backup and print how to resume it."""
     settings = settings_of(ctx)
-    repo = repository_of(settings)
-    seen = Seen(settings.state_dir, repo.url)
-    backups, problems = load_all(repo, machine, seen=seen)
-    seen.save()
+    repo, backups, problems = _backups(settings, machine)
     for line in problems:  # a machine that cannot be read may hold the session too
         click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
     backup, session = find_session(backups, session_id)

@@ -639,7 +639,10 @@ LINE_MAX = 16 << 20
 
 def _rewrite(staged: Path, f: Entry, remap: Remapper,
              history_sids: set[str] | None) -> tuple[Path, int]:
-    """``staged`` remapped (and a history filtered) into a new staged file; its size."""
+    """``staged`` remapped (and a history filtered) into a new staged file; its size.
+
+    Read CHUNK bytes at a time and cut at the last line end, so no Python code runs per
+    line; what has no line end within LINE_MAX bytes is copied as it is."""
     sids = history_sids if f.path == b"history.jsonl" else None
     holes = sids is not None and f.sparse  # zero bytes where other sessions' lines were
     out_path = staged.with_name(staged.name + ".out")
@@ -652,26 +655,27 @@ def _rewrite(staged: Path, f: Entry, remap: Remapper,
             out.write(text)
             size += len(text)
 
-        batch: list[bytes] = []
-        held = 0
-        while line := src.readline(LINE_MAX + 1):
+        carry, untouched = b"", False
+        while chunk := src.read(CHUNK):
             if holes:
-                line = line.replace(b"\0", b"")
-            if len(line) > LINE_MAX and not line.endswith(b"\n"):
-                emit(_lines_out(b"".join(batch), remap, sids))
-                batch, held = [], 0
-                if sids is None:  # a history line that long is no one's: dropped
-                    emit(line)
-                while not line.endswith(b"\n") and (line := src.readline(CHUNK)):
-                    if sids is None:
-                        emit(line)
+                chunk = chunk.replace(b"\0", b"")
+            buf = carry + chunk
+            if untouched:  # the rest of an overlong line, up to its end
+                end = buf.find(b"\n") + 1
+                emit(buf if end == 0 else buf[:end])
+                carry, untouched = (b"", True) if end == 0 else (buf[end:], False)
                 continue
-            batch.append(line)
-            held += len(line)
-            if held >= CHUNK and line.endswith(b"\n"):
-                emit(_lines_out(b"".join(batch), remap, sids))
-                batch, held = [], 0
-        emit(_lines_out(b"".join(batch), remap, sids))
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0 and len(buf) > LINE_MAX:
+                emit(buf)
+                carry, untouched = b"", True
+            elif cut:
+                emit(_lines_out(buf[:cut], remap, sids))
+                carry = buf[cut:]
+            else:
+                carry = buf
+        if carry:  # a last line without its line end
+            emit(carry if untouched else _lines_out(carry, remap, sids))
     staged.unlink()
     return out_path, size
 
