@@ -533,9 +533,21 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                                      "local is not a regular file"))
         return None
     mtime_ns = _sane_mtime(f, report)
-    if (_remapped(f.path) and not remap.identity) or (
-            f.path == b"history.jsonl" and history_sids is not None):
-        # Rewritten a batch of lines at a time: a file's size never decides memory.
+    sids = history_sids if f.path == b"history.jsonl" else None
+    transform = (_remapped(f.path) and not remap.identity) or sids is not None
+    if st is None and transform and size <= CHUNK:
+        # Nothing local, small: rewritten in memory, written by the installer's threads
+        # while the next file is rewritten.
+        data = _lines_out(staged.read_bytes().replace(b"\0", b"") if f.sparse
+                          else staged.read_bytes(), remap, sids)
+        act = Action("create", os.fsdecode(rel), src, "not present locally", len(data))
+        if not opts.dry_run:
+            _make_parents(opts.target, rel)
+            installer.write(data, dest, mtime_ns)
+        report.actions.append(act)
+        return dest, act
+    if transform:
+        # Rewritten a chunk of lines at a time: a file's size never decides memory.
         staged, size = _rewrite(staged, f, remap, history_sids)
     if st is None:
         # The common case, streamed: nothing local.
