@@ -38,6 +38,12 @@ class Installer:
         """Install ``content`` as ``dest``, through a temp file beside it."""
         self._submit(dest, lambda: _write(content, dest, mtime_ns), len(content))
 
+    def produce(self, make: Callable[[], bytes], dest: bytes, mtime_ns: int,
+                memory: int) -> None:
+        """Install the file ``make`` writes (same filesystem; it returns its path) as
+        ``dest``: made in a worker thread too, holding about ``memory`` bytes meanwhile."""
+        self._submit(dest, lambda: _finish(make(), dest, mtime_ns), memory)
+
     def _submit(self, dest: bytes, job: Callable[[], None], size: int) -> None:
         units = max(1, min(size >> 20, MAX_BYTES >> 20))
         for _ in range(units):

@@ -546,8 +546,21 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
             installer.write(data, dest, mtime_ns)
         report.actions.append(act)
         return dest, act
+    if st is None and transform:
+        # Nothing local, big: rewritten a chunk of lines at a time (a file's size never
+        # decides memory) by an installer thread, while the next file is placed.
+        act = Action("create", os.fsdecode(rel), src, "not present locally", size)
+        if not opts.dry_run:
+            _make_parents(opts.target, rel)
+
+            def rewritten(staged: Path = staged) -> bytes:
+                out, act.size = _rewrite(staged, f, remap, history_sids)
+                return os.fsencode(out)
+
+            installer.produce(rewritten, dest, mtime_ns, CHUNK + LINE_MAX)
+        report.actions.append(act)
+        return dest, act
     if transform:
-        # Rewritten a chunk of lines at a time: a file's size never decides memory.
         staged, size = _rewrite(staged, f, remap, history_sids)
     if st is None:
         # The common case, streamed: nothing local.
