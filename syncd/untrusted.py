@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 # Containers allowed per byte of text, with some slack for tiny objects.
 _BYTES_PER_CONTAINER = 16
 _SLACK = 64
+# A JSON string (brackets inside one, say in a session's summary, are not containers).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 def _constant(name: str) -> Any:
@@ -43,8 +46,12 @@ def loads(data: bytes | str) -> Any:
     """The JSON value of ``data``, or ``ValueError`` if it is not one a writer of syncd
     makes (see the module's docstring)."""
     raw = data.encode() if isinstance(data, str) else data
+    limit = len(raw) // _BYTES_PER_CONTAINER + _SLACK
     containers = raw.count(b"{") + raw.count(b"[")
-    if containers > len(raw) // _BYTES_PER_CONTAINER + _SLACK:
+    if containers > limit:  # an upper bound; count again without the strings' text
+        bare = _STRING.sub(b"", raw)
+        containers = bare.count(b"{") + bare.count(b"[")
+    if containers > limit:
         raise ValueError(f"{containers} objects and arrays in {len(raw)} bytes: more than "
                          "any writer makes (refusing to build them)")
     try:
