@@ -110,7 +110,7 @@ def main() -> int:
             for old in store.joinpath("keys").glob("0*"):
                 old.unlink()
             for i in range(count):
-                key_id = f"{i:04x}"
+                key_id = f"{i:016x}"
                 store.joinpath("keys", key_id).write_bytes(planted(key_id, n, r, p))
             for who, env in (("fresh", fresh), ("writer", writer)):
                 target = work / f"target-{who}"

@@ -45,6 +45,14 @@ def _no_passphrase_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SYNCD_PASSPHRASE", raising=False)
 
 
+
+def kf(i: int) -> str:
+    """The key file named by ``i`` (sorted before any random key id but a few)."""
+    return f"keys/{i:016x}"
+
+
+K0, K1 = kf(0), kf(1)
+
 def test_init_then_unlock() -> None:
     store = MemoryStore()
     c = init_encryption(store, "pw one", n=CHEAP)
@@ -90,12 +98,27 @@ def test_add_and_remove_passphrases() -> None:
 def test_a_tampered_key_file_beside_a_good_one_is_named_but_not_fatal() -> None:
     store = MemoryStore()
     c = init_encryption(store, "pw", n=CHEAP)
-    store.put("keys/0000", b"garbage")
+    junk = K0
+    store.put(junk, b"garbage")
     assert unlock(store, "pw").master == c.master
     listed = dict(list_keys(store))
-    assert isinstance(listed["keys/0000"], str) and "unreadable key file" in listed["keys/0000"]
+    assert isinstance(why := listed[junk], str) and "unreadable key file" in why
     store.delete_many([f"keys/{c.key_id}"])
-    with pytest.raises(BadPassphrase, match="keys/0000: unreadable key file"):
+    with pytest.raises(BadPassphrase, match=f"{junk}: unreadable key file"):
+        unlock(store, "pw")
+
+
+def test_a_planted_name_that_is_no_key_id_is_named_and_skipped(tmp_path: Path) -> None:
+    """A name the store accepts but syncd never writes (sorting before the real key file)
+    is one refused file, not a failed unlock."""
+    store = open_store(f"file://{tmp_path}")
+    c = init_encryption(store, "pw", n=CHEAP)
+    (tmp_path / "keys" / "0\\x").write_bytes(b"{}")
+    assert unlock(store, "pw").master == c.master
+    listed = dict(list_keys(store))
+    assert "not a key file name" in str(listed["keys/0\\x"])
+    store.delete_many([f"keys/{c.key_id}"])
+    with pytest.raises(BadPassphrase, match="not a key file name"):
         unlock(store, "pw")
 
 
@@ -136,7 +159,7 @@ def test_concurrent_inits_leave_one_master(rival_first: bool) -> None:
     other = MemoryStore()
     init_encryption(other, "theirs", n=CHEAP)
     [(rival_key, rival_raw)] = other.objects.items()
-    rival_key = "keys/0000000000000000" if rival_first else "keys/ffffffffffffffff"
+    rival_key = K0 if rival_first else "keys/ffffffffffffffff"
 
     class Racing(MemoryStore):
         def put(self, key: str, data: bytes, *, if_none_match: bool = True,
@@ -176,8 +199,8 @@ def test_planted_expensive_key_files_are_refused_without_deriving(
     store = MemoryStore()
     real = init_encryption(store, "pw", n=CHEAP)
     # Sorted before the real key file, so tried first without a hint.
-    plant(store, "0000", "pw", n=1 << 22, r=8, p=SCRYPT_P)
-    plant(store, "0001", "pw", n=1 << 22, r=32, p=16)
+    plant(store, K0[5:], "pw", n=1 << 22, r=8, p=SCRYPT_P)
+    plant(store, K1[5:], "pw", n=1 << 22, r=32, p=16)
     derives.clear()
     with caplog.at_level(logging.WARNING, logger="syncd.keys"):
         got = unlock(store, "pw")
@@ -185,15 +208,15 @@ def test_planted_expensive_key_files_are_refused_without_deriving(
     assert derives == [(CHEAP, SCRYPT_R, SCRYPT_P)]  # the real key file only
     refused = [r.getMessage() for r in caplog.records]
     assert refused == [
-        f"refusing key file memory://keys/0000: scrypt parameters beyond syncd's bounds "
+        f"refusing key file memory://{K0}: scrypt parameters beyond syncd's bounds "
         f"(n={1 << 22}, r=8, p={SCRYPT_P}; at most 128 MiB and n*r*p <= 1572864)",
-        f"refusing key file memory://keys/0001: scrypt parameters beyond syncd's bounds "
+        f"refusing key file memory://{K1}: scrypt parameters beyond syncd's bounds "
         f"(n={1 << 22}, r=32, p=16; at most 128 MiB and n*r*p <= 1572864)"]
     listed = dict(list_keys(store))
-    assert isinstance(listed["keys/0001"], str) and "beyond syncd's bounds" in listed["keys/0001"]
+    assert isinstance(why := listed[K1], str) and "beyond syncd's bounds" in why
     store.delete_many([f"keys/{real.key_id}"])
     derives.clear()
-    with pytest.raises(BadPassphrase, match=r"opens none .*; refusing key file memory://keys/0000"):
+    with pytest.raises(BadPassphrase, match=rf"opens none .*; refusing key file memory://{K0}"):
         unlock(store, "pw")
     assert derives == []
 
@@ -202,7 +225,7 @@ def test_the_remembered_key_file_is_tried_first(derives: list[tuple[int, int, in
     store = MemoryStore()
     real = init_encryption(store, "pw", n=CHEAP)
     for i in range(5):  # other masters, other passphrases, all before the real one
-        plant(store, f"000{i}")
+        plant(store, f"{i:016x}")
     derives.clear()
     assert unlock(store, "pw").master == real.master
     assert len(derives) == 6  # in key order: every planted one, then the real one
@@ -228,10 +251,10 @@ def test_one_unlock_tries_a_bounded_number_of_key_files(
     tries = MAX_WORK // (SCRYPT_N * SCRYPT_R * SCRYPT_P)
     planted = 3 * tries
     for i in range(planted):
-        plant(store, f"{i:04x}", n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
+        plant(store, f"{i:016x}", n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
     derives.clear()
     with pytest.raises(BadPassphrase, match=(
-            rf"keys/0000, keys/0001, keys/0002, keys/0003, keys/0004 and {planted - 4} more\)"
+            rf"{', '.join(kf(i) for i in range(5))} and {planted - 4} more\)"
             rf".*gave up after trying {tries} of {planted + 1} key files")):
         unlock(store, "pw")
     assert len(derives) == tries
@@ -245,7 +268,7 @@ def test_many_cheap_planted_key_files_do_not_hide_the_real_one(
     store = MemoryStore()
     real = init_encryption(store, "pw", n=CHEAP)
     for i in range(40):  # all sorted before the real one, each nearly free to refuse
-        plant(store, f"{i:04x}")
+        plant(store, f"{i:016x}")
     derives.clear()
     assert unlock(store, "pw").master == real.master
     assert len(derives) == 41
@@ -256,7 +279,7 @@ def test_one_unlock_reads_a_bounded_number_of_key_files(
     store = Recording()
     real = init_encryption(store, "pw", n=CHEAP)
     for i in range(2 * MAX_READS):
-        store.put(f"keys/{i:04x}", b"garbage")  # refused unread by scrypt, but each is a GET
+        store.put(f"keys/{i:016x}", b"garbage")  # refused unread by scrypt, but each is a GET
     store.gets.clear()
     derives.clear()
     with pytest.raises(BadPassphrase, match=r"unreadable key file.*gave up after trying 0 of"):
@@ -270,8 +293,8 @@ def test_one_unlock_reads_a_bounded_number_of_key_files(
 def test_key_files_are_read_size_capped(derives: list[tuple[int, int, int]]) -> None:
     store = Recording()
     real = init_encryption(store, "pw", n=CHEAP)
-    store.put("keys/0000", b"{" + b" " * (1 << 20))
-    store.put("keys/0001", b"")
+    store.put(K0, b"{" + b" " * (1 << 20))
+    store.put(K1, b"")
     store.gets.clear()
     derives.clear()
     assert unlock(store, "pw").master == real.master
@@ -279,16 +302,16 @@ def test_key_files_are_read_size_capped(derives: list[tuple[int, int, int]]) -> 
     assert store.gets == [(f"keys/{real.key_id}", 0, KEY_FILE_MAX_BYTES + 1)]
     assert len(derives) == 1
     listed = dict(list_keys(store))
-    assert listed["keys/0000"] == (f"refusing key file memory://keys/0000: more than "
+    assert listed[K0] == (f"refusing key file memory://{K0}: more than "
                                    f"{KEY_FILE_MAX_BYTES} bytes (a key file holds ~400)")
-    assert listed["keys/0001"] == "memory://keys/0001: unreadable key file (empty)"
+    assert listed[K1] == f"memory://{K1}: unreadable key file (empty)"
     # An object that grew after the LIST: one capped GET tells, nothing more is read.
     store.gets.clear()
-    with pytest.raises(BadPassphrase, match=r"refusing key file memory://keys/0000: more than"):
-        unlock(store, "pw", [ObjectInfo("keys/0000", 400)])
-    assert store.gets == [("keys/0000", 0, KEY_FILE_MAX_BYTES + 1)]
-    with pytest.raises(BadPassphrase, match=r"keys/gone: removed while it was being read"):
-        unlock(store, "pw", [ObjectInfo("keys/gone", 400)])
+    with pytest.raises(BadPassphrase, match=rf"refusing key file memory://{K0}: more than"):
+        unlock(store, "pw", [ObjectInfo(K0, 400)])
+    assert store.gets == [(K0, 0, KEY_FILE_MAX_BYTES + 1)]
+    with pytest.raises(BadPassphrase, match=rf"{kf(255)}: removed while it was being read"):
+        unlock(store, "pw", [ObjectInfo(kf(255), 400)])
 
 
 def test_a_writer_tries_its_key_first_and_never_switches_master(
@@ -303,7 +326,7 @@ def test_a_writer_tries_its_key_first_and_never_switches_master(
     assert remembered_key(s.state_file) == KeyHint(real.key_id, real.fingerprint)
     # Someone who knows the passphrase plants another master key, first in key order.
     rival = Crypto(new_master())
-    store.put("keys/0000", wrap(rival, "pw", "0000", "keys/0000", n=CHEAP))
+    store.put(K0, wrap(rival, "pw", K0[5:], K0, n=CHEAP))
     derives.clear()
     engine = Engine(s)
     try:

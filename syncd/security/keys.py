@@ -83,6 +83,8 @@ def _names(infos: list[ObjectInfo]) -> str:
 def read_key_file(store: Store, info: ObjectInfo) -> bytes:
     """A key file's bytes, never more than a key file holds (plus one, to tell)."""
     where = _where(store, info.key)
+    if not layout.is_key_file(info.key):
+        raise CryptoError(f"refusing {where}: not a key file name (keys/ and 16 hex digits)")
     too_big = CryptoError(f"refusing key file {where}: more than {KEY_FILE_MAX_BYTES} bytes "
                           "(a key file holds ~400)")
     if info.size > KEY_FILE_MAX_BYTES:

@@ -56,6 +56,11 @@ def key_file_key(key_id: str) -> str:
     return f"{KEYS_PREFIX}{key_id}"
 
 
+def is_key_file(key: str) -> bool:
+    """Whether ``key`` names a key file (``keys/`` and 16 hex digits)."""
+    return key.startswith(KEYS_PREFIX) and _KEY_ID.fullmatch(key[len(KEYS_PREFIX):]) is not None
+
+
 def segment_key(machine: str, seq: int) -> str:
     return f"{segments_prefix(machine)}{seq:016x}"
 
@@ -91,6 +96,7 @@ def snapshot_id(key: str) -> tuple[int, int] | None:
 # Names exactly as written (lowercase hex of fixed width): int(x, 16) alone would also
 # take "0x…", "+…" and "1_0", so two names could claim one seq.
 _SEGMENT = re.compile(r"[0-9a-f]{16}")
+_KEY_ID = _SEGMENT  # 16 hex digits too
 _PACK = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-[0-9a-f]{8}")
 _SNAPSHOT = re.compile(r"([0-9a-f]{16})-([0-9a-f]{4})")
 
