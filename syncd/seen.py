@@ -36,24 +36,32 @@ class Seen:
             self._marks = {str(m): (int(v[0]), float(v[1])) for m, v in raw.items()}
 
     def check(self, machine: str, newest: int | None) -> str | None:
-        """Record ``newest`` (the machine's newest seq in the store now, None: nothing);
-        a problem when it is below one seen before."""
+        """A problem when ``newest`` (the machine's newest seq the store lists now, None:
+        nothing) is below the newest seen here before."""
         seen = self._marks.get(machine)
         now = -1 if newest is None else newest
-        if seen is not None and now < seen[0]:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen[1]))
-            return (f"{self.url}{layout.machine_prefix(machine)}: the store's newest segment is "
-                    f"{'none' if newest is None else f'{newest:016x}'}, but {seen[0]:016x} "
-                    f"was seen here on {when}: segments were lost or the store was rolled "
-                    f"back (if it was reset on purpose, remove {self.path})")
-        if seen is None or now > seen[0]:
-            self._marks[machine] = (now, time.time())
+        if seen is None or now >= seen[0]:
+            return None
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen[1]))
+        return (f"{self.url}{layout.machine_prefix(machine)}: the store's newest segment is "
+                f"{'none' if newest is None else f'{newest:016x}'}, but {seen[0]:016x} "
+                f"was seen here on {when}: segments were lost or the store was rolled "
+                f"back (if it was reset on purpose, remove {self.path})")
+
+    def saw(self, machine: str, seq: int) -> None:
+        """Remember ``seq``, one whose object was read whole (a name alone, which anyone
+        who can write the bucket can plant, never raises the mark)."""
+        seen = self._marks.get(machine)
+        if seen is None or seq > seen[0]:
+            self._marks[machine] = (seq, time.time())
             self._changed = True
-        return None
 
     def save(self) -> None:
-        if not self._changed or len(self._marks) > MAX_MACHINES:
+        if not self._changed:
             return
+        if len(self._marks) > MAX_MACHINES:  # keep the marks refreshed last
+            newest = sorted(self._marks.items(), key=lambda kv: kv[1][1])[-MAX_MACHINES:]
+            self._marks = dict(newest)
         with contextlib.suppress(OSError):
             private_dir(self.path.parent)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -88,13 +88,16 @@ def load_backup(repo: Repository, at: float | None = None,
     after = newest.seq if newest is not None else -1
     keys = repo.segments(after)
     if seen is not None and at is None:
-        # The newest seq the store holds now, readable or not.
+        # The newest seq the store lists now, readable or not (the mark rises only with
+        # what is read below).
         top = max([after] + [layout.segment_seq(k) or 0 for k, _ in keys])
         problem = seen.check(machine, top if top >= 0 else None)
         if problem:
             if newest is None and not keys:
                 raise BackupError(problem)
             b.errors.append(problem)
+        if newest is not None:
+            seen.saw(machine, newest.seq)
     if newest is None and not keys:
         if b.errors:  # there are manifests, and none of them reads
             raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")
@@ -117,6 +120,8 @@ def load_backup(repo: Repository, at: float | None = None,
             break
         b.first_time = ix.time if b.first_time is None else b.first_time
         b.last_time, b.last_seq = ix.time, seq
+        if seen is not None and at is None and ix.seq == seq:
+            seen.saw(machine, seq)
         _fold(b, key, ix, names, sessions)
     if b.first_time is None and at is not None:
         raise NoBackup(f"machine {machine!r} has no backup at or before the requested time")

@@ -40,10 +40,15 @@ def machines_table(repo: Repository, seen: Seen | None = None
         last: float | None = None
         try:
             if keys:
-                last = m.read_index(keys[-1][0], keys[-1][1]).time
+                ix = m.read_index(keys[-1][0], keys[-1][1])
+                last = ix.time
+                if seen is not None and ix.seq == layout.segment_seq(keys[-1][0]):
+                    seen.saw(machine, ix.seq)
             else:
                 snap = m.newest_manifest(problems)
                 last = None if snap is None else snap.time
+                if seen is not None and snap is not None:
+                    seen.saw(machine, snap.seq)
         except (FormatError, StoreError) as e:
             problems.append(str(e))
         rows.append({"machine": machine, "hostname": info.get("hostname"),
