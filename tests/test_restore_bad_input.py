@@ -156,3 +156,23 @@ def test_project_maps_to_the_local_clone_with_the_same_remote(
     assert any("same git remote" in rule.why for rule in r.rules)
     restored = target / "projects" / project_folder(str(clone)) / f"{SID}.jsonl"
     assert json.loads(restored.read_bytes())["cwd"] == str(clone)
+
+
+def test_a_history_with_a_gap_is_never_restored_as_a_sparse_file() -> None:
+    """One session's history keeps only its frames, at their offsets; an extent the store
+    placed far past a gap must not decide the size of that sparse file."""
+    from syncd.format.segment import Extent
+    from syncd.format.snapshot import Entry
+    from syncd.restore.restorer import _history_of
+
+    def ext(start: int, end: int, off: int) -> Extent:
+        return Extent(b"history.jsonl", 1, start, end, off, 10, "0" * 64, 0o600, 0)
+
+    whole = [("p", ext(0, 100, 0)), ("p", ext(100, 200, 10))]
+    h = Entry(b"history.jsonl", 1, 200, extents=whole, sids={("p", 0): SID[:8]})
+    assert _history_of(h, {"bbbbbbbb"}).sparse  # the first frame is another session's
+    far = 1 << 43
+    h = Entry(b"history.jsonl", 1, far + 100, extents=[whole[0], ("p", ext(far, far + 100, 10))],
+              sids={("p", 0): SID[:8]})
+    got = _history_of(h, {"bbbbbbbb"})
+    assert not got.sparse and got.extents == h.extents  # restored as its intact prefix

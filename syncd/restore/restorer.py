@@ -368,8 +368,9 @@ def _select(backup: Backup, opts: RestoreOptions,
 
 def _history_of(h: Entry, sids: set[str]) -> Entry:
     """history.jsonl with only the frames that hold lines of ``sids`` (and those whose
-    sessions are not known), as a sparse file."""
-    if not h.sids:
+    sessions are not known), as a sparse file. A history with a gap is restored whole
+    (its intact prefix), so offsets past the gap never decide a sparse file's size."""
+    if not h.sids or _first_gap(h) is not None:
         return h
     keep = [(k, x) for k, x in h.extents
             if (ids := h.sids.get((k, x.off))) is None or any(has_sid(ids, s) for s in sids)]
