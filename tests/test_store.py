@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +100,15 @@ def test_ranged_get(store: Store) -> None:
     assert store.get("r", 7) == b"789"
     assert store.get("r", -4) == b"6789"
     assert store.get("r", 0, 0) == b""
+
+
+def test_range_past_the_end_is_no_bytes(store: Store) -> None:
+    """A hostile extent pointing past its object reads as a short read (the caller's
+    problem with that one object), on every backend alike."""
+    store.put("p", b"0123456789")
+    assert store.get("p", 10, 5) == b""
+    assert store.get("p", 50, 5) == b""
+    assert store.get("p", 8, 5) == b"89"
 
 
 def test_suffix_longer_than_object(store: Store) -> None:
@@ -195,3 +206,38 @@ def test_s3_client_that_cannot_be_built_fails_each_request_once() -> None:
     assert not isinstance(e.value, TransientError) and "\n" not in str(e.value)
     with pytest.raises(StoreError, match="cannot set up the S3 client"):
         s.put("x", b"y")
+
+
+class _RangeIgnoringClient:
+    """An endpoint that answers every GET with the whole object (HTTP 200)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.read: list[int | None] = []
+
+    def get_object(self, **kw: Any) -> dict[str, Any]:
+        client = self
+
+        class Body:
+            def read(self, amt: int | None = None) -> bytes:
+                client.read.append(amt)
+                return client.data if amt is None else client.data[:amt]
+
+            def close(self) -> None:
+                pass
+
+        return {"Body": Body(), "ResponseMetadata": {"HTTPStatusCode": 200}}
+
+
+def test_s3_reads_no_more_than_the_range_asks_whatever_the_endpoint_sends() -> None:
+    s = S3Store("bucket")
+    s._client.result()  # let the background build finish, then swap in the fake
+    fake = _RangeIgnoringClient(b"x" * (1 << 20))
+    s._client = Future()
+    s._client.set_result(fake)  # type: ignore[arg-type]
+    assert s.get("k", 0, 10) == b"x" * 10 and fake.read == [10]
+    with pytest.raises(StoreError, match="answered a ranged GET with HTTP 200"):
+        s.get("k", 100, 10)
+    with pytest.raises(StoreError, match="answered a ranged GET with HTTP 200"):
+        s.get("k", -10)
+    assert fake.read == [10]

@@ -124,14 +124,32 @@ class S3Store:
             kw["Range"] = f"bytes={start}-{start + length - 1}"
         elif start:
             kw["Range"] = f"bytes={start}-"
+        # What the range asks for, and never more: an endpoint that ignores Range would
+        # otherwise make a bounded read take the whole object.
+        cap = -start if start < 0 else length
         try:
             resp = self._s3.get_object(Bucket=self.bucket, **kw)  # type: ignore[arg-type]
-            data = resp["Body"].read()
+            body = resp["Body"]
+            try:
+                status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 206)
+                if "Range" in kw and status != 206 and start != 0:
+                    raise StoreError(f"{self.url}{key}: the endpoint answered a ranged GET "
+                                     f"with HTTP {status} (the whole object?): refusing it")
+                data = body.read() if cap is None else body.read(cap)
+            finally:
+                body.close()
         except Exception as e:
+            if self._status(e) == 416:  # a range past the end: no bytes, as a file gives
+                return b""
             raise self._error(key, e) from e
-        if start < 0:
-            data = data[start:]
         return data
+
+    @staticmethod
+    def _status(e: Exception) -> int:
+        response = getattr(e, "response", None)
+        if not isinstance(response, dict):
+            return 0
+        return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._key(key)
