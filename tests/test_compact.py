@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from syncd.archive.compact import CompactOptions, compact
+from syncd.archive.options import acknowledged_seq
 from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
@@ -34,6 +35,7 @@ from syncd.security.lock import ProcessLock
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, open_store
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
+from tests.faultkit import make_settings
 from tests.helpers import shipper, tree_bytes, write
 from tests.readers import list_snapshots, read_groups, read_index, read_manifest
 from tests.seaweed import Seaweed
@@ -588,6 +590,23 @@ def test_lost_local_state_adopts_the_snapshot(tmp_path: Path) -> None:
         [(TA.encode(), 1, size, (src / TA).stat().st_size)]
     assert ix.tombstones == []
     assert_restores(store, src, tmp_path / "out")
+
+
+def test_a_state_that_confirmed_nothing_holds_compaction_back(tmp_path: Path) -> None:
+    """A writer state with no confirmed segment (a new state, before it adopts what the
+    store holds) lets compaction fold nothing and build on no snapshot."""
+    src, store = tmp_path / "src", MemoryStore()
+    three_flushes(src, shipper(src, store, tmp_path / "st.db"))
+    rep = compact(Repository(store, M), opts=CompactOptions(acknowledged=-1))
+    assert rep.segments == 0 and rep.snapshot is None and len(keys(store, "seg")) == 3
+    compact(Repository(store, M))
+    with pytest.raises(CompactError, match=r"beyond what this machine's state knows \(nothing\)"):
+        compact(Repository(store, M), opts=CompactOptions(acknowledged=-1))
+    (tmp_path / "fresh").mkdir()
+    s = make_settings(tmp_path / "fresh")
+    assert acknowledged_seq(s) is None  # no state: nothing to hold the store to
+    State(s.state_file).close()
+    assert acknowledged_seq(s) == -1
 
 
 # -- one session -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from syncd.errors import FormatError
 from syncd.format.catalog import Session
 from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter
-from syncd.format.snapshot import ROOT_GROUP, Entry, build, group_of
+from syncd.format.snapshot import ROOT_GROUP, Entry, build, group_of, parse_group
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore, layout
 from tests.readers import read_extents, read_groups, read_manifest
@@ -102,6 +102,18 @@ def test_build_and_read_back() -> None:
     assert [base64.b64decode(s["path_b64"]) for s in doc["sessions"]] == [SESSIONS[1].path]
     assert all("path" not in f for f in doc["files"])
 
+
+
+@pytest.mark.parametrize("obj", [-1, 2, 99])
+def test_an_extent_naming_an_object_the_manifest_lacks_is_refused(obj: int) -> None:
+    store = MemoryStore()
+    m = read_manifest(store, put(store, build(M, 9, 2, 1.0, 1.0, ENTRIES, SESSIONS, PROJECTS)))
+    (frame,) = m.groups["todos"]
+    ((_, raw),) = list(read_extents(store, m.key, [frame]))
+    doc = json.loads(raw)
+    doc["files"][0]["x"] = [[obj, 16, 50, 0, 5, "0" * 64]]
+    with pytest.raises(FormatError, match=f"unreadable group 'todos': object {obj} of 2"):
+        parse_group(json.dumps(doc).encode(), m, "todos", "w")
 
 def test_sealed_manifest_round_trip_and_refusals() -> None:
     store, crypto = MemoryStore(), Crypto(new_master())

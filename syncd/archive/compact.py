@@ -166,9 +166,10 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
             raise CompactError(f"the newest snapshot is unreadable, not building on it "
                                f"(run syncd verify): {err}") from err
         if opts.acknowledged is not None and newest.seq > opts.acknowledged:
-            raise CompactError(f"{repo.where(newest.key)}: a snapshot beyond seq "
-                               f"{opts.acknowledged:016x}, the newest this machine's state "
-                               "knows: not building on it (run syncd sync first: it adopts "
+            known = (f"seq {opts.acknowledged:016x}, the newest this machine's state knows"
+                     if opts.acknowledged >= 0 else "what this machine's state knows (nothing)")
+            raise CompactError(f"{repo.where(newest.key)}: a snapshot beyond {known}: not "
+                               "building on it (run syncd sync first: it adopts "
                                "what an earlier run left; if it persists, the snapshot was "
                                "planted or is foreign)")
         for g in groups.values():

@@ -75,12 +75,13 @@ def ensure_dictionary(settings: Settings, repo: Repository, now: float | None = 
 
 
 def acknowledged_seq(settings: Settings) -> int | None:
-    """The newest seq the store confirmed to this machine's writer (None: no state)."""
+    """The newest seq the store confirmed to this machine's writer (-1: none yet; None:
+    no state, nothing to hold the store to)."""
     if not settings.state_file.exists():
         return None
     state = State(settings.state_file, readonly=True)
     try:
-        return state.next_seq - 1 if state.next_seq else None
+        return state.next_seq - 1
     finally:
         state.close()
 

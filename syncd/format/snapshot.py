@@ -233,6 +233,8 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
                   None if d.get("deleted_at") is None else float(d["deleted_at"]),
                   bool(d.get("retained", False)))
         for obj, off, clen, start, end, sha in d["x"]:
+            if not 0 <= int(obj) < len(m.objects):  # -1 would name another object
+                raise IndexError(f"object {obj} of {len(m.objects)}")
             e.extents.append((m.objects[int(obj)], Extent(
                 path, e.gen, int(start), int(end), int(off), int(clen), str(sha), e.mode,
                 e.mtime_ns)))
