@@ -9,6 +9,9 @@ Only secrets of ``MIN_LENGTH`` characters or more are masked. A shorter one (a p
 like "wrong") matches words of syncd's own messages: masking those garbles them and, in
 a known sentence, shows the secret to whoever reads the line. S3 secret keys (40
 characters) and session tokens are far longer.
+
+Control characters go too (but newlines and tabs): a store's strings reach these lines,
+and an escape sequence in a file name must not drive the reader's terminal.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ _ENV_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKE
                 "SYNCD_PASSPHRASE", "SYNCD_NEW_PASSPHRASE")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 MIN_LENGTH = 8
+# C0 and C1 controls but \t and \n, and the bidirectional overrides (text shown reversed).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -45,5 +50,5 @@ def redact(text: str) -> str:
     for v in values:
         if v in text:
             text = text.replace(v, "***")
-    return _USERINFO.sub(r"\g<scheme>***@", text)
+    return _CONTROL.sub("?", _USERINFO.sub(r"\g<scheme>***@", text))
 

@@ -114,6 +114,13 @@ def test_a_short_secret_does_not_garble_our_own_words() -> None:
     assert redact(message) == message
 
 
+
+def test_no_control_character_reaches_a_shown_line() -> None:
+    """A store's file name with an escape sequence or a bidi override in an error line
+    cannot drive the terminal; lines and tabs stay."""
+    shown = redact("projects/x\x1b]0;pwned\x07\u202eld.jsonl: gone\tsee\nnext \x9b2J")
+    assert shown == "projects/x?]0;pwned??ld.jsonl: gone\tsee\nnext ?2J"
+
 def test_logs_and_the_error_log_never_hold_a_secret(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value-123")

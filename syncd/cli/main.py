@@ -145,7 +145,7 @@ def main() -> None:
             click.echo(e.code, err=True)
     except SyncdError as e:
         # The one place where errors become exit codes: one line, secrets masked.
-        click.echo(redact(f"syncd: {e}"), err=True)
+        click.echo(redact(f"syncd: {e}".replace("\n", " ")), err=True)
         code = exit_code(e)
     except OSError as e:  # the local filesystem: the work could not be completed
         click.echo(redact(f"syncd: {e.strerror or e}"

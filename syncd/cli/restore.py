@@ -144,11 +144,11 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
                     "notes": report.notes})
     else:
         for r in report.rules:
-            click.echo(f"map  {_text(r.old)} -> {_text(r.new)}  ({r.why})")
+            click.echo(f"map  {_text(r.old)} -> {_text(r.new)}  ({_text(r.why)})")
         for a in report.actions:
             if dry_run or a.action not in ("create", "skip"):
-                extra = f"  [backup copy: {a.conflict_copy}]" if a.conflict_copy else ""
-                click.echo(f"{a.action:<12} {_text(a.path)}  ({a.reason}){extra}")
+                extra = f"  [backup copy: {_text(a.conflict_copy)}]" if a.conflict_copy else ""
+                click.echo(f"{a.action:<12} {_text(a.path)}  ({_text(a.reason)}){extra}")
         counts: dict[str, int] = {}
         for a in report.actions:
             counts[a.action] = counts.get(a.action, 0) + 1
