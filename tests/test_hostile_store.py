@@ -188,14 +188,14 @@ def listed(r: Result, name: str) -> None:
     assert name in r.out, f"{name!r} is not listed on stdout\n{r.describe()}"
 
 
-def restore_skips(world: World, key: str, m: Machine, clean: Result) -> Path:
-    """A full restore names ``key`` on one line, stays bounded, exits 1 and still
-    restores every file of ``m``; returns the target folder."""
+def restore_skips(world: World, name: str, m: Machine, clean: Result) -> Path:
+    """A full restore of ``m`` names ``name`` (the bad object) on one line, stays bounded,
+    exits 1 and still restores every file of ``m``; returns the target folder."""
     target = world.tmp / "t"
-    r = world.syncd("restore", "--machine", "desk", "--to", str(target))
+    r = world.syncd("restore", "--machine", m.name, "--to", str(target))
     sane(r)
     bounded(r, clean)
-    one_line(r, key)
+    one_line(r, name)
     assert r.rc == 1, r.describe()
     restored(target, m)
     return target
@@ -416,14 +416,8 @@ def test_frame_whose_header_claims_10gb(any_world: World,
     sw.add_frame(BOMB_FILE.encode(), 1, 0, 100, zstd_frame(b"", 0x41, 100, b"", 10 * GB),
                  rle_sha256(0x41, 100), mode=0o600, mtime_ns=0)
     w.craft.finish(key, sw)
-    target = w.tmp / "t"
-    r = w.syncd("restore", "--machine", "desk", "--to", str(target))
-    sane(r)
-    bounded(r, clean("restore", w.sealed))
-    one_line(r, key)
-    assert r.rc == 1, r.describe()
+    target = restore_skips(w, key, m, clean("restore", w.sealed))
     assert not (target / BOMB_FILE).exists()
-    restored(target, m)
 
 
 # -- bombs in indexes, manifests, packs, machine.json, dictionaries ---------------------------
@@ -509,13 +503,7 @@ def test_snapshot_manifest_group_bomb(any_world: World,
     one_line(r, key)
     sessions_listed(r, *good.values(), bomb)
     assert r.rc == 1, r.describe()
-    target = w.tmp / "t"
-    r = w.syncd("restore", "--machine", "mid", "--to", str(target))
-    sane(r)
-    bounded(r, clean("restore", w.sealed))
-    one_line(r, key)
-    assert r.rc == 1, r.describe()
-    restored(target, bomb)
+    restore_skips(w, key, bomb, clean("restore", w.sealed))
 
 
 def test_pack_index_bomb(world: World, clean: Callable[[str, bool], Result]) -> None:
@@ -566,14 +554,9 @@ def test_huge_dictionary(world: World, clean: Callable[[str, bool], Result]) -> 
     """A frame compressed with a trained dictionary whose object is 4 GiB (sparse)."""
     bomb = good_machine(world.craft, "mid")
     dict_id = dictionary_bomb(world.craft, "mid", 2)
-    target = world.tmp / "t"
-    r = world.syncd("restore", "--machine", "mid", "--to", str(target))
-    sane(r)
-    bounded(r, clean("restore", False))
-    one_line(r, dict_id)  # the dictionary, named by its key or its id
-    assert r.rc == 1, r.describe()
+    # The dictionary, named by its key or its id.
+    target = restore_skips(world, dict_id, bomb, clean("restore", False))
     assert not (target / BOMB_FILE).exists()
-    restored(target, bomb)
 
 
 # -- one damaged machine among good ones ------------------------------------------------------
