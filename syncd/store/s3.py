@@ -76,7 +76,7 @@ class S3Store:
         if isinstance(e, ClientError):
             err: Any = e.response.get("Error", {})
             code = str(err.get("Code", ""))
-            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+            status = self._status(e)
             if if_match is not None and (status in (404, 412) or code in (
                     "PreconditionFailed", "NoSuchKey")):
                 # AWS answers 404 to If-Match on a missing key, SeaweedFS 412: both mean
@@ -146,6 +146,7 @@ class S3Store:
 
     @staticmethod
     def _status(e: Exception) -> int:
+        """The HTTP status of a botocore error (0: none)."""
         response = getattr(e, "response", None)
         if not isinstance(response, dict):
             return 0
