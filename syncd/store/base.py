@@ -51,7 +51,7 @@ def check_key(key: str) -> str:
 
 
 def get_small(store: Store, key: str, limit: int) -> bytes:
-    """A whole small object (machine.json, a key file, a lease), refused without being read
+    """A whole small object (machine.json, a dictionary), refused without being read
     whole when it holds more than ``limit`` bytes: its size is the store's to claim."""
     data = store.get(key, 0, limit + 1)
     if len(data) > limit:
