@@ -9,6 +9,25 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
+# What the user wrote by hand and Claude reads at start: instructions, settings, their own
+# commands, agents, skills, rules, hooks and status line scripts, and the plugin lists (not
+# the plugins themselves: a marketplace fetches them again). Backed up like the rest;
+# restored only with ``--config`` (they carry instructions and code).
+USER_CONFIG = (
+    "CLAUDE.md",
+    "settings.json",
+    "keybindings.json",
+    "statusline*",
+    "agents/**",
+    "commands/**",
+    "skills/**",
+    "rules/**",
+    "output-styles/**",
+    "hooks/**",
+    "plugins/installed_plugins.json",
+    "plugins/known_marketplaces.json",
+)
+
 # Backed up unless a configured exclude says otherwise.
 DEFAULT_INCLUDE = (
     "projects/**",
@@ -18,6 +37,7 @@ DEFAULT_INCLUDE = (
     "tasks/**",
     "file-history/**",
     "paste-cache/**",
+    *USER_CONFIG,
 )
 
 # Never uploaded, whatever the configured globs say: credentials, per-process
@@ -52,7 +72,7 @@ def is_never(rel: str) -> bool:
 # Files Claude Code follows as instructions or runs as code: whoever can write them runs
 # code on the machine (a SessionStart hook, a command, an agent, a plugin). Restore never
 # writes them from a store without an explicit opt-in, whatever the include set says.
-INSTRUCTION_DIRS = frozenset({"commands", "agents", "skills", "plugins", "hooks",
+INSTRUCTION_DIRS = frozenset({"commands", "agents", "skills", "rules", "plugins", "hooks",
                               "output-styles"})
 # At any depth: a project's own files too (a folder under projects/ could become a cwd).
 _INSTRUCTION_NAMES = (re.compile(r"settings(\..*)?\.json", re.I),
@@ -75,6 +95,11 @@ def carries_instructions(rel: str, *, foreign: bool) -> bool:
         return True
     return foreign and len(parts) > 3 and parts[0] == "projects" and \
         parts[2].lower() == "memory"
+
+
+def is_user_config(rel: str) -> bool:
+    """True for the user's own config files (``USER_CONFIG``; ``rel`` relative POSIX)."""
+    return any(_glob_regex(p).fullmatch(rel) for p in USER_CONFIG)
 
 
 @lru_cache(maxsize=256)

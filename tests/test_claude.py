@@ -26,7 +26,7 @@ def test_default_includes(rel: str) -> None:
     ".credentials.json", ".claude.json", ".claude.json.backup", "backups/.claude.json.1",
     "ide/1234.lock", "sessions/x.json", "shell-snapshots/snap.sh", "session-env/a/b",
     "statsig/cache", "cache/changelog.md", "debug/latest", "telemetry/x.json",
-    "projects/-home-a/.credentials.json", "projects/-home-a/x.lock", "settings.json",
+    "projects/-home-a/.credentials.json", "projects/-home-a/x.lock", "settings.local.json",
 ])
 def test_never_and_unselected(rel: str) -> None:
     assert not Selection().wants(rel)
@@ -58,7 +58,7 @@ def test_may_descend_prunes_unrelated_dirs() -> None:
     assert sel.may_descend("projects")
     assert sel.may_descend("projects/-home-a/sid/subagents")
     assert not sel.may_descend("shell-snapshots")
-    assert not sel.may_descend("plugins")
+    assert not sel.may_descend("plugins/cache")
 
 
 def test_default_root_honours_claude_config_dir(monkeypatch: pytest.MonkeyPatch) -> None:

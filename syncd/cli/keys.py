@@ -36,6 +36,12 @@ def _passphrase(path: Path | None, *, confirm: bool, env: str | None = None,
     return value
 
 
+PLAIN_STORE_NOTE = (
+    "note: a plain store holds what it backs up as it is, readable by whoever can read the "
+    "store: transcripts, and config such as settings.json, whose env block may hold API "
+    "keys (exclude it with exclude = [\"settings.json\"], or use an encrypted store).")
+
+
 @click.command(short_help="Prepare the store (--encrypt: make it encrypted).")
 @click.option("--encrypt", is_flag=True,
               help="Create the store's master key, wrapped with a passphrase "
@@ -53,6 +59,8 @@ def init(ctx: click.Context, encrypt: bool) -> None:
         n = len(key_files(store))
         click.echo(f"{store.url}: " + (f"encrypted ({n} key file(s))" if n else
                                        "not encrypted (syncd init --encrypt to encrypt)"))
+        if not n:
+            click.echo(PLAIN_STORE_NOTE)
         return
     passphrase = _passphrase(settings.passphrase_file, confirm=True)
     crypto = init_encryption(store, passphrase)

@@ -106,6 +106,12 @@ def _text(value: object) -> str:
     return "".join(c if c.isprintable() else "?" for c in str(value))
 
 
+def _text_line(line: str) -> str:
+    """One line of a diff for a terminal: its text with no control characters."""
+    body = line.rstrip("\n")
+    return "".join(c if c.isprintable() or c == "\t" else "?" for c in body) + "\n"
+
+
 def _problems(lines: list[str]) -> None:
     """One stderr line per object that could not be read; exit 1 when there was any."""
     for line in lines:
@@ -148,7 +154,12 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
         for a in report.actions:
             if dry_run or a.action not in ("create", "skip"):
                 extra = f"  [backup copy: {_text(a.conflict_copy)}]" if a.conflict_copy else ""
+                if a.previous_copy:
+                    extra += f"  [local kept: {_text(a.previous_copy)}]"
                 click.echo(f"{a.action:<12} {_text(a.path)}  ({_text(a.reason)}){extra}")
+                if a.diff:
+                    click.echo(redact("".join(_text_line(d) for d in
+                                              a.diff.splitlines(keepends=True))), nl=False)
         counts: dict[str, int] = {}
         for a in report.actions:
             counts[a.action] = counts.get(a.action, 0) + 1
@@ -181,17 +192,23 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
                    "main checkout's folder.")
 @click.option("--to", "target", type=click.Path(path_type=Path), default=None,
               help="Target directory (default: the local Claude tree).")
+@click.option("--config", "config", is_flag=True,
+              help="Also restore your config (CLAUDE.md, settings.json, keybindings.json, "
+                   "agents/, commands/, skills/, rules/, output-styles/, hooks/, status line "
+                   "scripts, plugin lists), paths remapped; a local file that differs is "
+                   "kept beside it (.before-restore-<time>). With --dry-run: a diff per file.")
 @click.option("--with-instructions", "instructions", is_flag=True,
-              help="Also write files Claude follows as instructions or runs as code "
-                   "(settings*.json, CLAUDE.md, commands/, agents/, skills/, plugins/, "
-                   "hooks/, another machine's project memory): only from a store you trust.")
+              help="Also write other files Claude follows as instructions or runs as code "
+                   "(another machine's project memory, settings or CLAUDE.md inside a "
+                   "project folder, included files under plugins/): only from a store you "
+                   "trust.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
                 projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
-                worktrees: str, target: Path | None, instructions: bool, dry_run: bool,
-                as_json: bool) -> None:
+                worktrees: str, target: Path | None, config: bool, instructions: bool,
+                dry_run: bool, as_json: bool) -> None:
     """Restore a machine's backup (or some sessions) into the local Claude tree.
 
     Paths are remapped to this machine (the source home to this home, plus --map and
@@ -201,7 +218,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     settings = settings_of(ctx)
     opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
                     maps=maps, worktrees=worktrees, dry_run=dry_run)
-    opts.instructions = instructions
+    opts.config, opts.instructions = config, instructions
     repo = repository_of(settings, machine)
     opts.seen = Seen(settings.state_dir, repo.url)
     with meter("restoring") as m:

@@ -34,9 +34,9 @@ class Installer:
         """Install the finished file ``src`` (same filesystem) as ``dest``."""
         self._submit(dest, lambda: _finish(src, dest, mtime_ns), 0)
 
-    def write(self, content: bytes, dest: bytes, mtime_ns: int) -> None:
+    def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
         """Install ``content`` as ``dest``, through a temp file beside it."""
-        self._submit(dest, lambda: _write(content, dest, mtime_ns), len(content))
+        self._submit(dest, lambda: _write(content, dest, mtime_ns, mode), len(content))
 
     def produce(self, make: Callable[[], bytes], dest: bytes, mtime_ns: int,
                 memory: int) -> None:
@@ -83,23 +83,24 @@ class Installer:
         self._pool.shutdown(wait=True)
 
 
-def _write(content: bytes, dest: bytes, mtime_ns: int) -> None:
+def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
     tmp = os.path.join(os.path.dirname(dest),
                        b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(content)
-        _finish(tmp, dest, mtime_ns)
+        _finish(tmp, dest, mtime_ns, mode)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
 
 
-def _finish(tmp: bytes, dest: bytes, mtime_ns: int) -> None:
-    """fsync, mode 0600, an mtime Claude's cleanup will not delete, then rename."""
+def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+    """fsync, mode 0600 (or ``mode``: a hook script's 0700), an mtime Claude's cleanup will
+    not delete, then rename."""
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600)
+    os.chmod(tmp, mode)
     if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
         mtime_ns = time.time_ns()
     os.utime(tmp, ns=(mtime_ns, mtime_ns))

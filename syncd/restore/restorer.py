@@ -22,7 +22,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncd.claude import Selection, carries_instructions, is_never, project_folder
+from syncd.claude import (
+    Selection,
+    carries_instructions,
+    is_never,
+    is_user_config,
+    project_folder,
+)
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.segment import Extent
@@ -34,6 +40,7 @@ from syncd.repository import Repository
 from syncd.restore.install import Installer
 from syncd.restore.merge import decide
 from syncd.restore.remap import Remapper, Rule
+from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
 from syncd.seen import Seen
 from syncd.view import Backup, load_backup
 
@@ -60,7 +67,10 @@ class RestoreOptions:
     progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
     # What this machine backs up: nothing outside it is written, whatever a store holds.
     selection: Selection = field(default_factory=Selection)
-    # Also write files that carry instructions or code (settings, CLAUDE.md, commands…).
+    # Also write the user's config files (settings.json, CLAUDE.md, commands/, …).
+    config: bool = False
+    # Also write other files that carry instructions or code (another machine's project
+    # memory, settings inside a project folder).
     instructions: bool = False
     # This machine's id: another machine's project memory counts as instructions.
     local_machine: str | None = None
@@ -70,13 +80,17 @@ class RestoreOptions:
 
 @dataclass
 class Action:
-    # create | fast-forward | merge | skip | keep | conflict | refuse | error
+    # create | fast-forward | merge | replace | skip | keep | conflict | refuse | error
     action: str
     path: str    # in the target
     source: str  # in the backup
     reason: str
     size: int = 0
     conflict_copy: str | None = None
+    # A config file replaced: the local file as it was, kept beside it.
+    previous_copy: str | None = None
+    # A config file in a dry run: what would change, as a unified diff (local → backup).
+    diff: str | None = None
 
 
 @dataclass
@@ -95,7 +109,7 @@ class RestoreReport:
 
     @property
     def written(self) -> list[str]:
-        return self._paths("create", "fast-forward", "merge")
+        return self._paths("create", "fast-forward", "merge", "replace")
 
     @property
     def skipped(self) -> list[str]:
@@ -111,7 +125,8 @@ class RestoreReport:
 
     @property
     def bytes_written(self) -> int:
-        return sum(a.size for a in self.actions if a.action in ("create", "fast-forward", "merge"))
+        return sum(a.size for a in self.actions
+                   if a.action in ("create", "fast-forward", "merge", "replace"))
 
 
 def safe_relpath(path: bytes) -> bytes:
@@ -214,6 +229,8 @@ def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions)
         return "on the never-upload list: not restored"
     if not opts.selection.wants(rel):
         return "outside the include set: not restored"
+    if is_user_config(rel):
+        return None if opts.config else "user config: restored only with --config"
     if not opts.instructions and carries_instructions(
             rel, foreign=backup.machine != opts.local_machine):  # unknown here: foreign
         return "carries instructions or code: restored only with --with-instructions"
@@ -534,6 +551,9 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                                      "local is not a regular file"))
         return None
     mtime_ns = _sane_mtime(f, report)
+    if is_user_config(os.fsdecode(f.path)):
+        return _place_config(staged, f, dest, rel, st, mtime_ns, remap, opts, report,
+                             installer)
     sids = history_sids if f.path == b"history.jsonl" else None
     transform = (_remapped(f.path) and not remap.identity) or sids is not None
     if st is None and transform and size <= CHUNK:
@@ -598,6 +618,40 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
 
 # Two copies of a file bigger than this are compared as streams, not merged in memory.
 MERGE_MAX = 64 << 20
+
+
+def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_result | None,
+                  mtime_ns: int, remap: Remapper, opts: RestoreOptions, report: RestoreReport,
+                  installer: Installer) -> tuple[bytes, Action] | None:
+    """A config file, asked for with ``--config``: the backup's copy (paths remapped)
+    replaces the local one, which is kept beside it; a dry run shows the diff."""
+    src = os.fsdecode(f.path)
+    if max(f.size, st.st_size if st else 0) > MERGE_MAX:
+        raise RestoreError(f"{src}: {max(f.size, st.st_size if st else 0)} bytes: too big "
+                           "for a config file; not restored")
+    data = remapped(staged.read_bytes(), remap)
+    local = None
+    if st is not None:
+        with open(dest, "rb") as fh:
+            local = fh.read()
+    if local == data:
+        report.actions.append(Action("skip", os.fsdecode(rel), src, "identical"))
+        return None
+    act = Action("create" if local is None else "replace", os.fsdecode(rel), src,
+                 "not present locally" if local is None else
+                 "differs from the backup: local kept beside it", len(data))
+    report.actions.append(act)
+    if opts.dry_run:
+        act.diff = config_diff(os.fsdecode(rel), local, data)
+        return None
+    if st is not None:
+        if _changed(dest, st):
+            raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left "
+                               "as it is")
+        act.previous_copy = keep_beside(dest, local or b"")
+    _make_parents(opts.target, rel)
+    installer.write(data, dest, mtime_ns, restored_mode(f.mode))
+    return dest, act
 
 
 def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_result,

@@ -1,0 +1,223 @@
+"""The user's config files: backed up by default, restored only with ``--config``, paths
+remapped, a dry run's diff (secrets hidden), the local file kept beside its replacement.
+
+The round trips run the real command line: ``syncd sync`` on one machine (its home
+``/…/desk``), ``syncd restore --machine desk`` on another (home ``/…/laptop``), over one
+``file://`` store, plain and encrypted."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from syncd.claude import DEFAULT_INCLUDE, USER_CONFIG, Selection, is_user_config
+from syncd.restore.remap import Remapper, Rule
+from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
+
+PASSPHRASE = "correct horse battery staple"
+SECRET = "sk-ant-api03-0123456789abcdefSECRET"
+
+
+def _settings(home: str) -> bytes:
+    doc = {"env": {"ANTHROPIC_API_KEY": SECRET, "DEBUG": "1"},
+           "hooks": {"PostToolUse": [{"matcher": "Edit", "hooks": [
+               {"type": "command", "command": f"{home}/.claude/hooks/fmt.sh --root {home}/src"}]}]},
+           "statusLine": {"type": "command", "command": f"{home}/.claude/statusline.sh"},
+           "permissions": {"additionalDirectories": [f"{home}/notes", "/srv/shared"]}}
+    return json.dumps(doc, indent=2).encode() + b"\n"
+
+
+def _config_files(home: str) -> dict[str, bytes]:
+    return {
+        "settings.json": _settings(home),
+        "CLAUDE.md": f"Notes live in {home}/notes; never in {home}/notesarchive.\n".encode(),
+        "keybindings.json": b'{"bindings": []}\n',
+        "commands/ship.md": b"Run the release checklist.\n",
+        "agents/reviewer.md": b"---\nname: reviewer\n---\nReview carefully.\n",
+        "skills/pdf/SKILL.md": b"---\nname: pdf\n---\nUse the script.\n",
+        "skills/pdf/logo.bin": b"\x00\x01/home\xff" + home.encode(),
+        "hooks/fmt.sh": f"#!/bin/sh\nexec {home}/bin/fmt \"$@\"\n".encode(),
+        "statusline.sh": b"#!/bin/sh\necho ok\n",
+        "plugins/installed_plugins.json":
+            json.dumps({"plugins": {"x@m": [{"installPath":
+                        f"{home}/.claude/plugins/cache/m/x"}]}}).encode(),
+    }
+
+
+# -- what is backed up ----------------------------------------------------------------------
+
+def test_config_files_are_in_the_default_include_set() -> None:
+    sel = Selection(DEFAULT_INCLUDE)
+    for rel in _config_files("/h"):
+        assert sel.wants(rel) and is_user_config(rel), rel
+    # Not the plugins themselves, nor credentials, nor project settings.
+    for rel in ("plugins/cache/m/x/plugin.json", "plugins/marketplaces/m/README.md",
+                ".credentials.json", "settings.local.json"):
+        assert not is_user_config(rel), rel
+    assert not sel.wants(".credentials.json")
+    assert set(USER_CONFIG) <= set(DEFAULT_INCLUDE)
+    assert not is_user_config("projects/-h-app/CLAUDE.md")
+
+
+# -- remapping, modes, diffs, kept copies ---------------------------------------------------
+
+def test_text_is_remapped_at_path_boundaries_and_binary_files_are_kept() -> None:
+    remap = Remapper([Rule("/home/alice", "/Users/alice")])
+    assert remapped(b"cd /home/alice/x && /home/alicex\n", remap) == \
+        b"cd /Users/alice/x && /home/alicex\n"
+    blob = b"\x00\x01/home/alice/x\xff"
+    assert remapped(blob, remap) == blob
+    assert remapped(b"/home/alice", Remapper([])) == b"/home/alice"
+
+
+def test_only_the_owner_keeps_an_executable_bit() -> None:
+    assert restored_mode(0o755) == 0o700
+    assert restored_mode(0o4777) == 0o700
+    assert restored_mode(0o644) == 0o600
+    assert restored_mode(0o666) == 0o600
+
+
+def test_the_diff_hides_env_values_and_names_both_sides() -> None:
+    old = _settings("/home/bob")
+    new = _settings("/home/bob").replace(SECRET.encode(), b"sk-ant-other").replace(
+        b"/srv/shared", b"/srv/team")
+    d = config_diff("settings.json", old, new)
+    assert d.startswith("--- local/settings.json\n+++ backup/settings.json\n")
+    assert SECRET not in d and "sk-ant-other" not in d
+    assert '-    "ANTHROPIC_API_KEY": "<hidden value 1>",' in d
+    assert '+    "ANTHROPIC_API_KEY": "<hidden value 3>",' in d
+    assert '+      "/srv/team"' in d and '-      "/srv/shared"' in d
+    created = config_diff("CLAUDE.md", None, b"a\nb")
+    assert created.startswith("--- /dev/null\n+++ backup/CLAUDE.md\n")
+    assert "+b\n\\ No newline at end of file\n" in created
+    assert config_diff("x.bin", b"a", b"\x00") == \
+        "Binary files local/x.bin and backup/x.bin differ\n"
+
+
+def test_a_long_diff_is_cut_and_says_how_much_more() -> None:
+    new = b"".join(b"line %d\n" % i for i in range(1000))
+    d = config_diff("CLAUDE.md", None, new)
+    assert len(d.splitlines()) == 401 and d.endswith("more lines\n")
+
+
+def test_the_kept_copy_is_beside_private_and_never_overwritten(tmp_path: Path) -> None:
+    dest = os.fsencode(tmp_path / "settings.json")
+    a, b = keep_beside(dest, b"one"), keep_beside(dest, b"two")
+    assert a != b and Path(a).read_bytes() == b"one" and Path(b).read_bytes() == b"two"
+    assert Path(a).parent == tmp_path and ".before-restore-" in Path(a).name
+    assert stat.S_IMODE(Path(a).stat().st_mode) == 0o600
+
+
+# -- round trips through the command line ---------------------------------------------------
+
+@dataclass
+class Machines:
+    tmp: Path
+    store: Path
+    passphrase: str | None
+
+    def env(self, name: str) -> dict[str, str]:
+        home = self.tmp / name
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SYNCD_", "AWS_"))}
+        env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+                    "XDG_STATE_HOME": str(home / ".local/state"),
+                    "CLAUDE_CONFIG_DIR": str(home / ".claude"), "SYNCD_CONFIG": os.devnull,
+                    "SYNCD_MACHINE_ID": name, "SYNCD_STORE": self.store.as_uri()})
+        if self.passphrase:
+            env["SYNCD_PASSPHRASE"] = self.passphrase
+        return env
+
+    def syncd(self, name: str, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "syncd", *args], env=self.env(name),
+                           capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        assert r.returncode == code, (args, r.returncode, r.stdout, r.stderr)
+        return r
+
+    def claude(self, name: str) -> Path:
+        return self.tmp / name / ".claude"
+
+
+@pytest.fixture(params=["plain", "encrypted"])
+def desk(request: pytest.FixtureRequest, tmp_path: Path) -> Machines:
+    """The desk machine backed up its config (and one transcript) into the store."""
+    m = Machines(tmp_path, tmp_path / "store",
+                 PASSPHRASE if request.param == "encrypted" else None)
+    if m.passphrase:
+        m.syncd("desk", "init", "--encrypt")
+    home = str(tmp_path / "desk")
+    for rel, data in _config_files(home).items():
+        p = m.claude("desk") / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    (m.claude("desk") / "hooks/fmt.sh").chmod(0o755)
+    t = m.claude("desk") / "projects" / "-x" / "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b.jsonl"
+    t.parent.mkdir(parents=True)
+    t.write_bytes(b'{"type":"user","cwd":"/x","uuid":"u1"}\n')
+    r = m.syncd("desk", "sync")
+    assert SECRET not in r.stdout + r.stderr
+    return m
+
+
+def test_config_comes_back_remapped_only_with_config(desk: Machines) -> None:
+    laptop, desk_home = str(desk.tmp / "laptop"), str(desk.tmp / "desk")
+    r = desk.syncd("laptop", "restore", "--machine", "desk")
+    assert not (desk.claude("laptop") / "settings.json").exists()
+    assert "restored only with --config" in r.stdout
+    assert any(p.suffix == ".jsonl" for p in (desk.claude("laptop") / "projects").rglob("*"))
+
+    desk.syncd("laptop", "restore", "--machine", "desk", "--config")
+    for rel, data in _config_files(desk_home).items():
+        got = (desk.claude("laptop") / rel).read_bytes()
+        if rel == "skills/pdf/logo.bin":  # binary: as it was
+            assert got == data
+        else:
+            assert got == _config_files(laptop)[rel], rel
+    hook = json.loads((desk.claude("laptop") / "settings.json").read_bytes())
+    assert hook["hooks"]["PostToolUse"][0]["hooks"][0]["command"] == \
+        f"{laptop}/.claude/hooks/fmt.sh --root {laptop}/src"
+    assert hook["permissions"]["additionalDirectories"] == [f"{laptop}/notes", "/srv/shared"]
+    assert stat.S_IMODE((desk.claude("laptop") / "hooks/fmt.sh").stat().st_mode) == 0o700
+    assert stat.S_IMODE((desk.claude("laptop") / "CLAUDE.md").stat().st_mode) == 0o600
+
+
+def test_a_dry_run_shows_a_diff_and_changes_nothing(desk: Machines) -> None:
+    laptop = str(desk.tmp / "laptop")
+    mine = desk.claude("laptop") / "settings.json"
+    mine.parent.mkdir(parents=True)
+    local = _settings(laptop).replace(b'"DEBUG": "1"', b'"DEBUG": "0"')
+    mine.write_bytes(local)
+    r = desk.syncd("laptop", "restore", "--machine", "desk", "--config", "--dry-run")
+    assert "replace      settings.json" in r.stdout
+    assert "--- local/settings.json\n+++ backup/settings.json\n" in r.stdout
+    assert '-    "DEBUG": "<hidden value 2>"' in r.stdout and SECRET not in r.stdout
+    assert '+    "DEBUG": "<hidden value 3>"' in r.stdout
+    assert "--- /dev/null\n+++ backup/CLAUDE.md\n" in r.stdout
+    assert mine.read_bytes() == local
+    assert not (desk.claude("laptop") / "CLAUDE.md").exists()
+    doc = json.loads(desk.syncd("laptop", "restore", "--machine", "desk", "--config",
+                                "--dry-run", "--json").stdout)
+    [act] = [a for a in doc["actions"] if a["path"] == "settings.json"]
+    assert act["action"] == "replace" and act["diff"].startswith("--- local/settings.json")
+
+
+def test_a_local_file_that_differs_is_kept_beside_the_restored_one(desk: Machines) -> None:
+    laptop = str(desk.tmp / "laptop")
+    mine = desk.claude("laptop") / "CLAUDE.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"my laptop's own notes\n")
+    r = desk.syncd("laptop", "restore", "--machine", "desk", "--config")
+    assert mine.read_bytes() == _config_files(laptop)["CLAUDE.md"]
+    [kept] = list(mine.parent.glob("CLAUDE.md.before-restore-*"))
+    assert kept.read_bytes() == b"my laptop's own notes\n"
+    assert f"[local kept: {kept}]" in r.stdout
+    # Again: now identical, nothing replaced and no second copy.
+    desk.syncd("laptop", "restore", "--machine", "desk", "--config")
+    assert len(list(mine.parent.glob("CLAUDE.md.before-restore-*"))) == 1
