@@ -39,6 +39,7 @@ from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.restore.install import Installer
 from syncd.restore.merge import decide
+from syncd.restore.relocation import launch_dir, move, plan, strays
 from syncd.restore.remap import Remapper, Rule
 from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
 from syncd.seen import Seen
@@ -170,6 +171,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     for s in backup.sessions.values():
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
+    _relocate(backup, files, remap, opts, report)
     if not opts.dry_run:
         try:
             opts.target.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -215,6 +217,36 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         installer.close()
         shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _relocate(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
+              opts: RestoreOptions, report: RestoreReport) -> None:
+    """Move a restored session's earlier copy in another project folder to the one these
+    rules give (``restore/relocation``); one that cannot move is named in a note."""
+    wanted: dict[str, str] = {}
+    starts: dict[str, str | None] = {}
+    for s in backup.sessions.values():
+        if s.path in files:
+            wanted[s.session_id] = remap.folder(s.folder)
+            start = launch_dir(s.folder, s.project) if s.project else None
+            starts[s.session_id] = remap.path(start) if start else None
+    for sid, olds in strays(opts.target, wanted).items():
+        for old in olds:
+            m = plan(opts.target, sid, old, wanted[sid], starts[sid])
+            if m.rule is None:
+                report.notes.append(f"session {sid} is also in projects/{old}: {m.why}")
+                continue
+            why = f"session was in projects/{old}: moved, {m.rule.old} -> {m.rule.new}"
+            if opts.dry_run:
+                report.actions.append(Action("move", f"projects/{m.new}/{sid}.jsonl",
+                                             f"projects/{old}/{sid}.jsonl", why))
+                continue
+            try:
+                for src, dest in move(opts.target, m):
+                    report.actions.append(Action("move", dest, src, why))
+            except OSError as e:
+                report.errors.append(f"{opts.target}/projects/{old}/{sid}.jsonl: cannot move "
+                                     f"it to projects/{m.new}: {_why(e)}; left there")
 
 
 def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
@@ -307,28 +339,11 @@ def _local_worktree(main: str, branch: str | None) -> str | None:
     return None
 
 
-def _launch_dir(folder: str, cwd: str) -> str | None:
-    """The directory Claude was started in: ``cwd`` or the ancestor named by ``folder``.
-
-    A transcript's first ``cwd`` can be a subdirectory (the session had ``cd``-ed there
-    before the lines we hold); the folder name is the sanitized start directory.
-    """
-    path = cwd
-    while path:
-        if project_folder(path) == folder:
-            return path
-        cut = max(path.rstrip("/\\").rfind("/"), path.rstrip("/\\").rfind("\\"))
-        if cut <= 0:
-            return None
-        path = path[:cut]
-    return None
-
-
 def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
     """Old project folder → new one, only where the rules move the start directory."""
     folders: dict[str, str] = {}
     for s in sorted(backup.sessions.values(), key=lambda s: s.path):
-        start = _launch_dir(s.folder, s.project) if s.project else None
+        start = launch_dir(s.folder, s.project) if s.project else None
         if start is not None and s.folder not in folders:
             moved = remap.path(start)
             folders[s.folder] = project_folder(moved) if moved != start else s.folder
