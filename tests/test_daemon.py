@@ -213,3 +213,28 @@ def test_flush_deadline(tmp_path: Path, first: float, last: float, busy: float,
     d = Daemon(settings(tmp_path, flush_quiet=2.0, flush_max_delay=10.0,
                         flush_busy_interval=busy))
     assert d._due(_Dirty(first=first, last=last)) == pytest.approx(expected)
+
+
+def test_config_saved_by_rename_is_shipped_whole(daemon: tuple[Daemon, Settings],
+                                                 tmp_path: Path) -> None:
+    """Claude and editors save settings.json through a temp file and a rename: each save
+    is a new whole-file generation in the store."""
+    _d, s = daemon
+
+    def save(rel: str, data: bytes) -> None:
+        tmp = s.source / f".{rel.replace('/', '_')}.tmp"
+        tmp.write_bytes(data)
+        (s.source / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, s.source / rel)
+
+    save("settings.json", b'{"model": "opus"}\n')
+    save("agents/reviewer.md", b"---\nname: reviewer\n---\n")
+    wait_for(lambda: shipped(s, "settings.json") == 18 and
+             shipped(s, "agents/reviewer.md") == 23, what="config shipped")
+    save("settings.json", b'{"model": "sonnet", "env": {}}\n')
+    wait_for(lambda: shipped(s, "settings.json") == 31, what="the new settings shipped")
+    out = tmp_path / "out"
+    restore_tree(Repository(open_store(s.store), s.machine_id), out)
+    assert (out / "settings.json").read_bytes() == b'{"model": "sonnet", "env": {}}\n'
+    assert (out / "agents/reviewer.md").read_bytes() == b"---\nname: reviewer\n---\n"
+    assert not list(out.glob(".*.tmp"))

@@ -141,9 +141,9 @@ def safe_relpath(path: bytes) -> bytes:
 
 def restore_tree(repo: Repository, target: Path,
                  progress: Meter | None = None) -> RestoreReport:
-    """The repository machine's whole backup, as it is now, into ``target``, restored as
-    that machine (its own project memory is no foreign instruction)."""
-    return restore(repo, RestoreOptions(target=target, progress=progress,
+    """The repository machine's whole backup, as it is now, into ``target``, config
+    included, restored as that machine (its own project memory is no foreign instruction)."""
+    return restore(repo, RestoreOptions(target=target, progress=progress, config=True,
                                         local_machine=repo.machine))
 
 
