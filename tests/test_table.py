@@ -219,3 +219,23 @@ def test_sessions_on_a_terminal_is_a_rich_table_that_prints_titles_literally(
     assert set(lines[1]) == {"─"} and len(lines[1]) <= 200
     assert len(lines) == 4 and SHOWN in plain  # 200 columns: one line a session, as written
     assert any(line.startswith(DESK) for line in lines)
+
+
+def test_prune_dry_run_lists_its_verdicts_under_a_header(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SYNCD_", "AWS_"))}
+    env.update({"HOME": str(tmp_path / "home"), "SYNCD_SOURCE": str(tmp_path / "src"),
+                "SYNCD_STORE": (tmp_path / "store").as_uri(), "SYNCD_MACHINE_ID": "m1",
+                "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_CONFIG": os.devnull,
+                "SYNCD_KEEP_LAST": "2", "SYNCD_KEEP_HOURLY": "0", "SYNCD_KEEP_DAILY": "0",
+                "SYNCD_KEEP_WEEKLY": "0", "SYNCD_KEEP_MONTHLY": "0"})
+    for i in range(3):
+        write(tmp_path / "src", "history.jsonl", b'{"display":"%d"}\n' % i, "ab")
+        syncd(env, "sync")
+        syncd(env, "compact")
+    lines = syncd(env, "prune", "--dry-run")
+    assert lines[0] == "m1: policy last 2"
+    assert re.fullmatch(r"VERDICT  SNAPSHOT\s+SEQ  WHY", lines[1]), lines
+    verdicts = [(line.split()[0], line.split()[3]) for line in lines[2:5]]
+    assert verdicts == [("keep", "2"), ("keep", "1"), ("forget", "0")], lines
+    seq = lines[1].index("SEQ") + len("SEQ")
+    assert all(line[seq - 1] != " " and line[seq] == " " for line in lines[2:5]), lines
