@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
+from syncd.cli.main import cli
 from syncd.cli.util import (
     INTERACTIVE_CONNECT_TIMEOUT,
     INTERACTIVE_DEADLINE,
@@ -231,3 +233,109 @@ def test_a_short_wrong_passphrase_leaves_the_message_readable(tmp_path: Path) ->
     init_encryption(LocalStore(tmp_path / "store"), "correct horse battery", n=1 << 10)
     line = one_line(syncd(env_of(tmp_path, SYNCD_PASSPHRASE="wrong"), "machines"), 1)
     assert line.endswith(": wrong passphrase, or tampered key files") and "***" not in line
+
+
+# -- help ---------------------------------------------------------------------------------------
+
+def help_of(*path: str, width: int = 80) -> str:
+    """``syncd PATH... --help`` on a terminal ``width`` columns wide (whatever this one is)."""
+    ctx = cli.make_context("syncd", [], terminal_width=width, resilient_parsing=True)
+    cmd: click.Command = cli
+    for name in path:
+        assert isinstance(cmd, click.Group)
+        sub = cmd.get_command(ctx, name)
+        assert sub is not None, name
+        cmd = sub
+        ctx = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+    return cmd.get_help(ctx)
+
+
+def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> list[
+        tuple[tuple[str, ...], click.Command]]:
+    """Every command under ``group`` (groups too), with its path of names."""
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name, cmd in sorted(group.commands.items()):
+        out.append(((*path, name), cmd))
+        if isinstance(cmd, click.Group):
+            out += commands(cmd, (*path, name))
+    return out
+
+
+def listing(text: str) -> str:
+    """The Commands section of a help text, its whitespace runs made single spaces."""
+    section = text.partition("\nCommands:\n")[2].partition("\n\n")[0]
+    return " ".join(section.split())
+
+
+HELP = """\
+Usage: syncd [OPTIONS] COMMAND [ARGS]...
+
+  Continuous append-only backup of Claude Code's session store (~/.claude).
+
+  Run `syncd run` as a service (see deploy/ and systemd/), `syncd status` to see
+  that it keeps up, and `syncd restore` to get the sessions back.
+
+Options:
+  --version      Show the version and exit.
+  --config PATH  Config file (default $SYNCD_CONFIG, else
+                 ~/.config/syncd/config.toml); one named here or in
+                 $SYNCD_CONFIG must exist.
+  -v, --verbose  Log more: every flush and scan (debug detail for run).
+  -h, --help     Show this message and exit.
+
+Commands:
+  check-store  Check that the store provider does what syncd needs.
+  compact      Fold segments into packs and a snapshot manifest.
+  init         Prepare the store (--encrypt: make it encrypted).
+  key          Passphrases of an encrypted store: add, remove, list.
+  machines     The machines that have a backup in the store.
+  prune        Delete the snapshots the retention policy lets go.
+  restore      Restore a machine's backup (or some sessions) into the local
+               Claude tree.
+  resume       Restore one session from any machine's backup and print how to
+               resume it.
+  run          The daemon: watch ~/.claude, back up every appended byte.
+  sessions     Every backed-up session: title, project, machine, size, last
+               activity, local or not.
+  status       Health at a glance (--json for scripts).
+  sync         Back up everything pending once; exit 0 when durable.
+  verify       Check the backup is whole (exit 1 on any problem).
+
+  Exit codes:
+    0  success
+    1  the work could not be completed (one line on stderr says why),
+       or verify found a problem
+    2  bad usage or configuration
+
+  Shell completion (add to your shell's rc file):
+    bash:  eval "$(_SYNCD_COMPLETE=bash_source syncd)"
+    zsh:   eval "$(_SYNCD_COMPLETE=zsh_source syncd)"
+    fish:  _SYNCD_COMPLETE=fish_source syncd | source
+"""
+
+
+def test_the_top_level_help_as_an_80_column_terminal_shows_it() -> None:
+    assert help_of() + "\n" == HELP
+
+
+@pytest.mark.parametrize("width", [50, 80])
+@pytest.mark.parametrize("group", [(), ("key",)])
+def test_every_command_is_listed_with_its_whole_description(width: int,
+                                                            group: tuple[str, ...]) -> None:
+    listed = listing(help_of(*group, width=width))
+    assert "..." not in listed
+    parent = cli if not group else cli.commands[group[0]]
+    assert isinstance(parent, click.Group) and parent.commands
+    for name, cmd in parent.commands.items():
+        whole = " ".join(cmd.get_short_help_str(limit=1 << 20).split())
+        # The first sentence of the docstring, or the short help: ends as a sentence.
+        assert whole.endswith((".", ")")) and f"{name} {whole}" in listed, (name, listed)
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    for path, cmd in [((), cli), *commands()]:
+        assert (cmd.help or cmd.short_help or "").strip(), path
+        for param in cmd.params:
+            if isinstance(param, click.Option):
+                assert (param.help or "").strip(), (path, param.opts)
+        assert help_of(*path)  # and each help renders

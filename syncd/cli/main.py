@@ -13,6 +13,7 @@ import click
 
 from syncd.backup.engine import sync_once
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
+from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.util import interactive, settings_of
@@ -43,7 +44,8 @@ Shell completion (add to your shell's rc file):
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EPILOG)
 @click.version_option(__version__, prog_name="syncd")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
               help="Config file (default $SYNCD_CONFIG, else ~/.config/syncd/config.toml); "

@@ -226,7 +226,9 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 @click.argument("session_id", callback=session_prefix)
 @click.option("--machine", default=None, help="The machine to take it from, when several have it.")
 @click.option("--map", "maps", multiple=True, metavar="OLD=NEW", help="Map a path prefix.")
-@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map")
+@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
+              help="map: a worktree session goes to the equivalent worktree; fold: into "
+                   "the main checkout's folder.")
 @click.pass_context
 def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
            worktrees: str) -> None:
