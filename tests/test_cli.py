@@ -3,14 +3,17 @@ that are missing or cannot be reached, and the shell line `resume` prints."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from syncd.cli.main import cli
 from syncd.cli.util import (
@@ -20,7 +23,7 @@ from syncd.cli.util import (
     resume_line,
     store_of,
 )
-from syncd.config import load_settings
+from syncd.config import Settings, load_settings
 from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
@@ -96,6 +99,71 @@ def test_a_bad_value_names_where_it_came_from(tmp_path: Path) -> None:
     assert line.startswith(f"syncd: config file {cfg}, line 2: flush_quiet: ")
     line = one_line(syncd(env_of(tmp_path, SYNCD_STORE="ftp://host/x"), "machines"), 2)
     assert "$SYNCD_STORE: store: " in line and "s3://bucket/prefix" in line
+
+
+# -- --store ----------------------------------------------------------------------------------
+
+def store_shown(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 0, r.stderr
+    return str(json.loads(r.stdout)["store"])
+
+
+def test_the_store_option_wins_over_the_variable_and_the_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    in_file, in_env, in_option = (f"file://{tmp_path}/{n}" for n in ("file", "env", "option"))
+    cfg.write_text(f'store = "{in_file}"\n')
+    env = env_of(tmp_path, SYNCD_CONFIG=str(cfg))
+    del env["SYNCD_STORE"]
+    assert store_shown(syncd(env, "status", "--json")) == in_file
+    env["SYNCD_STORE"] = in_env
+    assert store_shown(syncd(env, "status", "--json")) == in_env
+    assert store_shown(syncd(env, "--store", in_option, "status", "--json")) == in_option
+    # A bare path is a local store, as in the config file.
+    assert store_shown(syncd(env, "--store", str(tmp_path / "p"), "status", "--json")) == \
+        (tmp_path / "p").as_uri()
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("ftp://host/x", "syncd: --store: unsupported store URL 'ftp://host/x': use file:///path"),
+    ("s3://", "syncd: --store: missing bucket (s3://bucket/prefix)"),
+    ("file://host/x", "syncd: --store: file URLs take an absolute path (file:///path)"),
+])
+def test_a_bad_store_option_is_bad_usage(tmp_path: Path, url: str, says: str) -> None:
+    for args in (("machines",), ("status",), ("key", "list")):
+        line = one_line(syncd(env_of(tmp_path), "--store", url, *args), 2)
+        assert line.startswith(says), line
+
+
+def test_a_reload_of_the_daemon_keeps_the_store_option(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGHUP re-reads the config file and the environment; --store still wins."""
+    reloads: list[tuple[Settings, Callable[[], Settings]]] = []
+
+    class Daemon:
+        def __init__(self, settings: Settings, reload: Callable[[], Settings],
+                     **kwargs: object) -> None:
+            reloads.append((settings, reload))
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr("syncd.cli.main.Daemon", Daemon)
+    for name in ("setup_logging", "set_level"):  # this process's logging stays as it is
+        monkeypatch.setattr(f"syncd.cli.main.{name}", lambda level: None)
+    for k, v in env_of(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    for k in os.environ:
+        if k.startswith("SYNCD_") and k not in env_of(tmp_path):
+            monkeypatch.delenv(k)
+    given, before, after = (f"file://{tmp_path}/{n}" for n in ("given", "before", "after"))
+    monkeypatch.setenv("SYNCD_STORE", before)
+    for args in (["--store", given, "run"], ["run"]):
+        r = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+    monkeypatch.setenv("SYNCD_STORE", after)  # changed before the SIGHUP
+    [(settings, reload), (plain, plain_reload)] = reloads
+    assert (settings.store, reload().store) == (given, given)
+    assert (plain.store, plain_reload().store) == (before, after)
 
 
 # -- a local store that is not there ----------------------------------------------------------
@@ -280,6 +348,9 @@ Options:
   --config PATH  Config file (default $SYNCD_CONFIG, else
                  ~/.config/syncd/config.toml); one named here or in
                  $SYNCD_CONFIG must exist.
+  --store URL    The store: s3://bucket/prefix, file:///path or an absolute path
+                 (default $SYNCD_STORE, else the config file's `store`, else
+                 ~/.local/share/syncd/store).
   -v, --verbose  Log more: every flush and scan (debug detail for run).
   -h, --help     Show this message and exit.
 
@@ -300,6 +371,15 @@ Commands:
   status       Health at a glance (--json for scripts).
   sync         Back up everything pending once; exit 0 when durable.
   verify       Check the backup is whole (exit 1 on any problem).
+
+  Environment:
+    SYNCD_STORE       the store URL (as --store; the option wins over it,
+                      and it over the config file's `store`)
+    SYNCD_CONFIG      the config file (as --config)
+    SYNCD_<KEY>       any config key, e.g. SYNCD_MACHINE_ID=desk or
+                      SYNCD_KEEP_DAILY=7 (wins over the config file; a list
+                      or a table is written as JSON)
+    SYNCD_PASSPHRASE  the passphrase of an encrypted store
 
   Exit codes:
     0  success
