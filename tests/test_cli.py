@@ -3,14 +3,19 @@ that are missing or cannot be reached, and the shell line `resume` prints."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
+from syncd.cli.main import cli
 from syncd.cli.util import (
     INTERACTIVE_CONNECT_TIMEOUT,
     INTERACTIVE_DEADLINE,
@@ -18,7 +23,7 @@ from syncd.cli.util import (
     resume_line,
     store_of,
 )
-from syncd.config import load_settings
+from syncd.config import Settings, load_settings
 from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
@@ -94,6 +99,71 @@ def test_a_bad_value_names_where_it_came_from(tmp_path: Path) -> None:
     assert line.startswith(f"syncd: config file {cfg}, line 2: flush_quiet: ")
     line = one_line(syncd(env_of(tmp_path, SYNCD_STORE="ftp://host/x"), "machines"), 2)
     assert "$SYNCD_STORE: store: " in line and "s3://bucket/prefix" in line
+
+
+# -- --store ----------------------------------------------------------------------------------
+
+def store_shown(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 0, r.stderr
+    return str(json.loads(r.stdout)["store"])
+
+
+def test_the_store_option_wins_over_the_variable_and_the_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    in_file, in_env, in_option = (f"file://{tmp_path}/{n}" for n in ("file", "env", "option"))
+    cfg.write_text(f'store = "{in_file}"\n')
+    env = env_of(tmp_path, SYNCD_CONFIG=str(cfg))
+    del env["SYNCD_STORE"]
+    assert store_shown(syncd(env, "status", "--json")) == in_file
+    env["SYNCD_STORE"] = in_env
+    assert store_shown(syncd(env, "status", "--json")) == in_env
+    assert store_shown(syncd(env, "--store", in_option, "status", "--json")) == in_option
+    # A bare path is a local store, as in the config file.
+    assert store_shown(syncd(env, "--store", str(tmp_path / "p"), "status", "--json")) == \
+        (tmp_path / "p").as_uri()
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("ftp://host/x", "syncd: --store: unsupported store URL 'ftp://host/x': use file:///path"),
+    ("s3://", "syncd: --store: missing bucket (s3://bucket/prefix)"),
+    ("file://host/x", "syncd: --store: file URLs take an absolute path (file:///path)"),
+])
+def test_a_bad_store_option_is_bad_usage(tmp_path: Path, url: str, says: str) -> None:
+    for args in (("machines",), ("status",), ("key", "list")):
+        line = one_line(syncd(env_of(tmp_path), "--store", url, *args), 2)
+        assert line.startswith(says), line
+
+
+def test_a_reload_of_the_daemon_keeps_the_store_option(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGHUP re-reads the config file and the environment; --store still wins."""
+    reloads: list[tuple[Settings, Callable[[], Settings]]] = []
+
+    class Daemon:
+        def __init__(self, settings: Settings, reload: Callable[[], Settings],
+                     **kwargs: object) -> None:
+            reloads.append((settings, reload))
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr("syncd.cli.main.Daemon", Daemon)
+    for name in ("setup_logging", "set_level"):  # this process's logging stays as it is
+        monkeypatch.setattr(f"syncd.cli.main.{name}", lambda level: None)
+    for k, v in env_of(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    for k in os.environ:
+        if k.startswith("SYNCD_") and k not in env_of(tmp_path):
+            monkeypatch.delenv(k)
+    given, before, after = (f"file://{tmp_path}/{n}" for n in ("given", "before", "after"))
+    monkeypatch.setenv("SYNCD_STORE", before)
+    for args in (["--store", given, "run"], ["run"]):
+        r = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+    monkeypatch.setenv("SYNCD_STORE", after)  # changed before the SIGHUP
+    [(settings, reload), (plain, plain_reload)] = reloads
+    assert (settings.store, reload().store) == (given, given)
+    assert (plain.store, plain_reload().store) == (before, after)
 
 
 # -- a local store that is not there ----------------------------------------------------------
@@ -231,3 +301,121 @@ def test_a_short_wrong_passphrase_leaves_the_message_readable(tmp_path: Path) ->
     init_encryption(LocalStore(tmp_path / "store"), "correct horse battery", n=1 << 10)
     line = one_line(syncd(env_of(tmp_path, SYNCD_PASSPHRASE="wrong"), "machines"), 1)
     assert line.endswith(": wrong passphrase, or tampered key files") and "***" not in line
+
+
+# -- help ---------------------------------------------------------------------------------------
+
+def help_of(*path: str, width: int = 80) -> str:
+    """``syncd PATH... --help`` on a terminal ``width`` columns wide (whatever this one is)."""
+    ctx = cli.make_context("syncd", [], terminal_width=width, resilient_parsing=True)
+    cmd: click.Command = cli
+    for name in path:
+        assert isinstance(cmd, click.Group)
+        sub = cmd.get_command(ctx, name)
+        assert sub is not None, name
+        cmd = sub
+        ctx = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+    return cmd.get_help(ctx)
+
+
+def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> list[
+        tuple[tuple[str, ...], click.Command]]:
+    """Every command under ``group`` (groups too), with its path of names."""
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name, cmd in sorted(group.commands.items()):
+        out.append(((*path, name), cmd))
+        if isinstance(cmd, click.Group):
+            out += commands(cmd, (*path, name))
+    return out
+
+
+def listing(text: str) -> str:
+    """The Commands section of a help text, its whitespace runs made single spaces."""
+    section = text.partition("\nCommands:\n")[2].partition("\n\n")[0]
+    return " ".join(section.split())
+
+
+HELP = """\
+Usage: syncd [OPTIONS] COMMAND [ARGS]...
+
+  Continuous append-only backup of Claude Code's session store (~/.claude).
+
+  Run `syncd run` as a service (see deploy/ and systemd/), `syncd status` to see
+  that it keeps up, and `syncd restore` to get the sessions back.
+
+Options:
+  --version      Show the version and exit.
+  --config PATH  Config file (default $SYNCD_CONFIG, else
+                 ~/.config/syncd/config.toml); one named here or in
+                 $SYNCD_CONFIG must exist.
+  --store URL    The store: s3://bucket/prefix, file:///path or an absolute path
+                 (default $SYNCD_STORE, else the config file's `store`, else
+                 ~/.local/share/syncd/store).
+  -v, --verbose  Log more: every flush and scan (debug detail for run).
+  -h, --help     Show this message and exit.
+
+Commands:
+  check-store  Check that the store provider does what syncd needs.
+  compact      Fold segments into packs and a snapshot manifest.
+  init         Prepare the store (--encrypt: make it encrypted).
+  key          Passphrases of an encrypted store: add, remove, list.
+  machines     The machines that have a backup in the store.
+  prune        Delete the snapshots the retention policy lets go.
+  restore      Restore a machine's backup (or some sessions) into the local
+               Claude tree.
+  resume       Restore one session from any machine's backup and print how to
+               resume it.
+  run          The daemon: watch ~/.claude, back up every appended byte.
+  sessions     Every backed-up session: title, project, machine, size, last
+               activity, local or not.
+  status       Health at a glance (--json for scripts).
+  sync         Back up everything pending once; exit 0 when durable.
+  verify       Check the backup is whole (exit 1 on any problem).
+
+  Environment:
+    SYNCD_STORE       the store URL (as --store; the option wins over it,
+                      and it over the config file's `store`)
+    SYNCD_CONFIG      the config file (as --config)
+    SYNCD_<KEY>       any config key, e.g. SYNCD_MACHINE_ID=desk or
+                      SYNCD_KEEP_DAILY=7 (wins over the config file; a list
+                      or a table is written as JSON)
+    SYNCD_PASSPHRASE  the passphrase of an encrypted store
+
+  Exit codes:
+    0  success
+    1  the work could not be completed (one line on stderr says why),
+       or verify found a problem
+    2  bad usage or configuration
+
+  Shell completion (add to your shell's rc file):
+    bash:  eval "$(_SYNCD_COMPLETE=bash_source syncd)"
+    zsh:   eval "$(_SYNCD_COMPLETE=zsh_source syncd)"
+    fish:  _SYNCD_COMPLETE=fish_source syncd | source
+"""
+
+
+def test_the_top_level_help_as_an_80_column_terminal_shows_it() -> None:
+    assert help_of() + "\n" == HELP
+
+
+@pytest.mark.parametrize("width", [50, 80])
+@pytest.mark.parametrize("group", [(), ("key",)])
+def test_every_command_is_listed_with_its_whole_description(width: int,
+                                                            group: tuple[str, ...]) -> None:
+    listed = listing(help_of(*group, width=width))
+    assert "..." not in listed
+    parent = cli if not group else cli.commands[group[0]]
+    assert isinstance(parent, click.Group) and parent.commands
+    for name, cmd in parent.commands.items():
+        whole = " ".join(cmd.get_short_help_str(limit=1 << 20).split())
+        # The first sentence of the docstring, or the short help: ends as a sentence.
+        assert whole.endswith((".", ")")) and f"{name} {whole}" in listed, (name, listed)
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    for path, cmd in [((), cli), *commands()]:
+        assert (cmd.help or cmd.short_help or "").strip(), path
+        for param in cmd.params:
+            if isinstance(param, click.Option):
+                assert (param.help or "").strip(), (path, param.opts)
+        assert help_of(*path)  # and each help renders

@@ -16,6 +16,7 @@ from syncd.archive.options import (
 )
 from syncd.archive.prune import prune
 from syncd.archive.verify import verify
+from syncd.cli.table import Column, Table
 from syncd.cli.util import duration_option, echo_json, repository_of, settings_of
 from syncd.progress import meter
 
@@ -65,6 +66,11 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
             click.echo(f"warning: {w}", err=True)
 
 
+# prune's verdict on each snapshot: kept, forgotten, or left for the next run.
+VERDICT_COLUMNS = (Column("VERDICT"), Column("SNAPSHOT"), Column("SEQ", right=True),
+                   Column("WHY", wrap=True))
+
+
 @click.command("prune", short_help="Delete the snapshots the retention policy lets go.")
 @click.option("--dry-run", is_flag=True,
               help="Print what would be deleted and why each kept snapshot is kept.")
@@ -90,12 +96,13 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         echo_json(r.as_dict())
         return
     click.echo(f"{r.machine}: policy {r.policy}")
-    for v in r.verdicts:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(v.snap.time))
-        verb = "keep  " if v.keep else ("forget" if v.snap.key in r.forgotten else "later ")
-        click.echo(f"  {verb} {when}  seq {v.snap.seq:<8} {', '.join(v.reasons)}")
+    if r.verdicts:
+        Table(VERDICT_COLUMNS, r.verdicts, lambda v: (
+            "keep" if v.keep else "forget" if v.snap.key in r.forgotten else "later",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(v.snap.time)), str(v.snap.seq),
+            ", ".join(v.reasons) or "-")).echo()
     if r.deferred:
-        click.echo(f"  {len(r.deferred)} more to forget next run (prune_max_share "
+        click.echo(f"{len(r.deferred)} more to forget next run (prune_max_share "
                    f"{settings.prune_max_share:g})")
     if r.compaction is not None:
         click.echo(("would: " if dry_run else "") + _summary(r.compaction))

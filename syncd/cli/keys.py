@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from syncd.backup.state import remembered_key
+from syncd.cli.group import Group
 from syncd.cli.util import settings_of, store_of
 from syncd.config import Settings
 from syncd.errors import CryptoError
@@ -69,7 +70,7 @@ def init(ctx: click.Context, encrypt: bool) -> None:
                "the backup cannot be read.")
 
 
-@click.group(short_help="Passphrases of an encrypted store: add, remove, list.")
+@click.group(cls=Group, short_help="Passphrases of an encrypted store: add, remove, list.")
 def key() -> None:
     """The passphrases that open an encrypted store (each one a key file under keys/,
     wrapping the same master key)."""

@@ -13,10 +13,10 @@ import click
 
 from syncd.backup.engine import sync_once
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
+from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.util import interactive, settings_of
-from syncd.config import load_settings
 from syncd.errors import StoreError, SyncdError, exit_code
 from syncd.progress import meter
 from syncd.redact import redact
@@ -29,6 +29,16 @@ from syncd.store import RetryStore, open_store
 from syncd.version import __version__
 
 EPILOG = """\b
+Environment:
+  SYNCD_STORE       the store URL (as --store; the option wins over it,
+                    and it over the config file's `store`)
+  SYNCD_CONFIG      the config file (as --config)
+  SYNCD_<KEY>       any config key, e.g. SYNCD_MACHINE_ID=desk or
+                    SYNCD_KEEP_DAILY=7 (wins over the config file; a list
+                    or a table is written as JSON)
+  SYNCD_PASSPHRASE  the passphrase of an encrypted store
+
+\b
 Exit codes:
   0  success
   1  the work could not be completed (one line on stderr says why),
@@ -43,21 +53,26 @@ Shell completion (add to your shell's rc file):
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EPILOG)
 @click.version_option(__version__, prog_name="syncd")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
               help="Config file (default $SYNCD_CONFIG, else ~/.config/syncd/config.toml); "
                    "one named here or in $SYNCD_CONFIG must exist.")
+@click.option("--store", metavar="URL", default=None,
+              help="The store: s3://bucket/prefix, file:///path or an absolute path "
+                   "(default $SYNCD_STORE, else the config file's `store`, else "
+                   "~/.local/share/syncd/store).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log more: every flush and scan (debug detail for run).")
 @click.pass_context
-def cli(ctx: click.Context, config: Path | None, verbose: bool) -> None:
+def cli(ctx: click.Context, config: Path | None, store: str | None, verbose: bool) -> None:
     """Continuous append-only backup of Claude Code's session store (~/.claude).
 
     Run `syncd run` as a service (see deploy/ and systemd/), `syncd status` to see
     that it keeps up, and `syncd restore` to get the sessions back.
     """
-    ctx.obj = {"config": config, "verbose": verbose}
+    ctx.obj = {"config": config, "store": store, "verbose": verbose}
     # One line per event; under systemd with <N> priority prefixes for the journal.
     setup_logging(logging.INFO if verbose else logging.WARNING)
     if ctx.invoked_subcommand != "run":
@@ -83,9 +98,8 @@ def run(ctx: click.Context, takeover: bool) -> None:
     """
     settings = settings_of(ctx)
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
-    config = ctx.obj["config"]
-    Daemon(settings, reload=lambda: load_settings(config, config_required=config is not None),
-           takeover=takeover, prompt=True).run()
+    # SIGHUP re-reads the config file and the environment; --store still wins.
+    Daemon(settings, reload=lambda: settings_of(ctx), takeover=takeover, prompt=True).run()
 
 
 @cli.command(short_help="Back up everything pending once; exit 0 when durable.")

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from syncd.claude import Selection
+from syncd.cli.table import Column, Table
 from syncd.cli.util import (
     echo_json,
     repository_of,
@@ -43,6 +44,17 @@ def _size(n: int) -> str:
     return str(n)
 
 
+# `machines` and `sessions` without --json: the first column marks this machine; paths and
+# titles come last, so that awk's fields before them are the same in every row.
+MACHINE_COLUMNS = (
+    Column(""), Column("MACHINE"), Column("HOST", wrap=True), Column("LAST BACKUP"),
+    Column("SNAPSHOTS", right=True), Column("PACKS", right=True),
+    Column("SEGMENTS", right=True), Column("STORED", right=True), Column("HOME", wrap=True))
+SESSION_COLUMNS = (
+    Column("SESSION"), Column("LAST ACTIVITY"), Column("LOCAL"), Column("SIZE", right=True),
+    Column("MACHINE"), Column("PROJECT", wrap=True), Column("TITLE", wrap=True))
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -56,12 +68,11 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(rows)
     else:
-        for r in rows:
-            mark = "*" if r["machine"] == settings.machine_id else " "
-            click.echo(f"{mark} {r['machine']:<28} {_text(r['hostname']):<16} "
-                       f"last backup {_when(r['last_backup'])}  {r['snapshots']} snapshots, "
-                       f"{r['packs']} packs, {r['segments']} segments, "
-                       f"{_size(r['stored_bytes'])}  home {_text(r['home'])}")
+        Table(MACHINE_COLUMNS, rows, lambda r: (
+            "*" if r["machine"] == settings.machine_id else "", _text(r["machine"]),
+            _text(r["hostname"]), _when(r["last_backup"]), str(r["snapshots"]),
+            str(r["packs"]), str(r["segments"]), _size(r["stored_bytes"]),
+            _text(r["home"]))).echo()
     _problems(problems)
 
 
@@ -79,12 +90,10 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     if as_json:
         echo_json(rows)
     else:
-        for r in rows:
-            local = "local" if r["local"] else "     "
-            title = _text(r["title"] or "")[:60]
-            click.echo(f"{r['session_id']}  {_text(r['last_activity'])[:16]:<16}  {local}  "
-                       f"{_size(r['size']):>8}  {r['machine']:<20} {_text(r['project'])}  "
-                       f"{title}")
+        Table(SESSION_COLUMNS, rows, lambda r: (
+            _text(r["session_id"]), _text(r["last_activity"])[:16],
+            "yes" if r["local"] else "no", _size(r["size"]), _text(r["machine"]),
+            _text(r["project"]), _text(r["title"] or "")[:60])).echo()
     _problems(problems)
 
 
@@ -234,7 +243,9 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 @click.argument("session_id", callback=session_prefix)
 @click.option("--machine", default=None, help="The machine to take it from, when several have it.")
 @click.option("--map", "maps", multiple=True, metavar="OLD=NEW", help="Map a path prefix.")
-@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map")
+@click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
+              help="map: a worktree session goes to the equivalent worktree; fold: into "
+                   "the main checkout's folder.")
 @click.pass_context
 def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
            worktrees: str) -> None:

@@ -33,9 +33,17 @@ def bad_value(param: click.Parameter, why: str) -> UsageError:
 
 
 def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
-    config = ctx.obj["config"]
-    return load_settings(config, config_required=config is not None,
-                         **{k: v for k, v in overrides.items() if v is not None})
+    """The settings every command runs with: the config file, overlaid by ``SYNCD_*``
+    variables, overlaid by the global options (``--store``) and ``overrides``."""
+    config, store = ctx.obj["config"], ctx.obj.get("store")
+    given = {k: v for k, v in {"store": store, **overrides}.items() if v is not None}
+    try:
+        return load_settings(config, config_required=config is not None, **given)
+    except ConfigError as e:
+        # An argument's value is named by its option, as bad_value does.
+        if store is not None and str(e).startswith("store: "):
+            raise ConfigError(f"--store: {str(e).removeprefix('store: ')}") from None
+        raise
 
 
 def interactive(settings: Settings) -> Settings:

@@ -140,18 +140,27 @@ def status(settings: Settings, *, probe_store: bool = False,
     return out
 
 
-def format_status(s: dict[str, Any]) -> str:
+def clock(t: float, now: float) -> str:
+    """``t`` in local time: the time of day when it falls on ``now``'s day, else with
+    its date (a job "in 24h" runs tomorrow, a flush of last week was not today)."""
+    day = time.localtime(now)[:3]
+    return time.strftime("%H:%M:%S" if time.localtime(t)[:3] == day else
+                         "%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def format_status(s: dict[str, Any], now: float | None = None) -> str:
+    """``status``'s figures for a reader; times are shown as of ``now`` (default: now)."""
+    now = time.time() if now is None else now
+
     def when(t: float | None) -> str:
         if t is None:
             return "never"
-        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} " \
-               f"({_ago(time.time() - t)} ago)"
+        return f"{clock(t, now)} ({_ago(now - t)} ago)"
 
     def later(t: float | None) -> str:
         if t is None:
             return "not scheduled"
-        return f"{time.strftime('%H:%M:%S', time.localtime(t))} " \
-               f"(in {_ago(max(0.0, t - time.time()))})"
+        return f"{clock(t, now)} (in {_ago(max(0.0, t - now))})"
 
     pid = s["daemon_pid"]
     reach = s.get("store_reachable")
@@ -164,7 +173,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"source:       {s['source']}",
         f"store:        {s['store']}{' (encrypted)' if s.get('encrypted') else ''}{store_note}",
         f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
-        f"health:       {', '.join(health(s)) or 'ok'}",
+        f"health:       {', '.join(health(s, now)) or 'ok'}",
         f"lag:          {'unknown' if lag is None else _ago(lag)}"
         + (" (nothing pending)" if lag == 0 else " since the oldest pending change"
            if lag is not None else ""),
@@ -193,8 +202,10 @@ def format_status(s: dict[str, Any]) -> str:
 LAG_WARN = 60.0
 
 
-def health(s: dict[str, Any]) -> list[str]:
-    """What is wrong, in a few words each; empty when all is well."""
+def health(s: dict[str, Any], now: float | None = None) -> list[str]:
+    """What is wrong, in a few words each (as of ``now``, default now); empty when all
+    is well."""
+    now = time.time() if now is None else now
     problems = []
     if not s.get("running"):
         problems.append("daemon not running")
@@ -206,7 +217,7 @@ def health(s: dict[str, Any]) -> list[str]:
     if s.get("errors_last_hour"):
         problems.append(f"{s['errors_last_hour']} errors in the last hour")
     repaired = s.get("store_repair_time")
-    if repaired is not None and time.time() - repaired < 86400:
+    if repaired is not None and now - repaired < 86400:
         problems.append("the store lost segments (shipped again)")
     return problems
 
