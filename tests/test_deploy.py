@@ -4,6 +4,7 @@ the IAM policy and the lifecycle rule, each used for real."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import json
 import os
@@ -18,7 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+import watchdog.observers
 
+from syncd.backup import watch
+from syncd.claude import Selection
 from syncd.config import load_settings
 from syncd.store.layout import machine_key, segment_key
 from syncd.version import __version__
@@ -341,6 +345,22 @@ def test_install_on_linux_prints_the_next_steps(tmp_path: Path, case: str) -> No
     assert "check it with: syncd status" in r.stdout
     assert "logs: journalctl --user -u syncd" in r.stdout
 
+
+
+def test_watcher_uses_the_platforms_observer(tmp_path: Path) -> None:
+    """FSEvents on macOS, inotify on Linux: watchdog's ``Observer`` picks; a class of one
+    platform would leave the others without a watcher."""
+    tree = ast.parse(Path(watch.__file__).read_text())
+    imports = [(node.module, alias.name) for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) for alias in node.names]
+    assert ("watchdog.observers", "Observer") in imports
+    assert not [m for m, _ in imports if m and m.startswith("watchdog.observers.")]
+    w = watch.Watcher(tmp_path, Selection(), on_file=lambda _: None, on_dir=lambda _: None,
+                      on_overflow=lambda: None)
+    assert type(w._observer) is watchdog.observers.Observer
+    expected = {"linux": "InotifyObserver", "darwin": "FSEventsObserver"}.get(sys.platform)
+    if expected is not None:
+        assert type(w._observer).__name__ == expected
 
 
 def test_install_rejects_unknown_options(tmp_path: Path) -> None:
