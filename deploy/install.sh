@@ -185,6 +185,7 @@ if [ "$started" = 0 ]; then
     echo "to start it:"
     if [ "$platform" = macos ]; then
         printf '  launchctl bootstrap %s %q\n' "$domain" "$plist"
+        echo "  (an older one still loaded: launchctl bootout $domain/$label first)"
     else
         echo "  systemctl --user daemon-reload && systemctl --user enable --now syncd"
     fi
