@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# Install syncd for the current user: the package, a starter config, the systemd user unit.
+# Install syncd for the current user: the package, a starter config, and the service
+# (a systemd user unit on Linux, a launchd user agent on macOS).
 #
 #   deploy/install.sh                      pipx if present, else a venv under ~/.local
 #   deploy/install.sh --prefix DIR         a venv in DIR/lib/syncd, the command in DIR/bin
-#   deploy/install.sh --no-systemctl       write the unit file but do not enable or start it
+#   deploy/install.sh --no-service         write the unit or plist but do not start it
 #
-# Safe to run again: it upgrades the package and keeps an existing config.
+# Safe to run again: it upgrades the package and keeps an existing config (on macOS it
+# also reloads the agent). Written for macOS's bash 3.2 as well.
 set -euo pipefail
 
 usage() {
     cat <<USAGE
-usage: $0 [--prefix DIR] [--venv] [--from SPEC] [--no-systemctl] [--unit-dir DIR] [--config FILE]
+usage: $0 [--prefix DIR] [--venv] [--from SPEC] [--no-service] [--unit-dir DIR]
+          [--agent-dir DIR] [--config FILE]
 
   --prefix DIR     install into a venv at DIR/lib/syncd/venv, link DIR/bin/syncd (implies --venv)
   --venv           use a venv under the prefix (default ~/.local) even when pipx is present
   --from SPEC      what to install (default: this checkout, $repo)
-  --no-systemctl   write the unit file only; do not run systemctl --user
-  --unit-dir DIR   where the unit goes (default \${XDG_CONFIG_HOME:-~/.config}/systemd/user)
+  --no-service     write the service file only; do not enable, load or start it
+                   (--no-systemctl is the same)
+  --unit-dir DIR   Linux: where the unit goes (default \${XDG_CONFIG_HOME:-~/.config}/systemd/user)
+  --agent-dir DIR  macOS: where the plist goes (default ~/Library/LaunchAgents, the only
+                   place launchd loads it from at login)
   --config FILE    starter config path (default \${XDG_CONFIG_HOME:-~/.config}/syncd/config.toml)
 USAGE
 }
@@ -27,10 +33,14 @@ config_home="${XDG_CONFIG_HOME:-$HOME/.config}"
 prefix=""
 spec="$repo"
 use_venv=0
-use_systemctl=1
+use_service=1
 unit_dir="$config_home/systemd/user"
+agent_dir="$HOME/Library/LaunchAgents"
 config="${SYNCD_CONFIG:-$config_home/syncd/config.toml}"
 python="${PYTHON:-python3}"
+label="io.github.syncd"
+user_manager=0
+log_dir="$HOME/Library/Logs/syncd"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -39,15 +49,22 @@ while [ $# -gt 0 ]; do
         --venv) use_venv=1; shift ;;
         --from) spec="${2:?--from needs a package spec}"; shift 2 ;;
         --from=*) spec="${1#*=}"; shift ;;
-        --no-systemctl) use_systemctl=0; shift ;;
+        --no-service|--no-systemctl) use_service=0; shift ;;
         --unit-dir) unit_dir="${2:?--unit-dir needs a directory}"; shift 2 ;;
         --unit-dir=*) unit_dir="${1#*=}"; shift ;;
+        --agent-dir) agent_dir="${2:?--agent-dir needs a directory}"; shift 2 ;;
+        --agent-dir=*) agent_dir="${1#*=}"; shift ;;
         --config) config="${2:?--config needs a file}"; shift 2 ;;
         --config=*) config="${1#*=}"; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "install.sh: unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
+
+case "$(uname -s)" in
+    Darwin) platform=macos ;;
+    *) platform=linux ;;
+esac
 
 # 1. The package.
 if [ "$use_venv" = 0 ] && command -v pipx >/dev/null 2>&1; then
@@ -90,28 +107,100 @@ CONFIG
     echo "wrote starter config $config"
 fi
 
-# 3. The systemd user unit, pointing at the installed command.
-mkdir -p "$unit_dir"
-sed "s|^ExecStart=.*|ExecStart=$bin run|" "$repo/systemd/syncd.service" >"$unit_dir/syncd.service"
-echo "wrote $unit_dir/syncd.service"
+# A value for a sed replacement inside XML text: XML-escaped, then sed-escaped.
+plist_value() {
+    printf '%s\n' "$1" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' \
+                             -e 's/[\\|&]/\\&/g'
+}
 
-if [ "$use_systemctl" = 1 ]; then
-    if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; then
-        systemctl --user daemon-reload
-        systemctl --user enable --now syncd.service
-        systemctl --user --no-pager status syncd.service | head -n 5 || true
-    else
-        echo "no systemd user manager reachable: start it later with" \
-             "'systemctl --user enable --now syncd', or run '$bin run' by hand" >&2
+# 3. The service, pointing at the installed command; started unless --no-service.
+started=0
+if [ "$platform" = macos ]; then
+    uid="$(id -u)"
+    domain="gui/$uid"
+    plist="$agent_dir/$label.plist"
+    mkdir -p "$agent_dir"
+    # Private: the log names the sessions' project paths.
+    mkdir -p "$log_dir"
+    chmod 700 "$log_dir"
+    sed -e "s|@SYNCD@|$(plist_value "$bin")|g" -e "s|@HOME@|$(plist_value "$HOME")|g" \
+        "$here/launchd/$label.plist" >"$plist"
+    # launchd refuses a plist that others may write.
+    chmod 644 "$plist"
+    echo "wrote $plist"
+    if [ "$use_service" = 1 ]; then
+        if ! command -v launchctl >/dev/null 2>&1; then
+            echo "launchctl not found: the agent was not started" >&2
+        elif ! launchctl print "$domain" >/dev/null 2>&1; then
+            echo "no launchd session $domain (logged in over ssh only?): the agent was" \
+                 "not started" >&2
+        else
+            # An earlier install may be running: unload it (not loaded yet is fine).
+            launchctl bootout "$domain/$label" 2>/dev/null || true
+            # A label someone disabled cannot be bootstrapped.
+            launchctl enable "$domain/$label" || true
+            # bootout returns before launchd lets go of the label (the old daemon first
+            # finishes its segment in flight, up to the plist's ExitTimeOut of 90 s);
+            # until then bootstrap fails with "5: Input/output error". Keep trying.
+            tries=0
+            until launchctl bootstrap "$domain" "$plist" 2>/dev/null; do
+                tries=$((tries + 1))
+                if [ "$tries" -ge 100 ]; then
+                    # Once more, showing launchd's reason; set -e ends the script on it.
+                    launchctl bootstrap "$domain" "$plist"
+                    break
+                fi
+                sleep 1
+            done
+            started=1
+            echo "started $label: launchctl print $domain/$label"
+        fi
+    fi
+else
+    mkdir -p "$unit_dir"
+    sed "s|^ExecStart=.*|ExecStart=$bin run|" "$repo/systemd/syncd.service" >"$unit_dir/syncd.service"
+    echo "wrote $unit_dir/syncd.service"
+    if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1
+    then
+        user_manager=1
+    fi
+    if [ "$use_service" = 1 ]; then
+        if [ "$user_manager" = 1 ]; then
+            systemctl --user daemon-reload
+            systemctl --user enable --now syncd.service
+            systemctl --user --no-pager status syncd.service | head -n 5 || true
+            started=1
+        else
+            echo "no systemd user manager reachable: the service was not started" >&2
+        fi
     fi
 fi
 
+# 4. What is left to do.
 case ":$PATH:" in
     *":$(dirname "$bin"):"*) ;;
     *) echo "note: $(dirname "$bin") is not on your PATH" ;;
 esac
-linger="$(loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null || true)"
-if [ "$linger" != "yes" ]; then
-    echo "to keep backing up while you are logged out: loginctl enable-linger $(id -un)"
+if [ "$started" = 0 ]; then
+    echo "to start it:"
+    if [ "$platform" = macos ]; then
+        printf '  launchctl bootstrap %s %q\n' "$domain" "$plist"
+        echo "  (an older one still loaded: launchctl bootout $domain/$label first)"
+    else
+        echo "  systemctl --user daemon-reload && systemctl --user enable --now syncd"
+    fi
+    printf '  or run it in a terminal: %q run\n' "$bin"
+fi
+if [ "$platform" = linux ] && command -v loginctl >/dev/null 2>&1 \
+        && { [ "$user_manager" = 1 ] || [ -d /run/systemd/system ]; }; then
+    linger="$(loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null || true)"
+    if [ "$linger" != "yes" ]; then
+        echo "to keep backing up while you are logged out: loginctl enable-linger $(id -un)"
+    fi
 fi
 echo "check it with: syncd status"
+if [ "$platform" = macos ]; then
+    echo "logs: $log_dir/syncd.log"
+else
+    echo "logs: journalctl --user -u syncd"
+fi

@@ -1,11 +1,16 @@
-"""deploy/: the install and uninstall scripts, the SeaweedFS try-out script, example
-configs, the IAM policy and the lifecycle rule, each used for real."""
+"""deploy/: the install and uninstall scripts (Linux and, with a faked ``uname`` and
+``launchctl``, macOS), the launchd agent, the SeaweedFS try-out script, example configs,
+the IAM policy and the lifecycle rule, each used for real."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import json
 import os
+import plistlib
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -14,7 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+import watchdog.observers
 
+from syncd.backup import watch
+from syncd.claude import Selection
 from syncd.config import load_settings
 from syncd.store.layout import machine_key, segment_key
 from syncd.version import __version__
@@ -24,6 +32,8 @@ from tests.test_service import _verify
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
+LABEL = "io.github.syncd"
+AGENT = DEPLOY / "launchd" / f"{LABEL}.plist"
 
 
 def _clean_env(home: Path) -> dict[str, str]:
@@ -36,10 +46,99 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
+def _stub(bin_dir: Path, name: str, body: str) -> Path:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def _fake_os(bin_dir: Path, calls: Path, system: str, *, domain_rc: int = 0,
+             bootstrap_failures: int = 0, user_manager: bool = True,
+             linger: str = "no") -> None:
+    """Stubs that shadow the service managers: ``uname -s`` says ``system``; launchctl,
+    systemctl and loginctl append ``name args`` to ``calls``. launchctl has the domain
+    ``gui/<uid>`` (unless ``domain_rc``), never the agent itself, and fails its first
+    ``bootstrap_failures`` bootstraps the way launchd does right after a bootout."""
+    log = shlex.quote(str(calls))
+    _stub(bin_dir, "uname", f"echo {system}\n")
+    _stub(bin_dir, "launchctl", f"""printf '%s\\n' "launchctl $*" >>{log}
+case "$1" in
+    print) [ "$2" = "gui/$(id -u)" ] && exit {domain_rc}; exit 113 ;;
+    bootstrap)
+        if [ "$(grep -c '^launchctl bootstrap' {log})" -le {bootstrap_failures} ]; then
+            echo "Bootstrap failed: 5: Input/output error" >&2; exit 5
+        fi ;;
+esac
+""")
+    _stub(bin_dir, "systemctl", f"""printf '%s\\n' "systemctl $*" >>{log}
+[ "$2" = show-environment ] && exit {0 if user_manager else 1}
+exit 0
+""")
+    _stub(bin_dir, "loginctl", f"""printf '%s\\n' "loginctl $*" >>{log}
+[ "$1" = show-user ] && echo {linger}
+exit 0
+""")
+
+
+def _fake_python(bin_dir: Path) -> Path:
+    """A python3 for install.sh that skips the package install (the Linux test above does
+    it for real): ``-m venv DIR`` makes DIR/bin/python and a DIR/bin/syncd that prints a
+    version; ``-m pip ...`` does nothing."""
+    return _stub(bin_dir, "python3", """if [ "$1" = -m ] && [ "$2" = venv ]; then
+    mkdir -p "$3/bin" && cp "$0" "$3/bin/python"
+    printf '#!/bin/sh\\necho "syncd, version fake"\\n' >"$3/bin/syncd"
+    chmod 755 "$3/bin/syncd"
+fi
+""")
+
+
+def _path_without(tmp: Path, path: str, names: set[str]) -> str:
+    """``path`` as one directory of links, without ``names``: install.sh must not find them
+    even where they live next to bash and coreutils (/usr/bin)."""
+    shim = tmp / "shim-bin"
+    shim.mkdir()
+    for d in path.split(os.pathsep):
+        if not d or not Path(d).is_dir():
+            continue
+        for entry in Path(d).iterdir():
+            link = shim / entry.name
+            if entry.name not in names and not link.is_symlink() and os.access(entry, os.X_OK):
+                link.symlink_to(entry)
+    return str(shim)
+
+
+def _calls(calls: Path, tool: str) -> list[str]:
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return [line for line in lines if line.startswith(tool + " ")]
+
+
+def _printed_step(out: str, program: str) -> list[str] | None:
+    """The arguments of the first printed line that runs ``program``, as a shell reads it."""
+    for line in out.splitlines():
+        if line.strip().startswith(program + " "):
+            return shlex.split(line)
+    return None
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a parsed plist."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 def test_install_into_a_prefix_then_uninstall(tmp_path: Path) -> None:
     home, prefix = tmp_path / "home", tmp_path / "prefix"
     home.mkdir()
     env = _clean_env(home)
+    _stub(tmp_path / "stubs", "uname", "echo Linux\n")  # the Linux branch, on any machine
+    env["PATH"] = f"{tmp_path / 'stubs'}{os.pathsep}{env['PATH']}"
     r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(prefix),
                         "--no-systemctl"], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -49,7 +148,8 @@ def test_install_into_a_prefix_then_uninstall(tmp_path: Path) -> None:
     assert v.returncode == 0 and v.stdout.strip() == f"syncd, version {__version__}"
     # Installed from this checkout into its own venv, not this test's environment.
     assert exe.resolve().parent == (prefix / "lib" / "syncd" / "venv" / "bin").resolve()
-    assert "loginctl enable-linger" in r.stdout
+    assert "systemctl --user daemon-reload && systemctl --user enable --now syncd" in r.stdout
+    assert not (home / "Library").exists()
 
     config = home / ".config" / "syncd" / "config.toml"
     assert config.stat().st_mode & 0o077 == 0
@@ -81,6 +181,186 @@ def test_install_into_a_prefix_then_uninstall(tmp_path: Path) -> None:
     assert not (prefix / "lib" / "syncd").exists()
     # Config, state and, above all, the backups stay.
     assert config.exists() and (home / ".local/share/syncd/store/machines").is_dir()
+
+
+
+def test_launchd_agent_template() -> None:
+    agent = plistlib.loads(AGENT.read_bytes())
+    assert agent["Label"] == AGENT.stem == LABEL
+    assert agent["ProgramArguments"] == ["@SYNCD@", "run"]
+    assert agent["RunAtLoad"] is True
+    # Restarted after a failure only: a SIGTERM'd daemon exits 0 and stays stopped.
+    assert agent["KeepAlive"] == {"SuccessfulExit": False}
+    assert 10 <= agent["ThrottleInterval"] <= 30
+    assert agent["ProcessType"] == "Background"
+    assert agent["Umask"] == 0o077
+    # As long to finish the segment in flight as the systemd unit gives it.
+    unit = (ROOT / "systemd" / "syncd.service").read_text()
+    stop = re.search(r"^TimeoutStopSec=(\d+)s$", unit, re.M)
+    assert stop and agent["ExitTimeOut"] == int(stop.group(1))
+    for key in ("StandardOutPath", "StandardErrorPath"):
+        assert agent[key] == "@HOME@/Library/Logs/syncd/syncd.log"
+    # One label everywhere.
+    assert [p.name for p in AGENT.parent.iterdir()] == [AGENT.name]
+    for script in ("install.sh", "uninstall.sh"):
+        assert f'label="{LABEL}"' in (DEPLOY / script).read_text()
+
+
+def test_install_on_macos_loads_the_agent_then_uninstall(tmp_path: Path) -> None:
+    home, prefix, stubs, calls = (tmp_path / "home", tmp_path / "prefix", tmp_path / "stubs",
+                                  tmp_path / "calls")
+    home.mkdir()
+    _fake_os(stubs, calls, "Darwin")
+    env = _clean_env(home)
+    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(prefix)],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+
+    plist = home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+    text = plist.read_text()
+    assert not re.search(r"@[A-Z]+@", text)
+    agent = plistlib.loads(text.encode())
+    assert not [s for s in _strings(agent) if "~" in s]
+    exe = prefix / "bin" / "syncd"
+    assert agent["ProgramArguments"] == [str(exe), "run"]
+    # The real command, installed from this checkout.
+    v = subprocess.run([agent["ProgramArguments"][0], "--version"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0 and v.stdout.strip() == f"syncd, version {__version__}"
+    logs = home / "Library" / "Logs" / "syncd"
+    assert agent["StandardOutPath"] == agent["StandardErrorPath"] == f"{logs}/syncd.log"
+    assert logs.is_dir() and logs.stat().st_mode & 0o077 == 0
+    assert plist.stat().st_mode & 0o022 == 0
+
+    uid = os.getuid()
+    launchctl = _calls(calls, "launchctl")
+    bootout = launchctl.index(f"launchctl bootout gui/{uid}/{LABEL}")
+    assert launchctl.index(f"launchctl bootstrap gui/{uid} {plist}") > bootout
+    assert launchctl.count(f"launchctl bootstrap gui/{uid} {plist}") == 1
+    # Nothing of systemd on a Mac, although working stubs of it are on the PATH.
+    assert not _calls(calls, "systemctl") and not _calls(calls, "loginctl")
+    assert not (home / ".config" / "systemd").exists()
+    assert "loginctl" not in out and "journalctl" not in out
+    assert "to start it" not in out and _printed_step(r.stdout, "launchctl") is None
+    assert "check it with: syncd status" in r.stdout and f"logs: {logs}/syncd.log" in r.stdout
+
+    config = home / ".config" / "syncd" / "config.toml"
+    (logs / "syncd.log").write_text("kept\n")
+    before = len(launchctl)
+    u = subprocess.run(["bash", str(DEPLOY / "uninstall.sh"), "--prefix", str(prefix)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert u.returncode == 0, u.stderr
+    assert _calls(calls, "launchctl")[before:] == [f"launchctl bootout gui/{uid}/{LABEL}"]
+    assert not plist.exists() and not exe.is_symlink() and not (prefix / "lib/syncd").exists()
+    assert not _calls(calls, "systemctl")
+    # Config and logs stay, as on Linux.
+    assert config.exists() and (logs / "syncd.log").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("case", ["--no-service", "no launchctl", "no gui session"])
+def test_install_on_macos_prints_the_step_it_did_not_take(tmp_path: Path, case: str) -> None:
+    # A home and a prefix a shell and an XML file must quote.
+    home = tmp_path / "h me&<x>"
+    prefix, stubs, calls = home / "opt", tmp_path / "stubs", tmp_path / "calls"
+    home.mkdir()
+    _fake_os(stubs, calls, "Darwin", domain_rc=113 if case == "no gui session" else 0)
+    env = _clean_env(home)
+    env["PYTHON"] = str(_fake_python(stubs))
+    if case == "no launchctl":
+        (stubs / "launchctl").unlink()
+        env["PATH"] = f"{stubs}{os.pathsep}{_path_without(tmp_path, env['PATH'], {'launchctl'})}"
+    else:
+        env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    args = ["--no-service"] if case == "--no-service" else []
+    r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(prefix), *args],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    plist = home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+    agent = plistlib.loads(plist.read_bytes())
+    assert agent["ProgramArguments"] == [str(prefix / "bin" / "syncd"), "run"]
+    assert agent["StandardErrorPath"] == f"{home}/Library/Logs/syncd/syncd.log"
+    launchctl = _calls(calls, "launchctl")
+    assert not [c for c in launchctl if c.split()[1] in ("bootout", "bootstrap", "enable")]
+    if case == "--no-service":
+        assert launchctl == []
+    assert _printed_step(r.stdout, "launchctl") == ["launchctl", "bootstrap",
+                                                    f"gui/{os.getuid()}", str(plist)]
+    assert "check it with: syncd status" in r.stdout
+    assert "loginctl" not in r.stdout + r.stderr and not _calls(calls, "loginctl")
+
+
+def test_install_on_macos_retries_bootstrap_until_launchd_lets_go(tmp_path: Path) -> None:
+    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
+    home.mkdir()
+    _fake_os(stubs, calls, "Darwin", bootstrap_failures=2)
+    env = _clean_env(home)
+    env["PYTHON"] = str(_fake_python(stubs))
+    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(tmp_path / "p")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    plist = home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+    bootstraps = [c for c in _calls(calls, "launchctl") if c.startswith("launchctl bootstrap")]
+    assert bootstraps == [f"launchctl bootstrap gui/{os.getuid()} {plist}"] * 3
+    assert "to start it" not in r.stdout
+
+
+@pytest.mark.parametrize("case", ["--no-systemctl", "no systemd", "no user manager",
+                                  "lingering"])
+def test_install_on_linux_prints_the_next_steps(tmp_path: Path, case: str) -> None:
+    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
+    home.mkdir()
+    _fake_os(stubs, calls, "Linux", linger="yes" if case == "lingering" else "no",
+             user_manager=case != "no user manager")
+    env = _clean_env(home)
+    env["PYTHON"] = str(_fake_python(stubs))
+    if case == "no systemd":
+        for name in ("systemctl", "loginctl"):
+            (stubs / name).unlink()
+        gone = {"systemctl", "loginctl"}
+        env["PATH"] = f"{stubs}{os.pathsep}{_path_without(tmp_path, env['PATH'], gone)}"
+    else:
+        env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(tmp_path / "p"),
+                        "--no-systemctl"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (home / ".config" / "systemd" / "user" / "syncd.service").exists()
+    assert not (home / "Library").exists()
+    assert "  systemctl --user daemon-reload && systemctl --user enable --now syncd\n" in r.stdout
+    # A query at most: nothing enabled, loaded or started.
+    assert _calls(calls, "systemctl") in ([], ["systemctl --user show-environment"])
+    assert not _calls(calls, "launchctl")
+    linger = "to keep backing up while you are logged out: loginctl enable-linger"
+    if case == "--no-systemctl":
+        assert linger in r.stdout
+    elif case == "no user manager":
+        # loginctl alone is no sign of systemd (a container): only a booted systemd is.
+        assert (linger in r.stdout) == Path("/run/systemd/system").is_dir()
+    else:
+        # No systemd to linger for, or lingering already.
+        assert "enable-linger" not in r.stdout + r.stderr
+    assert "check it with: syncd status" in r.stdout
+    assert "logs: journalctl --user -u syncd" in r.stdout
+
+
+
+def test_watcher_uses_the_platforms_observer(tmp_path: Path) -> None:
+    """FSEvents on macOS, inotify on Linux: watchdog's ``Observer`` picks; a class of one
+    platform would leave the others without a watcher."""
+    tree = ast.parse(Path(watch.__file__).read_text())
+    imports = [(node.module, alias.name) for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) for alias in node.names]
+    assert ("watchdog.observers", "Observer") in imports
+    assert not [m for m, _ in imports if m and m.startswith("watchdog.observers.")]
+    w = watch.Watcher(tmp_path, Selection(), on_file=lambda _: None, on_dir=lambda _: None,
+                      on_overflow=lambda: None)
+    assert type(w._observer) is watchdog.observers.Observer
+    expected = {"linux": "InotifyObserver", "darwin": "FSEventsObserver"}.get(sys.platform)
+    if expected is not None:
+        assert type(w._observer).__name__ == expected
 
 
 def test_install_rejects_unknown_options(tmp_path: Path) -> None:

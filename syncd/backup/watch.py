@@ -1,4 +1,7 @@
-"""The watcher: inotify events (through watchdog) become paths in the dirty set."""
+"""The watcher: file-system events (through watchdog) become paths in the dirty set.
+
+watchdog's ``Observer`` is the platform's own: inotify on Linux, FSEvents on macOS.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +33,10 @@ _EVENTS = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent
 
 class _Overflow(logging.Handler):
     """watchdog rebuilds its watches after an inotify queue overflow but only logs it;
-    its log record is our one signal that events were lost and a rescan is due."""
+    its log record is our one signal that events were lost and a rescan is due.
+
+    Linux only: watchdog's FSEvents emitter passes on no sign of events macOS dropped,
+    so there the start-up and hourly reconcile scans are what catch them."""
 
     def __init__(self, callback: Callable[[], None]) -> None:
         super().__init__(logging.WARNING)
