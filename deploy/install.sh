@@ -167,7 +167,10 @@ else
     if [ "$use_service" = 1 ]; then
         if [ "$user_manager" = 1 ]; then
             systemctl --user daemon-reload
-            systemctl --user enable --now syncd.service
+            systemctl --user enable syncd.service
+            # Restart, not start: a run of this script that upgraded the package must
+            # not leave the old code running (a stop lets the flush in flight finish).
+            systemctl --user restart syncd.service
             systemctl --user --no-pager status syncd.service | head -n 5 || true
             started=1
         else
