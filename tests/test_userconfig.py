@@ -168,9 +168,15 @@ def desk(request: pytest.FixtureRequest, tmp_path: Path) -> Machines:
 
 def test_config_comes_back_remapped_only_with_config(desk: Machines) -> None:
     laptop, desk_home = str(desk.tmp / "laptop"), str(desk.tmp / "desk")
+    mine = desk.claude("laptop") / "CLAUDE.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"the laptop's own\n")
     r = desk.syncd("laptop", "restore", "--machine", "desk")
     assert not (desk.claude("laptop") / "settings.json").exists()
+    assert mine.read_bytes() == b"the laptop's own\n"
+    assert sorted(p.name for p in desk.claude("laptop").iterdir()) == ["CLAUDE.md", "projects"]
     assert "restored only with --config" in r.stdout
+    mine.unlink()
     assert any(p.suffix == ".jsonl" for p in (desk.claude("laptop") / "projects").rglob("*"))
 
     desk.syncd("laptop", "restore", "--machine", "desk", "--config")
