@@ -93,13 +93,18 @@ def carries_instructions(rel: str, *, foreign: bool) -> bool:
         return True
     if any(p.lower() == ".claude" for p in parts[:-1]):  # a project's .claude/ directory
         return True
+    # A git repository: its config and hooks run commands on any git command there.
+    if any(p.lower() == ".git" for p in parts):
+        return True
     return foreign and len(parts) > 3 and parts[0] == "projects" and \
         parts[2].lower() == "memory"
 
 
 def is_user_config(rel: str) -> bool:
-    """True for the user's own config files (``USER_CONFIG``; ``rel`` relative POSIX)."""
-    return any(_glob_regex(p).fullmatch(rel) for p in USER_CONFIG)
+    """True for the user's own config files (``USER_CONFIG``; ``rel`` relative POSIX),
+    whatever the case: on macOS ``StatusLine.sh`` is ``statusline.sh``."""
+    folded = rel.lower()
+    return any(_glob_regex(p.lower()).fullmatch(folded) for p in USER_CONFIG)
 
 
 @lru_cache(maxsize=256)

@@ -4,16 +4,21 @@ is named."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+import syncd.restore.relocation as relocation
 from syncd.claude import project_folder
 from syncd.repository import Repository
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import restore
 from syncd.store import MemoryStore
+from tests.hostile import Piece, fields, line, sid, transcript
+from tests.test_hostile_store import World, sane
 from tests.test_restore_remap import SID, _line, _opts, alice  # noqa: F401 (a fixture)
 
 
@@ -68,7 +73,14 @@ def test_a_copy_that_cannot_move_is_named(alice: tuple[MemoryStore, Path],  # no
     rule = Rule("/home/alice/app", "/home/bob/src/app")
     stray = root / "projects" / "-home-bob-app" / f"{SID}.jsonl"
     stray.parent.mkdir(parents=True)
-    stray.write_bytes(b'{"type":"user","uuid":"x"}\n')  # no cwd: its start is unknown
+    # Not an earlier copy of the backup's session: another first entry.
+    stray.write_bytes(_line(SID, "other", "/home/bob/app", "mine"))
+    r = restore(repo, _opts(tmp_path, maps=(rule,), dry_run=True))
+    assert r.notes == [f"session {SID} is also in projects/-home-bob-app: it starts "
+                       "otherwise than the backup's copy: not this session's earlier copy, "
+                       "left there"]
+    # Its first entry, but no cwd: its start is unknown.
+    stray.write_bytes(b'{"type":"user","uuid":"u1","timestamp":"2026-11-01T10:00:00.000Z"}\n')
     r = restore(repo, _opts(tmp_path, maps=(rule,)))
     assert stray.exists()
     assert r.notes == [f"session {SID} is also in projects/-home-bob-app: its start "
@@ -90,3 +102,192 @@ def test_other_files_are_not_sessions(alice: tuple[MemoryStore, Path],  # noqa: 
     other.write_bytes(b"keep\n")
     r = restore(Repository(store, "desk"), _opts(tmp_path))
     assert other.read_bytes() == b"keep\n" and r.notes == []
+
+
+RULE = Rule("/home/alice/app", "/home/bob/src/app")
+OLD = "-home-bob-app"
+NEW = project_folder("/home/bob/src/app")
+
+
+def _resumed(alice: tuple[MemoryStore, Path],  # noqa: F811
+             tmp_path: Path) -> tuple[Repository, Path]:
+    """``syncd resume`` without --map: SID lands in projects/-home-bob-app."""
+    store, _ = alice
+    repo = Repository(store, "desk")
+    restore(repo, _opts(tmp_path, sessions=(SID,)))
+    root = tmp_path / "bob" / ".claude"
+    assert (root / "projects" / OLD / f"{SID}.jsonl").is_file()
+    return repo, root
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+
+# -- relocation follows symlinks out of the target ----------------------------------------
+
+@pytest.mark.parametrize("where", ["new-folder", "side-folder", "projects-dir"])
+def test_relocation_never_writes_through_a_symlink(alice: tuple[MemoryStore, Path],  # noqa: F811
+                                                   tmp_path: Path, where: str) -> None:
+    repo, root = _resumed(alice, tmp_path)
+    outside = tmp_path / "outside"
+    projects = root / "projects"
+    if where == "new-folder":  # the store picks the folder name; a local one is a symlink
+        outside.mkdir()
+        (projects / NEW).symlink_to(outside)
+    elif where == "side-folder":
+        outside.mkdir()
+        (projects / NEW).mkdir()
+        (projects / NEW / SID).symlink_to(outside)
+    else:  # restore refuses a symlinked projects/ ("symlinks are not followed")
+        projects.rename(outside)
+        projects.symlink_to(outside)
+    before = _tree(outside)
+    restore(repo, _opts(tmp_path, maps=(RULE,)))
+    assert _tree(outside) == before, "relocation wrote or removed files outside the target"
+
+
+# -- a store moves and rewrites a local session it never held ------------------------------
+
+def test_a_store_cannot_move_an_unrelated_local_session(tmp_path: Path) -> None:
+    """This machine's own session (never restored from anywhere); a crafted machine holds
+    a session with the same id (ids are readable in this machine's own plain backup)."""
+    w = World(tmp_path, sealed=False)
+    mine = sid("here", 7)
+    mycwd = str(w.home / "secret")
+    local = w.source / transcript(mycwd, mine)
+    local.parent.mkdir(parents=True)
+    own = line(mine, mycwd, 0, "my private work")
+    local.write_bytes(own)
+    evil = transcript("/srv/evil/app", mine)
+    w.craft.machine_json("evil", "/home/evil")
+    w.craft.segment("evil", 0, [Piece(evil, line(mine, "/srv/evil/app", 5, "injected"))],
+                    sessions={evil: fields(mine, "/srv/evil/app")})
+    r = w.syncd("restore", "--machine", "evil")
+    sane(r)
+    assert local.is_file() and local.read_bytes() == own, r.describe()
+
+
+# -- lines written during a move are lost --------------------------------------------------
+
+def test_lines_written_while_a_session_moves_are_kept(alice: tuple[MemoryStore, Path],  # noqa: F811
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, root = _resumed(alice, tmp_path)
+    copy = relocation._copy_rewritten
+    late = _line(SID, "LATE", "/home/bob/app", "written by claude while the restore ran")
+
+    def racing(src: Path, dest: Path, remap: object) -> None:
+        copy(src, dest, remap)  # type: ignore[arg-type]
+        if src.name == f"{SID}.jsonl":  # claude appends to the session it is running
+            with open(src, "ab") as fh:
+                fh.write(late)
+
+    monkeypatch.setattr(relocation, "_copy_rewritten", racing)
+    restore(repo, _opts(tmp_path, maps=(RULE,)))
+    everything = b"".join(p.read_bytes() for p in root.rglob(f"{SID}.jsonl"))
+    assert b'"uuid":"LATE"' in everything, "a line appended during the move was lost"
+
+
+# -- one store name aborts the whole restore --------------------------------------------
+
+def test_a_session_folder_name_too_long_is_one_problem_and_the_rest_goes_on(
+        tmp_path: Path) -> None:
+    w = World(tmp_path, sealed=False)
+    m = w.good("desk")["desk"]
+    assert w.syncd("restore", "--machine", "desk").rc == 0  # s1 is local now
+    s1 = m.sessions[0]
+    long = f"projects/{'x' * 300}/{s1}.jsonl"
+    other = sid("evil", 2)
+    ok = transcript("/srv/evil/app", other)
+    w.craft.machine_json("evil", "/home/evil")
+    w.craft.segment("evil", 0, [Piece(long, line(s1, "/srv/evil/" + "a" * 300, 0)),
+                                Piece(ok, line(other, "/srv/evil/app", 0))],
+                    sessions={long: fields(s1, "/srv/evil/" + "a" * 300),
+                              ok: fields(other, "/srv/evil/app")})
+    r = w.syncd("restore", "--machine", "evil")
+    sane(r)
+    assert r.rc == 1 and "x" * 300 in r.err, r.describe()
+    assert (w.source / ok).is_file(), f"the rest did not go on\n{r.describe()}"
+
+
+# -- a move that fails halfway says "left there" for what moved ---------------------------
+
+def test_a_move_that_fails_halfway_reports_what_moved(alice: tuple[MemoryStore, Path],  # noqa: F811
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, root = _resumed(alice, tmp_path)
+    copy, calls = relocation._copy_rewritten, []
+
+    def flaky(src: Path, dest: Path, remap: object) -> None:
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        copy(src, dest, remap)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relocation, "_copy_rewritten", flaky)
+    r = restore(repo, _opts(tmp_path, maps=(RULE,)))
+    if not (root / "projects" / OLD / f"{SID}.jsonl").exists():  # it did move
+        assert f"projects/{OLD}/{SID}.jsonl" in {a.source for a in r.actions
+                                                 if a.action == "move"}, r.actions
+        assert any("1 of its files moved, the rest left there" in e for e in r.errors), \
+            r.errors
+
+
+# -- the old copy goes before the new one's directory entry is durable ------------------
+
+def test_a_moved_file_is_durable_before_its_old_copy_goes(alice: tuple[MemoryStore, Path],  # noqa: F811
+                                                          tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    repo, root = _resumed(alice, tmp_path)
+    events: list[tuple[str, str]] = []
+    real_fsync, real_unlink, real_remove = os.fsync, os.unlink, os.remove
+
+    def fsync(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def unlink(path: object, *a: object, **k: object) -> None:
+        events.append(("unlink", os.path.realpath(os.fsdecode(path))))  # type: ignore[arg-type]
+        real_unlink(path, *a, **k)  # type: ignore[arg-type]
+
+    def remove(path: object, *a: object, **k: object) -> None:
+        events.append(("unlink", os.path.realpath(os.fsdecode(path))))  # type: ignore[arg-type]
+        real_remove(path, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "remove", remove)
+    restore(repo, _opts(tmp_path, maps=(RULE,)))
+    monkeypatch.undo()
+    old = os.path.realpath(root / "projects" / OLD / f"{SID}.jsonl")
+    new_dir = os.path.realpath(root / "projects" / NEW)
+    gone = [i for i, e in enumerate(events) if e == ("unlink", old)]
+    assert gone, "the old copy was not removed (did it move?)"
+    assert ("fsync", new_dir) in events[:gone[0]], \
+        "the old copy was unlinked before the new folder's entry was fsynced"
+
+
+# -- a dry run plans moves the restore does not make ------------------------------------
+
+def test_a_dry_run_plans_the_moves_the_restore_makes(alice: tuple[MemoryStore, Path],  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    store, _ = alice
+    repo = Repository(store, "desk")
+    root = tmp_path / "bob" / ".claude"
+    for cwd in ("/home/bob/app", "/home/bob/old/app"):
+        p = root / "projects" / project_folder(cwd) / f"{SID}.jsonl"
+        p.parent.mkdir(parents=True)
+        p.write_bytes(_line(SID, "u1", cwd, "fix the bug"))
+    dry = restore(repo, _opts(tmp_path, dry_run=True, maps=(RULE,)))
+    real = restore(repo, _opts(tmp_path, maps=(RULE,)))
+
+    def moves(r: object) -> set[str]:
+        return {a.source for a in r.actions  # type: ignore[attr-defined]
+                if a.action == "move" and a.source.endswith(f"{SID}.jsonl")}
+
+    assert moves(dry) == moves(real), (moves(dry), moves(real), real.notes)

@@ -20,6 +20,8 @@ import pytest
 from syncd.claude import DEFAULT_INCLUDE, USER_CONFIG, Selection, is_user_config
 from syncd.restore.remap import Remapper, Rule
 from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
+from tests.hostile import MB, Piece, rss_bound
+from tests.test_hostile_store import World, sane
 
 PASSPHRASE = "correct horse battery staple"
 SECRET = "sk-ant-api03-0123456789abcdefSECRET"
@@ -89,10 +91,11 @@ def test_the_diff_hides_env_values_and_names_both_sides() -> None:
     new = _settings("/home/bob").replace(SECRET.encode(), b"sk-ant-other").replace(
         b"/srv/shared", b"/srv/team")
     d = config_diff("settings.json", old, new)
-    assert d.startswith("--- local/settings.json\n+++ backup/settings.json\n")
+    assert d.startswith("--- local/settings.json\n+++ backup/settings.json\n"
+                        "# env values that differ (not shown): ANTHROPIC_API_KEY\n")
     assert SECRET not in d and "sk-ant-other" not in d
-    assert '-    "ANTHROPIC_API_KEY": "<hidden value 1>",' in d
-    assert '+    "ANTHROPIC_API_KEY": "<hidden value 3>",' in d
+    created = config_diff("settings.json", None, new)
+    assert '+    "ANTHROPIC_API_KEY": "<hidden>",' in created and "sk-ant-other" not in created
     assert '+      "/srv/team"' in d and '-      "/srv/shared"' in d
     created = config_diff("CLAUDE.md", None, b"a\nb")
     assert created.startswith("--- /dev/null\n+++ backup/CLAUDE.md\n")
@@ -104,7 +107,10 @@ def test_the_diff_hides_env_values_and_names_both_sides() -> None:
 def test_a_long_diff_is_cut_and_says_how_much_more() -> None:
     new = b"".join(b"line %d\n" % i for i in range(1000))
     d = config_diff("CLAUDE.md", None, new)
-    assert len(d.splitlines()) == 401 and d.endswith("more lines\n")
+    assert len(d.splitlines()) == 401 and d.endswith("(more lines: the diff stops at 400)\n")
+    big = b"x" * (300 << 10)
+    assert config_diff("CLAUDE.md", b"", big) == \
+        "(local/CLAUDE.md 0 bytes, backup/CLAUDE.md 307200 bytes: too big to show)\n"
 
 
 def test_the_kept_copy_is_beside_private_and_never_overwritten(tmp_path: Path) -> None:
@@ -202,9 +208,9 @@ def test_a_dry_run_shows_a_diff_and_changes_nothing(desk: Machines) -> None:
     mine.write_bytes(local)
     r = desk.syncd("laptop", "restore", "--machine", "desk", "--config", "--dry-run")
     assert "replace      settings.json" in r.stdout
-    assert "--- local/settings.json\n+++ backup/settings.json\n" in r.stdout
-    assert '-    "DEBUG": "<hidden value 2>"' in r.stdout and SECRET not in r.stdout
-    assert '+    "DEBUG": "<hidden value 3>"' in r.stdout
+    assert ("--- local/settings.json\n+++ backup/settings.json\n"
+            "# env values that differ (not shown): DEBUG\n") in r.stdout
+    assert SECRET not in r.stdout
     assert "--- /dev/null\n+++ backup/CLAUDE.md\n" in r.stdout
     assert mine.read_bytes() == local
     assert not (desk.claude("laptop") / "CLAUDE.md").exists()
@@ -227,3 +233,45 @@ def test_a_local_file_that_differs_is_kept_beside_the_restored_one(desk: Machine
     # Again: now identical, nothing replaced and no second copy.
     desk.syncd("laptop", "restore", "--machine", "desk", "--config")
     assert len(list(mine.parent.glob("CLAUDE.md.before-restore-*"))) == 1
+
+
+# -- a dry run's diff: memory never follows the config file's line count ---------------------
+
+def test_dry_run_diff_of_a_big_config_file_keeps_memory_bounded(tmp_path: Path) -> None:
+    """A store's CLAUDE.md of 8 MiB ("a\\n" x 4Mi) makes `restore --config --dry-run`
+    peak at ~700 MB (48 MiB, still under MERGE_MAX: MemoryError traceback under 3 GB)."""
+    def world(name: str, blob: bytes) -> World:
+        w = World(tmp_path / name, sealed=False)
+        w.good("desk")
+        step = 4 << 20
+        w.craft.segment("desk", 2, [Piece("CLAUDE.md", blob[i:i + step], start=i)
+                                    for i in range(0, len(blob), step)])
+        return w
+
+    clean = world("clean", b"a\n" * 10).syncd("restore", "--machine", "desk", "--config",
+                                              "--dry-run")
+    assert clean.rc == 0, clean.describe()
+    r = world("big", b"a\n" * (4 << 20)).syncd("restore", "--machine", "desk", "--config",
+                                               "--dry-run")
+    sane(r)
+    assert r.maxrss <= rss_bound(clean), (
+        f"peak RSS {r.maxrss / MB:.0f} MB, clean {clean.maxrss / MB:.0f} MB\n{r.describe()}")
+
+
+# -- the dry run's diff never shows an env value ---------------------------------------------------
+
+ENV_SECRET = "hunter2-very-secret-token-0451"
+
+
+@pytest.mark.parametrize("doc", [
+    '{\n  "env": {\n    "API_TOKEN":\n      "%s"\n  }\n}\n',      # value on the next line
+    '{\n  "env": {\n    "API\\u005fTOKEN": "%s"\n  }\n}\n',        # key written escaped
+    '{\n  "env": {\n    "A\\/B": "%s"\n  }\n}\n',                  # \\/ in the key
+    '{\n  "env": {\n    "API_TOKEN": "%s",\n  }\n}\n',             # not strict JSON
+], ids=["multi-line", "escaped-key", "escaped-slash", "trailing-comma"])
+@pytest.mark.parametrize("side", ["local", "backup"])
+def test_dry_run_diff_never_shows_an_env_value(doc: str, side: str) -> None:
+    text = (doc % ENV_SECRET).encode()
+    d = (config_diff("settings.json", text, b"{}\n") if side == "local"
+         else config_diff("settings.json", None, text))
+    assert ENV_SECRET not in d, d

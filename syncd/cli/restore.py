@@ -264,7 +264,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     cwd = report.sessions.get(session.session_id)
     if cwd is None:
         raise RestoreError(f"session {session.session_id} has no recorded project path")
-    line = resume_line(cwd, session.session_id)
+    line = resume_line(cwd, session.session_id, settings.source)
     if not Path(cwd).is_dir():
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)

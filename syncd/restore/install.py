@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
+from syncd.errors import RestoreError
 from syncd.private import create_private
 
 # Claude Code deletes transcripts older than cleanupPeriodDays (30) at start-up;
@@ -105,3 +108,29 @@ def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
         mtime_ns = time.time_ns()
     os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.replace(tmp, dest)
+
+
+def check_parents(target: Path, rel: bytes) -> None:
+    """Refuse a path whose existing parents under ``target`` are not plain directories."""
+    cur = os.fsencode(target)
+    for part in rel.split(b"/")[:-1]:
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise RestoreError(f"{os.fsdecode(cur)}: exists and is not a directory "
+                               "(symlinks are not followed)")
+
+
+def make_parents(target: Path, rel: bytes) -> None:
+    """``rel``'s parents under ``target``, made 0700 where missing; never through a
+    symlink."""
+    check_parents(target, rel)
+    cur = os.fsencode(target)
+    for part in rel.split(b"/")[:-1]:
+        cur = os.path.join(cur, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(cur, 0o700)
+    check_parents(target, rel)

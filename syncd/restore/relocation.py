@@ -2,10 +2,13 @@
 without ``--map``, then ``restore --map``) is moved to the folder the new rules give,
 not left behind as a second copy that ``claude --resume`` would list twice.
 
-The earlier copy may have grown here since (the session was continued): it is rewritten
-from its start directory to the new one and becomes the local copy that the backup's
-is merged with, so no line written here is lost. A copy that cannot be moved (the new
-folder already holds the session, or its start directory is unknown) stays where it is
+Only an earlier copy of the backup's own session moves: its first entry must be the
+backup's first entry (same uuid and time), so a store naming a session id that exists
+here never moves a session it did not give. The copy may have grown here since (the
+session was continued): it is rewritten from its start directory to the new one and
+becomes the local copy that the backup's is merged with, so no line written here is
+lost. A copy that cannot move (the new folder already holds the session, its start
+directory is unknown, a folder on the way is not a plain directory) stays where it is
 and the restore says so.
 """
 
@@ -15,16 +18,21 @@ import contextlib
 import json
 import os
 import re
-from dataclasses import dataclass
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from syncd.claude import project_folder
+from syncd.errors import RestoreError
 from syncd.private import create_private
+from syncd.restore.install import check_parents, make_parents
 from syncd.restore.remap import Remapper, Rule
 
-# The first cwd of a transcript is found within its first lines.
+# A transcript's first entry (its uuid, time and cwd) is within its first MiB.
 _HEAD = 1 << 20
-_CWD = re.compile(rb'"cwd":"((?:[^"\\]|\\.)*)"')
+_FIELD = {k: re.compile(rb'"' + k.encode() + rb'":"((?:[^"\\]|\\.)*)"')
+          for k in ("uuid", "timestamp", "cwd")}
 # Rewritten CHUNK bytes at a time, cut at a line end; a line longer than LINE_MAX is
 # copied as it is (as restore does), so memory never follows a file's line lengths.
 CHUNK = 8 << 20
@@ -33,44 +41,76 @@ LINE_MAX = 16 << 20
 
 @dataclass(frozen=True)
 class Move:
-    """The session's copy in ``old`` (a project folder) goes to ``new``; ``rule`` maps
-    its start directory (None: it cannot be moved, ``why`` says so)."""
+    """The session's copy in folder ``old`` goes to folder ``new``; ``rule`` maps its
+    start directory (None: it cannot move, ``why`` says so)."""
 
     session_id: str
     old: str
     new: str
     rule: Rule | None
-    why: str
+    why: str = ""
+
+
+@dataclass
+class Moved:
+    """What a move did so far: (old, new) relative paths; what it left and why."""
+
+    files: list[tuple[str, str]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
 
 
 def strays(target: Path, wanted: dict[str, str]) -> dict[str, list[str]]:
     """Per session id in ``wanted`` (id → the folder it is restored to), the other project
-    folders under ``target`` that hold its transcript."""
+    folders under ``target`` that hold its transcript as a regular file."""
     found: dict[str, list[str]] = {}
     projects = target / "projects"
-    names = {f"{sid}.jsonl": sid for sid in wanted}
     try:
-        folders = sorted(os.scandir(projects), key=lambda e: e.name)
+        if not stat.S_ISDIR(os.lstat(projects).st_mode):
+            return found
+        folders = sorted(e.name for e in os.scandir(projects)
+                         if e.is_dir(follow_symlinks=False))
     except OSError:
         return found
     for folder in folders:
-        if not folder.is_dir(follow_symlinks=False):
-            continue
-        for name, sid in names.items():
-            if folder.name != wanted[sid] and os.path.isfile(os.path.join(folder.path, name)) \
-                    and not os.path.islink(os.path.join(folder.path, name)):
-                found.setdefault(sid, []).append(folder.name)
+        for sid, new in wanted.items():
+            if folder != new and _regular(projects / folder / f"{sid}.jsonl"):
+                found.setdefault(sid, []).append(folder)
     return found
 
 
-def _first_cwd(path: Path) -> str | None:
-    with contextlib.suppress(OSError), open(path, "rb") as fh:
-        m = _CWD.search(fh.read(_HEAD))
-        if m:
-            with contextlib.suppress(ValueError):
-                value = json.loads(b'"' + m.group(1) + b'"')
-                return value if isinstance(value, str) else None
-    return None
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def first_entry(head: bytes) -> dict[str, str]:
+    """The uuid, timestamp and cwd of the first line of ``head`` that has a uuid (and the
+    first cwd of any line): what identifies a transcript and where it started."""
+    out: dict[str, str] = {}
+    for line in head.split(b"\n"):
+        if "uuid" not in out and (u := _FIELD["uuid"].search(line)):
+            t = _FIELD["timestamp"].search(line)
+            out["uuid"], out["timestamp"] = _string(u[1]), _string(t[1]) if t else ""
+        if "cwd" not in out and (c := _FIELD["cwd"].search(line)):
+            out["cwd"] = _string(c[1])
+        if "uuid" in out and "cwd" in out:
+            break
+    return out
+
+
+def _string(raw: bytes) -> str:
+    with contextlib.suppress(ValueError):
+        value = json.loads(b'"' + raw + b'"')
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def head_of(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(_HEAD)
 
 
 def launch_dir(folder: str, cwd: str) -> str | None:
@@ -90,56 +130,102 @@ def launch_dir(folder: str, cwd: str) -> str | None:
     return None
 
 
-def plan(target: Path, sid: str, old: str, new: str, new_start: str | None) -> Move:
-    """How the copy of ``sid`` in folder ``old`` would move to ``new`` (whose start
-    directory is ``new_start``)."""
+def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
+         backup_head: bytes, taken: Iterable[str] = ()) -> Move:
+    """How the copy of ``sid`` in folder ``old`` would move to folder ``new`` (whose start
+    directory is ``new_start``; ``backup_head`` the backup's transcript's first bytes;
+    ``taken``: folders already given the session by earlier moves of this restore)."""
     projects = target / "projects"
-    if (projects / new / f"{sid}.jsonl").exists():
+    theirs = first_entry(backup_head)
+    ours = first_entry(head_of(projects / old / f"{sid}.jsonl"))
+    if not theirs.get("uuid") or (ours.get("uuid"), ours.get("timestamp")) != (
+            theirs.get("uuid"), theirs.get("timestamp")):
+        return Move(sid, old, new, None, "it starts otherwise than the backup's copy: "
+                                         "not this session's earlier copy, left there")
+    rel = f"projects/{new}/{sid}/x".encode()
+    try:
+        check_parents(target, rel)
+    except RestoreError:
+        return Move(sid, old, new, None, f"projects/{new} is not a plain directory: "
+                                         "left there")
+    if new in taken or os.path.lexists(projects / new / f"{sid}.jsonl"):
         return Move(sid, old, new, None, f"projects/{new} holds it too: left in both "
                                          "folders (remove the one you do not use)")
-    cwd = _first_cwd(projects / old / f"{sid}.jsonl")
-    start = launch_dir(old, cwd) if cwd else None
+    start = launch_dir(old, ours["cwd"]) if ours.get("cwd") else None
     if start is None or new_start is None:
         return Move(sid, old, new, None, "its start directory is unknown: left there")
-    return Move(sid, old, new, Rule(start, new_start, "moved session"), "")
+    return Move(sid, old, new, Rule(start, new_start, "moved session"))
 
 
-def move(target: Path, m: Move) -> list[tuple[str, str]]:
+def move(target: Path, m: Move, moved: Moved) -> None:
     """Move the session's transcript and its folder (subagents, tool results) from
-    ``m.old`` to ``m.new``, paths rewritten; each file written (temp, fsync, rename)
-    before its old copy goes. Returns (old, new) relative paths of what moved; a file
-    whose new place is taken stays where it is."""
+    ``m.old`` to ``m.new``, paths rewritten, recording each file in ``moved`` as it goes.
+    Each file is written (temp, fsync, rename, directory fsync) before its old copy
+    goes; one that changed meanwhile (Claude appending to it) or whose new place is
+    taken stays where it is."""
     assert m.rule is not None
     remap = Remapper([m.rule], {m.old: m.new})
     projects = target / "projects"
-    src_dir, dest_dir = projects / m.old, projects / m.new
-    moved: list[tuple[str, str]] = []
-    pairs = [(src_dir / f"{m.session_id}.jsonl", dest_dir / f"{m.session_id}.jsonl")]
+    src_dir = projects / m.old
+    pairs = [(f"{m.session_id}.jsonl", True)]
     side = src_dir / m.session_id
-    if side.is_dir() and not side.is_symlink():
+    if stat.S_ISDIR(_mode(side)):
         for root, dirs, files in os.walk(side):
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+            dirs[:] = [d for d in dirs if stat.S_ISDIR(_mode(Path(root) / d))]
             for name in sorted(files):
                 p = Path(root) / name
-                if p.is_file() and not p.is_symlink():
-                    pairs.append((p, dest_dir / m.session_id / p.relative_to(side)))
-    for src, dest in pairs:
-        if dest.exists():
+                if _regular(p):
+                    pairs.append((str(p.relative_to(src_dir)), False))
+    synced: set[Path] = set()
+    for rel, transcript in pairs:
+        src, dest = src_dir / rel, projects / m.new / rel
+        dest_rel = f"projects/{m.new}/{rel}"
+        if os.path.lexists(dest):
+            moved.left.append(f"projects/{m.old}/{rel}")
             continue
-        dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _copy_rewritten(src, dest, remap if src.suffix in (".jsonl", ".json")
-                        or "tool-results" in src.parts else None)
-        src.unlink()
-        moved.append((str(src.relative_to(target)), str(dest.relative_to(target))))
+        make_parents(target, dest_rel.encode())
+        before = os.lstat(src)
+        rewrite = remap if transcript or rel.endswith((".jsonl", ".json")) or \
+            "/tool-results/" in f"/{rel}" else None
+        _copy_rewritten(src, dest, rewrite)
+        if dest.parent not in synced:
+            _fsync_dir(dest.parent)
+            synced.add(dest.parent)
+        if _changed(src, before):
+            # Written to while it was copied: the new copy goes, the old one stays whole.
+            os.unlink(dest)
+            moved.left.append(f"projects/{m.old}/{rel}")
+            continue
+        os.unlink(src)
+        moved.files.append((f"projects/{m.old}/{rel}", dest_rel))
     for root, dirs, _ in os.walk(side, topdown=False):
         for d in dirs:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(root, d))
-    with contextlib.suppress(OSError):
-        os.rmdir(side)
-    with contextlib.suppress(OSError):
-        os.rmdir(src_dir)  # the old folder, once nothing else is in it
-    return moved
+    for folder in (side, src_dir):  # the old folder too, once nothing else is in it
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _changed(path: Path, before: os.stat_result) -> bool:
+    after = os.lstat(path)
+    return (after.st_size, after.st_mtime_ns, after.st_ino) != (
+        before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _copy_rewritten(src: Path, dest: Path, remap: Remapper | None) -> None:

@@ -9,7 +9,6 @@ existing file as it was; a local file is never replaced by an older or diverged 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -37,9 +36,9 @@ from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import create_private, private_dir, write_private
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
-from syncd.restore.install import Installer
+from syncd.restore.install import Installer, check_parents, make_parents
 from syncd.restore.merge import decide
-from syncd.restore.relocation import launch_dir, move, plan, strays
+from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, strays
 from syncd.restore.remap import Remapper, Rule
 from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
 from syncd.seen import Seen
@@ -171,7 +170,6 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     for s in backup.sessions.values():
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
-    _relocate(backup, files, remap, opts, report)
     if not opts.dry_run:
         try:
             opts.target.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -194,6 +192,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
         staged = _stage(repo, files, staging, report, meter)
+        _relocate(backup, staged, remap, opts, report)
         for path in sorted(staged):
             f = files[path]
             try:
@@ -219,34 +218,49 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     return report
 
 
-def _relocate(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
+def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
               opts: RestoreOptions, report: RestoreReport) -> None:
     """Move a restored session's earlier copy in another project folder to the one these
     rules give (``restore/relocation``); one that cannot move is named in a note."""
     wanted: dict[str, str] = {}
-    starts: dict[str, str | None] = {}
-    for s in backup.sessions.values():
-        if s.path in files:
-            wanted[s.session_id] = remap.folder(s.folder)
-            start = launch_dir(s.folder, s.project) if s.project else None
-            starts[s.session_id] = remap.path(start) if start else None
-    for sid, olds in strays(opts.target, wanted).items():
+    sessions = {s.session_id: s for s in backup.sessions.values() if s.path in staged}
+    for sid, s in sessions.items():
+        wanted[sid] = remap.folder(s.folder)
+    try:
+        found = strays(opts.target, wanted)
+    except OSError as e:
+        report.errors.append(f"{opts.target}/projects: cannot list: {_why(e)}")
+        return
+    taken: set[str] = set()
+    for sid, olds in found.items():
+        s = sessions[sid]
+        start = launch_dir(s.folder, s.project) if s.project else None
         for old in olds:
-            m = plan(opts.target, sid, old, wanted[sid], starts[sid])
-            if m.rule is None:
-                report.notes.append(f"session {sid} is also in projects/{old}: {m.why}")
-                continue
-            why = f"session was in projects/{old}: moved, {m.rule.old} -> {m.rule.new}"
-            if opts.dry_run:
-                report.actions.append(Action("move", f"projects/{m.new}/{sid}.jsonl",
-                                             f"projects/{old}/{sid}.jsonl", why))
-                continue
+            where = f"{opts.target}/projects/{old}/{sid}.jsonl"
+            moved, why = Moved(), ""
             try:
-                for src, dest in move(opts.target, m):
-                    report.actions.append(Action("move", dest, src, why))
-            except OSError as e:
-                report.errors.append(f"{opts.target}/projects/{old}/{sid}.jsonl: cannot move "
-                                     f"it to projects/{m.new}: {_why(e)}; left there")
+                m = plan(opts.target, sid, old, wanted[sid], remap.path(start) if start
+                         else None, head_of(staged[s.path]), taken)
+                if m.rule is None:
+                    report.notes.append(f"session {sid} is also in projects/{old}: {m.why}")
+                    continue
+                taken.add(m.new)
+                why = f"session was in projects/{old}: moved, {m.rule.old} -> {m.rule.new}"
+                if opts.dry_run:
+                    report.actions.append(Action("move", f"projects/{m.new}/{sid}.jsonl",
+                                                 f"projects/{old}/{sid}.jsonl", why))
+                    continue
+                move(opts.target, m, moved)
+            except (OSError, RestoreError) as e:
+                report.errors.append(f"{where}: cannot move it to projects/{wanted[sid]}: "
+                                     f"{_why(e)}; " + (f"{len(moved.files)} of its files "
+                                     "moved, the rest left there" if moved.files else
+                                     "left there"))
+            for src, dest in moved.files:
+                report.actions.append(Action("move", dest, src, why))
+            for left in moved.left:
+                report.notes.append(f"{left}: changed while being moved, or its place in "
+                                    f"projects/{wanted[sid]} is taken: left there")
 
 
 def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
@@ -556,7 +570,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     rel = _target_rel(f.path, remap)
     safe_relpath(rel)
     dest = os.path.join(os.fsencode(opts.target), rel)
-    _check_parents(opts.target, rel)
+    check_parents(opts.target, rel)
     try:
         st: os.stat_result | None = os.lstat(dest)
     except FileNotFoundError:
@@ -578,7 +592,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                           else staged.read_bytes(), remap, sids)
         act = Action("create", os.fsdecode(rel), src, "not present locally", len(data))
         if not opts.dry_run:
-            _make_parents(opts.target, rel)
+            make_parents(opts.target, rel)
             installer.write(data, dest, mtime_ns)
         report.actions.append(act)
         return dest, act
@@ -587,7 +601,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # decides memory) by an installer thread, while the next file is placed.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
-            _make_parents(opts.target, rel)
+            make_parents(opts.target, rel)
 
             def rewritten(staged: Path = staged) -> bytes:
                 out, act.size = _rewrite(staged, f, remap, history_sids)
@@ -602,7 +616,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # The common case, streamed: nothing local.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
-            _make_parents(opts.target, rel)
+            make_parents(opts.target, rel)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
         report.actions.append(act)
         return dest, act
@@ -624,7 +638,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     if st is not None and _changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
-    _make_parents(opts.target, rel)
+    make_parents(opts.target, rel)
     installer.write(d.content, dest,
                     mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
     report.actions.append(act)
@@ -664,7 +678,7 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
             raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left "
                                "as it is")
         act.previous_copy = keep_beside(dest, local or b"")
-    _make_parents(opts.target, rel)
+    make_parents(opts.target, rel)
     installer.write(data, dest, mtime_ns, restored_mode(f.mode))
     return dest, act
 
@@ -783,30 +797,6 @@ def _changed(dest: bytes, before: os.stat_result) -> bool:
     after = os.lstat(dest)
     return (after.st_size, after.st_mtime_ns, after.st_ino) != (
         before.st_size, before.st_mtime_ns, before.st_ino)
-
-
-def _check_parents(target: Path, rel: bytes) -> None:
-    """Refuse a path whose existing parents under ``target`` are not plain directories."""
-    cur = os.fsencode(target)
-    for part in rel.split(b"/")[:-1]:
-        cur = os.path.join(cur, part)
-        try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            raise RestoreError(f"{os.fsdecode(cur)}: exists and is not a directory "
-                               "(symlinks are not followed)")
-
-
-def _make_parents(target: Path, rel: bytes) -> None:
-    _check_parents(target, rel)
-    cur = os.fsencode(target)
-    for part in rel.split(b"/")[:-1]:
-        cur = os.path.join(cur, part)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(cur, 0o700)
-    _check_parents(target, rel)
 
 
 def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOptions) -> str:

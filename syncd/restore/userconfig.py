@@ -5,16 +5,19 @@ local file they replace kept beside it."""
 from __future__ import annotations
 
 import difflib
+import itertools
+import json
 import os
-import re
 import time
 
 from syncd import untrusted
 from syncd.private import create_private
 from syncd.restore.remap import Remapper
 
-# A dry run's diff of one file stops after this many lines.
+# A dry run's diff of one file stops after this many lines; files bigger than
+# DIFF_BYTES are not compared line by line at all.
 DIFF_LINES = 400
+DIFF_BYTES = 256 << 10
 
 
 def _text(data: bytes) -> str | None:
@@ -39,49 +42,70 @@ def restored_mode(mode: int) -> int:
     return 0o700 if mode & 0o100 else 0o600
 
 
-def _env_keys(text: str | None) -> set[str]:
-    """The names in a settings file's ``env`` block (its values may be API keys)."""
-    if text is None:
-        return set()
+def _masked(text: str) -> str | None:
+    """A JSON config file as it is shown in a diff: parsed, the values of its ``env``
+    block replaced by ``<hidden>``, written out again; None if it is not JSON."""
     try:
         doc = untrusted.loads(text.encode())
     except ValueError:
-        return set()
-    env = doc.get("env") if isinstance(doc, dict) else None
-    return {k for k in env if isinstance(k, str)} if isinstance(env, dict) else set()
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("env"), dict):
+        doc["env"] = {k: _HIDDEN for k in doc["env"]}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def _hide(lines: list[str], keys: set[str], values: dict[str, int]) -> list[str]:
-    """``lines`` with the values of ``keys`` replaced by ``<hidden value N>``: equal values
-    get equal numbers (in ``values``), so a changed one still shows in the diff."""
-    if not keys:
-        return lines
-    names = "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
-    value = re.compile(rf'("(?:{names})"\s*:\s*)("(?:[^"\\]|\\.)*")')
+# What a hidden value is shown as; a changed one is said on the key's line.
+_HIDDEN = "<hidden>"
 
-    def hidden(m: re.Match[str]) -> str:
-        n = values.setdefault(m.group(2), len(values) + 1)
-        return f'{m.group(1)}"<hidden value {n}>"'
 
-    return [value.sub(hidden, line) for line in lines]
+def _env_changes(old: str | None, new: str) -> list[str]:
+    """The ``env`` keys whose values differ between two settings files (values unshown)."""
+    def env(text: str | None) -> dict[str, object]:
+        try:
+            doc = untrusted.loads(text.encode()) if text else {}
+        except ValueError:
+            return {}
+        e = doc.get("env") if isinstance(doc, dict) else None
+        return e if isinstance(e, dict) else {}
+
+    a, b = env(old), env(new)
+    return sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
 
 
 def config_diff(rel: str, local: bytes | None, backup: bytes) -> str:
-    """A unified diff from the local file (None: absent) to the backup's copy."""
+    """A unified diff from the local file (None: absent) to the backup's copy.
+
+    A JSON file is shown as parsed, with the values of its ``env`` block (API keys)
+    hidden; one that does not parse is not shown. Files bigger than ``DIFF_BYTES`` are
+    not shown either: the diff's memory follows the lines it compares."""
     old, new = _text(local or b""), _text(backup)
     if old is None or new is None:
         return f"Binary files local/{rel} and backup/{rel} differ\n"
-    # Settings may hold secrets in env: their values never reach the terminal.
-    keys = _env_keys(old) | _env_keys(new) if rel.endswith(".json") else set()
-    values: dict[str, int] = {}
-    lines = list(difflib.unified_diff(
-        _hide(old.splitlines(keepends=True), keys, values),
-        _hide(new.splitlines(keepends=True), keys, values),
-        "/dev/null" if local is None else f"local/{rel}", f"backup/{rel}"))
+    if max(len(local or b""), len(backup)) > DIFF_BYTES:
+        return (f"(local/{rel} {len(local or b'')} bytes, backup/{rel} {len(backup)} bytes: "
+                "too big to show)\n")
+    header = ""
+    if rel.endswith(".json"):
+        shown_old = _masked(old) if local is not None else ""
+        shown_new = _masked(new)
+        if shown_old is None or shown_new is None:
+            return (f"(local/{rel} or backup/{rel} is not valid JSON: not shown, so that no "
+                    "value of its env block is)\n")
+        changed = _env_changes(old if local is not None else None, new)
+        if changed:
+            header = f"# env values that differ (not shown): {', '.join(changed)}\n"
+        old, new = shown_old, shown_new
+    names = ("/dev/null" if local is None else f"local/{rel}", f"backup/{rel}")
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), *names)
     out = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-           for line in lines[:DIFF_LINES]]
-    if len(lines) > DIFF_LINES:
-        out.append(f"... {len(lines) - DIFF_LINES} more lines\n")
+           for line in itertools.islice(lines, DIFF_LINES)]
+    if next(lines, None) is not None:
+        out.append(f"... (more lines: the diff stops at {DIFF_LINES})\n")
+    if header:  # after the file names; alone when nothing else differs
+        if not out:
+            out = [f"--- {names[0]}\n", f"+++ {names[1]}\n"]
+        out.insert(2, header)
     return "".join(out)
 
 
