@@ -295,6 +295,18 @@ def test_the_resume_line_refuses_control_characters(bad: str) -> None:
         resume_line(bad, SID)
 
 
+def test_the_resume_line_refuses_a_cwd_inside_the_claude_tree(tmp_path: Path) -> None:
+    root = tmp_path / ".claude"
+    (root / "projects" / "-x").mkdir(parents=True)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "link").symlink_to(root / "projects")
+    for cwd in (root, root / "projects" / "-x", tmp_path / "link" / "-x"):
+        with pytest.raises(RestoreError, match="inside the Claude tree"):
+            resume_line(str(cwd), SID, root)
+    assert resume_line(str(tmp_path / "code"), SID, root).startswith("cd ")
+    assert resume_line(str(tmp_path / ".claude-other"), SID, root).startswith("cd ")
+
+
 # -- secrets in messages ------------------------------------------------------------------------
 
 def test_a_short_wrong_passphrase_leaves_the_message_readable(tmp_path: Path) -> None:
