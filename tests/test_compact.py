@@ -22,7 +22,7 @@ import pytest
 
 from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.options import acknowledged_seq
-from syncd.backup.ship import Shipper
+from syncd.backup.ship import Shipper, remember_restored
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.errors import CompactError, CryptoError, FormatError, RestoreError
@@ -730,3 +730,35 @@ def test_one_session_restore_reads_only_the_history_frames_that_name_it(
         key == k and s <= x.off and x.off + x.clen <= s + n for key, s, n in read)]
     # SA's two frames and the torn tail; never the frames of SB's prompts alone.
     assert 3 <= len(hist_read) < len(frames)
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["segments", "after-compaction"])
+def test_a_revived_generation_is_live_and_whole_through_compaction(
+        tmp_path: Path, compacted: bool) -> None:
+    """Deleted, restored as it was, revived by the writer (an empty extent of the same
+    generation): compaction keeps it live, its bytes whole, and ships nothing again."""
+    src, store = tmp_path / "src", MemoryStore()
+    sh = shipper(src, store, tmp_path / "st.db")
+    rel = "projects/-home-a/s.jsonl"
+    write(src, rel, b'{"n":1}\n' * 100)
+    sh.ship([rel.encode()])
+    if compacted:
+        compact(Repository(store, M))
+    os.unlink(src / rel)
+    sh.ship([rel.encode()])
+    compact(Repository(store, M))  # the deletion is in a snapshot
+    assert load_backup(Repository(store, M)).files[rel.encode()].deleted_at is not None
+    report = restore(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M))
+    assert remember_restored(tmp_path / "st.db", src, report.provenance) == 1
+    r = sh.ship([rel.encode()])
+    assert r.raw_bytes == 0 and len(r.segments) == 1
+    write(src, rel, b'{"n":2}\n', "ab")  # and it grows on from there
+    sh.ship([rel.encode()])
+    for round_ in range(2):
+        b = load_backup(Repository(store, M))
+        assert b.files[rel.encode()].deleted_at is None and b.files[rel.encode()].gen == 1
+        out = tmp_path / f"out{round_}"
+        restore_tree(Repository(store, M), out)
+        assert (out / rel).read_bytes() == b'{"n":1}\n' * 100 + b'{"n":2}\n'
+        compact(Repository(store, M))

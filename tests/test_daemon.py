@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from syncd.backup.state import State
+from syncd.backup.ship import remember_restored
+from syncd.backup.state import FileState, State
 from syncd.config import Settings, load_settings
 from syncd.repository import Repository
-from syncd.restore.restorer import restore_tree
+from syncd.restore.restorer import RestoreOptions, restore, restore_tree
 from syncd.service.daemon import Daemon
 from syncd.store import open_store
+from syncd.view import load_backup
 from tests.helpers import running, start_daemon, tree_bytes, wait_for, write
 from tests.seaweed import Seaweed
 
@@ -238,3 +241,51 @@ def test_config_saved_by_rename_is_shipped_whole(daemon: tuple[Daemon, Settings]
     assert (out / "settings.json").read_bytes() == b'{"model": "sonnet", "env": {}}\n'
     assert (out / "agents/reviewer.md").read_bytes() == b"---\nname: reviewer\n---\n"
     assert not list(out.glob(".*.tmp"))
+
+
+def test_a_restore_with_the_daemon_running_ships_nothing_again(
+        daemon: tuple[Daemon, Settings], tmp_path: Path) -> None:
+    """rm -rf projects, then a restore of this machine's own backup: the daemon revives
+    the deleted generations instead of shipping every restored byte as a new one."""
+    _d, s = daemon
+    files = {f"projects/-home-a/{n}.jsonl": b'{"n":%d}\n' % n * 200 for n in range(3)}
+    files["projects/-home-a/s0/subagents/agent-1.jsonl"] = b'{"sub":1}\n'
+    files["settings.json"] = b'{"model": "opus"}\n'
+    for rel, data in files.items():
+        write(s.source, rel, data)
+    wait_for(lambda: all(shipped(s, rel) == len(data) for rel, data in files.items()),
+             what="the tree shipped")
+    shutil.rmtree(s.source / "projects")
+
+    def state(rel: str) -> FileState | None:
+        st = State(s.state_file, readonly=True)
+        try:
+            return st.get(rel.encode())
+        finally:
+            st.close()
+
+    gens = {rel: state(rel).gen for rel in files}  # type: ignore[union-attr]
+    wait_for(lambda: all(state(rel).deleted_at is not None  # type: ignore[union-attr]
+                         for rel in files if rel.startswith("projects/")),
+             what="the deletions shipped")
+    repo = Repository(open_store(s.store), s.machine_id)
+    before = repo.segments()
+    report = restore(repo, RestoreOptions(target=s.source, local_root=str(s.source),
+                                          local_machine=s.machine_id))
+    assert report.errors == []
+    assert len(report.provenance) == 4  # the projects; settings.json is not written
+    assert remember_restored(s.state_file, s.source, report.provenance) == 4
+    wait_for(lambda: all(state(rel).deleted_at is None for rel in files),  # type: ignore[union-attr]
+             what="the generations revived")
+    assert {rel: state(rel).gen for rel in files} == gens  # type: ignore[union-attr]
+    new = [k for k, _ in repo.segments() if k not in {k for k, _ in before}]
+    assert new, "the revival is one small segment"
+    data = [x for k in new for x in repo.read_index(k).extents]
+    assert data and all(x.end == x.start for x in data), data  # no byte shipped again
+    assert all(x.reason == "revived: restored as it was shipped" for x in data)
+    # The store's view: nothing deleted, every byte as the tree has it.
+    b = load_backup(repo)
+    assert all(b.files[rel.encode()].deleted_at is None for rel in files)
+    out = tmp_path / "out"
+    restore_tree(repo, out)
+    assert tree_bytes(out) == {k.encode(): v for k, v in files.items()}

@@ -125,9 +125,12 @@ def test_recover_after_deleting_projects(homes: Homes) -> None:
     projects = homes.home(DESK) / ".claude" / "projects"
     before = {p: p.read_bytes() for p in projects.rglob("*") if p.is_file()}
     shutil.rmtree(projects)
+    assert "1 deletions" in homes.syncd(DESK, "sync").stdout  # as the daemon would
     r = homes.run("I just deleted ~/.claude/projects", DESK)
     assert "would restore" in r.stdout
     assert {p: p.read_bytes() for p in projects.rglob("*") if p.is_file()} == before
+    # Nothing is shipped again: the restored files are what the store holds.
+    assert " 0 bytes in 1 segments" in homes.syncd(DESK, "sync").stdout
 
 
 def test_a_new_laptop(homes: Homes) -> None:

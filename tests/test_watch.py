@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent
@@ -74,3 +75,20 @@ def test_reading_files_raises_no_events(tmp_path: Path) -> None:
         w.stop()
     assert b"projects/a.jsonl" not in files and not dirs and not overflow.is_set()
     assert "opened" not in kinds and "closed_no_write" not in kinds, kinds
+
+
+def test_watchdogs_duplicate_callback_warning_is_silenced(tmp_path: Path) -> None:
+    """A directory removed and made again in one burst makes watchdog warn, once per
+    directory, about a watch it already holds; nothing is lost, so no line is printed."""
+    w, _files, _dirs, _ = _watcher(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning shows, but for what the watcher says
+        w.start()
+        try:
+            for text in ("Callback with id 'x' already exists for watch w. It will be "
+                         "Overwritten.", "something else"):
+                warnings.warn_explicit(text, RuntimeWarning, "inotify_c.py", 1,
+                                       module="watchdog.observers.inotify_c")
+        finally:
+            w.stop()
+    assert [str(c.message) for c in caught] == ["something else"]

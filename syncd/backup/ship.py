@@ -24,7 +24,7 @@ from pathlib import Path
 
 import zstandard
 
-from syncd.backup.state import FileState, State
+from syncd.backup.state import FileState, RestoredFile, State
 from syncd.claude import Selection
 from syncd.errors import AlreadyExists, BackupError, FormatError, NoBackup, SyncError
 from syncd.format.catalog import MetaScanner, session_of
@@ -41,6 +41,8 @@ log = logging.getLogger("syncd.ship")
 
 # A state row whose bytes the store lost: the next flush ships a new generation.
 LOST = b"lost"
+# The reason of the extent that brings a deleted file's generation back (FORMAT.md).
+REVIVED = "revived: restored as it was shipped"
 # A snapshot this many seqs ahead of the state is no writer's: years of flushes.
 MAX_AHEAD = 1 << 32
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
@@ -478,13 +480,17 @@ class Shipper:
         end = st.st_size
         mode = st.st_mode & 0o7777
         text = os.fsdecode(rel)
-        if reason:
+        if reason == REVIVED:
+            log.info("%s: generation %d %s", text, gen, reason)
+        elif reason:
             log.log(logging.DEBUG if prev is None else logging.INFO,
                     "%s: new generation %d (%s)", text, gen, reason)
         elif start == end:
             # Nothing new; remember the metadata so the next scan does not look again.
-            if prev is not None and (prev.mtime_ns, prev.mode) != (st.st_mtime_ns, mode):
-                batch.updates[rel] = prev.but(mtime_ns=st.st_mtime_ns, mode=mode)
+            if prev is not None and (prev.mtime_ns, prev.mode, prev.dev, prev.ino) != (
+                    st.st_mtime_ns, mode, st.st_dev, st.st_ino):
+                batch.updates[rel] = prev.but(mtime_ns=st.st_mtime_ns, mode=mode,
+                                              dev=st.st_dev, ino=st.st_ino)
             return batch
         scanner = None
         if session_of(rel) is not None:
@@ -544,6 +550,11 @@ class Shipper:
             return 1, 0, "new file"
         if prev.check_hash == LOST:
             return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes"
+        if (prev.deleted_at is not None or (prev.dev, prev.ino) != (st.st_dev, st.st_ino)) \
+                and self._restored_as_shipped(fd, st, prev):
+            # A restore put back exactly what the store holds: those bytes are not
+            # this machine's new ones. A deleted file's generation comes back to life.
+            return prev.gen, prev.offset, REVIVED if prev.deleted_at is not None else None
         if prev.deleted_at is not None:
             return prev.gen + 1, 0, "recreated after deletion"
         if (prev.dev, prev.ino) != (st.st_dev, st.st_ino):
@@ -553,6 +564,46 @@ class Shipper:
         if prev.offset and check_hash(fd, prev.offset) != prev.check_hash:
             return prev.gen + 1, 0, "shipped bytes were rewritten"
         return prev.gen, prev.offset, None
+
+
+    def _restored_as_shipped(self, fd: int, st: os.stat_result, prev: FileState) -> bool:
+        """True when this file is one a restore wrote (``State.restored``) holding exactly
+        the bytes of ``prev``'s generation that the store has, and its head and tail are
+        still those bytes."""
+        r = self.state.restored(prev.path)
+        return r is not None and r.gen == prev.gen and r.size == prev.offset and \
+            (r.dev, r.ino) == (st.st_dev, st.st_ino) and st.st_size >= r.size and \
+            check_hash(fd, r.size) == r.check_hash == prev.check_hash
+
+
+def remember_restored(state_file: Path, root: Path,
+                      files: Iterable[tuple[bytes, int, int]]) -> int:
+    """Record in this machine's state (when it has one) the files a restore wrote under
+    ``root`` that hold exactly bytes [0, size) of generation ``gen`` of this machine's
+    backup ((path, gen, size) each), so the daemon never ships them again; how many."""
+    if not state_file.exists():
+        return 0
+    rows = []
+    now = time.time()
+    for path, gen, size in files:
+        try:
+            fd = os.open(os.path.join(os.fsencode(root), path),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_size >= size:
+                rows.append(RestoredFile(path, gen, size, st.st_dev, st.st_ino,
+                                         check_hash(fd, size), now))
+        finally:
+            os.close(fd)
+    state = State(state_file)
+    try:
+        state.record_restored(rows)
+    finally:
+        state.close()
+    return len(rows)
 
 
 def _reach(e: Entry) -> int:

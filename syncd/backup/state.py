@@ -32,6 +32,17 @@ CREATE TABLE IF NOT EXISTS files (
     check_hash BLOB,         -- sha256 of the shipped head and tail (rewrite detection)
     deleted_at REAL          -- set when the file left the tree (tombstone shipped)
 );
+-- Files a restore wrote here that hold exactly a generation of this machine's backup
+-- (provenance): those bytes are in the store already, and are never shipped again.
+CREATE TABLE IF NOT EXISTS restored (
+    path BLOB PRIMARY KEY,
+    gen INTEGER NOT NULL,    -- the generation the file's bytes are
+    size INTEGER NOT NULL,   -- bytes [0, size) of it, as written
+    dev INTEGER NOT NULL,    -- the file restore wrote (a later replacement is not it)
+    ino INTEGER NOT NULL,
+    check_hash BLOB NOT NULL,
+    at REAL NOT NULL
+);
 """
 _COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
 
@@ -50,6 +61,24 @@ class FileState:
 
     def but(self, **kw: object) -> FileState:
         return replace(self, **kw)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class RestoredFile:
+    """A file a restore wrote: bytes [0, size) of generation ``gen`` of this machine's
+    backup, in the file (dev, ino) whose head and tail hash to ``check_hash``."""
+
+    path: bytes
+    gen: int
+    size: int
+    dev: int
+    ino: int
+    check_hash: bytes
+    at: float
+
+
+# A restore's record is kept this long; by then the daemon has long seen the file.
+RESTORED_KEEP = 30 * 86400.0
 
 
 class State:
@@ -114,6 +143,26 @@ class State:
     def _read(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
         try:
             return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
+
+    # -- provenance ---------------------------------------------------------
+    def restored(self, path: bytes) -> RestoredFile | None:
+        rows = self._read("SELECT path, gen, size, dev, ino, check_hash, at FROM restored "
+                          "WHERE path=?", (path,))
+        return RestoredFile(*rows[0]) if rows else None
+
+    def record_restored(self, files: Iterable[RestoredFile]) -> None:
+        """Remember what a restore wrote (a row per path, the newest wins); records older
+        than ``RESTORED_KEEP`` go."""
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO restored VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(f.path, f.gen, f.size, f.dev, f.ino, f.check_hash, f.at)
+                     for f in files])
+                self._db.execute("DELETE FROM restored WHERE at < ?",
+                                 (time.time() - RESTORED_KEEP,))
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +61,11 @@ class Watcher(FileSystemEventHandler):
     def start(self) -> None:
         for name in ("watchdog.observers.inotify", "watchdog.observers.inotify_c"):
             logging.getLogger(name).addHandler(self._overflow)
+        # A directory deleted and made again within one burst (rm -rf, then a restore) gets
+        # a watch watchdog already holds for it; it replaces the callback by the same one
+        # and warns, one line of several KB per directory. Nothing is lost: silenced.
+        warnings.filterwarnings("ignore", message="Callback with id .* already exists",
+                                category=RuntimeWarning, module=r"watchdog\.")
         # Only events that change the tree: reads would otherwise raise "opened"/"closed"
         # events, and our own reads of a large tree overflow the kernel's queue.
         self._observer.schedule(self, os.fsdecode(self.root), recursive=True,

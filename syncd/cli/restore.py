@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from syncd.backup.ship import remember_restored
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table
 from syncd.cli.util import (
@@ -234,6 +235,8 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
         opts.progress = m
         report = restore(repo, opts)
     opts.seen.save()
+    if not dry_run:
+        remember_restored(settings.state_file, opts.target, report.provenance)
     _report(report, as_json, dry_run)
     if report.errors:
         sys.exit(1)
@@ -258,6 +261,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
     report = restore(repo.for_machine(backup.machine), opts)
+    remember_restored(settings.state_file, opts.target, report.provenance)
     _report(report, False, False)
     if report.errors:
         sys.exit(1)

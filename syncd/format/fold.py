@@ -18,7 +18,8 @@ def fold_index(key: str, ix: SegmentIndex, files: dict[bytes, Entry],
     """Apply segment ``key`` (its index ``ix``) on top of ``files``.
 
     A higher generation (or any other one after a deletion) starts a file anew; the
-    replaced entry goes to ``retire``. Only paths ``wanted`` are folded.
+    replaced entry goes to ``retire``; an extent of the deleted generation itself
+    revives it. Only paths ``wanted`` are folded.
     """
     for x in ix.extents:
         if not wanted(x.path):
@@ -30,6 +31,9 @@ def fold_index(key: str, ix: SegmentIndex, files: dict[bytes, Entry],
             cur = files[x.path] = Entry(x.path, x.gen, 0)
         if x.gen < cur.gen:
             continue
+        # An extent of a deleted generation brings it back: a restore put its bytes back
+        # and the writer shipped nothing again (FORMAT.md, "revived").
+        cur.deleted_at = None
         cur.extents.append((key, x))
         cur.size, cur.mode, cur.mtime_ns = x.end, x.mode, x.mtime_ns
     for t in ix.tombstones:

@@ -103,6 +103,15 @@ class RestoreReport:
     rules: list[Rule] = field(default_factory=list)
     # Restored sessions: id → project path on this machine.
     sessions: dict[str, str] = field(default_factory=dict)
+    # Files written holding exactly a generation of this machine's own backup: (action,
+    # path in the target, generation, size). Their bytes are in the store already; the
+    # daemon is told (``backup.ship.remember_restored``) so that it never ships them again.
+    verbatim: list[tuple[Action, bytes, int, int]] = field(default_factory=list)
+
+    @property
+    def provenance(self) -> list[tuple[bytes, int, int]]:
+        """``verbatim`` without what failed: (path, generation, size) each."""
+        return [(p, g, n) for a, p, g, n in self.verbatim if a.action != "error"]
 
     def _paths(self, *kinds: str) -> list[str]:
         return [a.path for a in self.actions if a.action in kinds]
@@ -581,8 +590,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     mtime_ns = _sane_mtime(f, report)
     if is_user_config(os.fsdecode(f.path)):
-        return _place_config(staged, f, dest, rel, st, mtime_ns, remap, opts, report,
-                             installer)
+        return _place_config(staged, f, dest, rel, st, mtime_ns, remap, backup.machine, opts,
+                             report, installer)
     sids = history_sids if f.path == b"history.jsonl" else None
     transform = (_remapped(f.path) and not remap.identity) or sids is not None
     if st is None and transform and size <= CHUNK:
@@ -612,17 +621,20 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return dest, act
     if transform:
         staged, size = _rewrite(staged, f, remap, history_sids)
+    # What is written is the backup's generation as it is (nothing rewritten).
+    as_is = f if not transform and not f.sparse else None
     if st is None:
         # The common case, streamed: nothing local.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
             make_parents(opts.target, rel)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
+            _verbatim(report, act, rel, as_is, backup.machine, opts)
         report.actions.append(act)
         return dest, act
     if max(size, st.st_size) > MERGE_MAX:
         return _place_big(staged, dest, rel, src, st, mtime_ns, backup, opts, report,
-                          installer)
+                          installer, as_is)
     data = staged.read_bytes()
     with open(dest, "rb") as fh:
         local = fh.read()
@@ -641,8 +653,18 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     make_parents(opts.target, rel)
     installer.write(d.content, dest,
                     mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
+    if d.action == "fast-forward":
+        _verbatim(report, act, rel, as_is, backup.machine, opts)
     report.actions.append(act)
     return dest, act
+
+
+def _verbatim(report: RestoreReport, act: Action, rel: bytes, f: Entry | None,
+              machine: str, opts: RestoreOptions) -> None:
+    """Note a file written as generation ``f`` of this machine's own backup, into its
+    own Claude tree (``RestoreReport.verbatim``)."""
+    if f is not None and opts.local_root is not None and machine == opts.local_machine:
+        report.verbatim.append((act, rel, f.gen, f.size))
 
 
 # Two copies of a file bigger than this are compared as streams, not merged in memory.
@@ -650,15 +672,16 @@ MERGE_MAX = 64 << 20
 
 
 def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_result | None,
-                  mtime_ns: int, remap: Remapper, opts: RestoreOptions, report: RestoreReport,
-                  installer: Installer) -> tuple[bytes, Action] | None:
+                  mtime_ns: int, remap: Remapper, machine: str, opts: RestoreOptions,
+                  report: RestoreReport, installer: Installer) -> tuple[bytes, Action] | None:
     """A config file, asked for with ``--config``: the backup's copy (paths remapped)
     replaces the local one, which is kept beside it; a dry run shows the diff."""
     src = os.fsdecode(f.path)
     if max(f.size, st.st_size if st else 0) > MERGE_MAX:
         raise RestoreError(f"{src}: {max(f.size, st.st_size if st else 0)} bytes: too big "
                            "for a config file; not restored")
-    data = remapped(staged.read_bytes(), remap)
+    raw = staged.read_bytes()
+    data = remapped(raw, remap)
     local = None
     if st is not None:
         with open(dest, "rb") as fh:
@@ -680,12 +703,13 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
         act.previous_copy = keep_beside(dest, local or b"")
     make_parents(opts.target, rel)
     installer.write(data, dest, mtime_ns, restored_mode(f.mode))
+    _verbatim(report, act, rel, f if data == raw else None, machine, opts)
     return dest, act
 
 
 def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_result,
                mtime_ns: int, backup: Backup, opts: RestoreOptions, report: RestoreReport,
-               installer: Installer) -> tuple[bytes, Action] | None:
+               installer: Installer, as_is: Entry | None) -> tuple[bytes, Action] | None:
     """``_place`` for a file too big to merge in memory: the same skip, fast-forward and
     keep; two diverged copies keep the local one and save the backup's beside it."""
     relation = _relation(dest, staged)
@@ -706,6 +730,7 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     act.size = staged.stat().st_size
     installer.rename(os.fsencode(staged), dest, mtime_ns)
+    _verbatim(report, act, rel, as_is, backup.machine, opts)
     return dest, act
 
 
