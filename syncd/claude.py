@@ -190,16 +190,33 @@ def _base36(n: int) -> str:
             return out
 
 
+def _sanitized(path: str, *, units: bool = True) -> str:
+    """Every character outside [A-Za-z0-9] as "-": one per UTF-16 code unit (``units``,
+    Claude Code's rule: an emoji gives "--"), or one per character (a variant)."""
+    return "".join(ch if ch.isascii() and ch.isalnum() else
+                   "-" * (2 if units and ord(ch) > 0xFFFF else 1) for ch in path)
+
+
 def project_folder(path: str) -> str:
     """The ``projects/`` folder name Claude Code uses for a working directory."""
     path = unicodedata.normalize("NFC", path)
-    out: list[str] = []
-    for ch in path:
-        if ch.isascii() and ch.isalnum():
-            out.append(ch)
-        else:
-            out.append("-" * (2 if ord(ch) > 0xFFFF else 1))
-    name = "".join(out)
+    name = _sanitized(path)
     if len(name) <= MAX_FOLDER:
         return name
     return f"{name[:MAX_FOLDER]}-{_base36(abs(java_hash(path)))}"
+
+
+def names_folder(path: str, folder: str) -> bool:
+    """Whether ``folder`` is the project folder of ``path`` by any known variant of the
+    rule: this machine's, a long name's other hash suffix (Bun's hash where Node uses
+    Java's: compared on the first 200 characters, as Claude's own lookup does), or a
+    character outside the BMP counted as one "-" instead of two."""
+    path = unicodedata.normalize("NFC", path)
+    for name in (_sanitized(path), _sanitized(path, units=False)):
+        if len(name) <= MAX_FOLDER:
+            if folder == name:
+                return True
+        elif len(folder) > MAX_FOLDER + 1 and folder[MAX_FOLDER] == "-" and \
+                folder[:MAX_FOLDER] == name[:MAX_FOLDER]:
+            return True
+    return False

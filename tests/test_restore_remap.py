@@ -215,3 +215,30 @@ def test_folder_follows_the_start_directory_not_a_later_cd(
     same = restore(Repository(store, "desk"), RestoreOptions(target=tmp_path / "same",
                                                  local_home="/home/alice"))
     assert same.written == [rel]
+
+
+@pytest.mark.parametrize("variant", ["other-runtime-suffix", "non-bmp-as-one"])
+def test_a_folder_named_by_another_rule_lands_in_this_machines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
+    """A >200-character folder with Bun's hash suffix where this CLI uses Java's, or a
+    path with an emoji counted as one "-": restored into the folder this machine's CLI
+    looks in, with the home mapped (and without it: the same path, renamed)."""
+    monkeypatch.setenv("HOME", "/home/alice")
+    if variant == "other-runtime-suffix":
+        cwd = "/home/alice/" + "a-very-long-directory-name/" * 9 + "project"
+        folder = project_folder(cwd)[:200] + "-3k9zq1"
+    else:
+        cwd = "/home/alice/\U0001F600app"
+        folder = "-home-alice--app"
+    assert folder != project_folder(cwd)
+    src, store = tmp_path / "src", MemoryStore()
+    rel = f"projects/{folder}/{SID}.jsonl"
+    write(src, rel, _line(SID, "u1", cwd, "hi"))
+    shipper(src, store, tmp_path / "st.db", machine="desk").ship([rel.encode()])
+    for home in ("/home/bob", "/home/alice"):
+        out = tmp_path / home.rsplit("/", 1)[1]
+        r = restore(Repository(store, "desk"), RestoreOptions(
+            target=out, local_home=home, conflicts_dir=tmp_path / "c"))
+        new_cwd = cwd.replace("/home/alice", home)
+        assert r.sessions[SID] == new_cwd
+        assert [p.parent.name for p in out.rglob("*.jsonl")] == [project_folder(new_cwd)]

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncd.claude import project_folder
+from syncd.claude import names_folder
 from syncd.errors import RestoreError
 from syncd.private import create_private
 from syncd.restore.install import check_parents, make_parents
@@ -117,11 +117,12 @@ def launch_dir(folder: str, cwd: str) -> str | None:
     """The directory Claude was started in: ``cwd`` or the ancestor named by ``folder``.
 
     A transcript's first ``cwd`` can be a subdirectory (the session had ``cd``-ed there
-    before the lines we hold); the folder name is the sanitized start directory.
+    before the lines we hold); the folder name is the sanitized start directory, by this
+    machine's rule or another runtime's (``claude.names_folder``).
     """
     path = cwd
     while path:
-        if project_folder(path) == folder:
+        if names_folder(path, folder):
             return path
         cut = max(path.rstrip("/\\").rfind("/"), path.rstrip("/\\").rfind("\\"))
         if cut <= 0:

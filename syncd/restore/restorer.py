@@ -368,8 +368,9 @@ def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
     for s in sorted(backup.sessions.values(), key=lambda s: s.path):
         start = launch_dir(s.folder, s.project) if s.project else None
         if start is not None and s.folder not in folders:
-            moved = remap.path(start)
-            folders[s.folder] = project_folder(moved) if moved != start else s.folder
+            # Named by this machine's rule, even where the path stays: a folder another
+            # runtime named (another hash suffix) is where this CLI never looks.
+            folders[s.folder] = project_folder(remap.path(start))
     prefixes = [(project_folder(r.old), project_folder(r.new)) for r in remap.rules]
     for path in backup.files:
         parts = path.split(b"/")
