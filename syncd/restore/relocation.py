@@ -71,9 +71,17 @@ def strays(target: Path, wanted: dict[str, str]) -> dict[str, list[str]]:
                          if e.is_dir(follow_symlinks=False))
     except OSError:
         return found
+    names = {f"{sid}.jsonl": sid for sid in wanted}
     for folder in folders:
-        for sid, new in wanted.items():
-            if folder != new and _regular(projects / folder / f"{sid}.jsonl"):
+        # One listing per folder, not a lookup per session: a full restore asks for all.
+        try:
+            with os.scandir(projects / folder) as entries:
+                hits = [names[e.name] for e in entries
+                        if e.name in names and e.is_file(follow_symlinks=False)]
+        except OSError:
+            continue
+        for sid in hits:
+            if folder != wanted[sid]:
                 found.setdefault(sid, []).append(folder)
     return found
 
