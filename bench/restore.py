@@ -20,9 +20,11 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import statistics
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,6 +44,8 @@ from core import (  # core also puts the repo on sys.path, for syncd and tests
     run_bench,
     run_measured,
     sanitize,
+    stop_process,
+    wait_ready,
 )
 
 from syncd.format.segment import TAIL_READ, TRAILER
@@ -656,11 +660,82 @@ class Bench(BenchBase):
                 f"{kinds['other'][0]}", rs["reqs"])
         res.add("3 peak RSS", fmt_rss(r.maxrss))
 
+    # -- figure 4 -----------------------------------------------------------
+    def fig4_reship(self) -> None:
+        """``rm -rf projects`` under a running daemon, then ``syncd restore``: what the
+        daemon ships again (the restored bytes are the store's own)."""
+        assert self.sw is not None
+        res = self.res
+        res.add("# 4. rm -rf projects with syncd run running, then syncd restore (the machine's "
+                "own backup, into its tree): what the daemon ships again")
+        env = self.syncd_env(proxied=False, backup=True)
+        store = open_store(f"s3://syncd/{SYNCD_PREFIX}", endpoint_url=self.sw.endpoint)
+        repo = Repository(store, MACHINE)
+        projects = self.tree.root / "projects"
+        raw = sum(p.stat().st_size for p in projects.rglob("*") if p.is_file())
+        err = self.logs / "syncd-run-reship.err"
+        notify = self.work / "notify-reship.sock"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(notify))
+        try:
+            d = self.procs.start([self.syncd, "run"], {**env, "NOTIFY_SOCKET": str(notify)},
+                                 self.logs / "syncd-run-reship.out", err)
+            wait_ready(d, err, sock)
+        finally:
+            sock.close()
+            notify.unlink()
+        try:
+            def top() -> int:
+                """The newest segment's seq (-1: none)."""
+                seqs = [layout.segment_seq(k) for k, _ in repo.segments()]
+                return max((q for q in seqs if q is not None), default=-1)
+
+            def quiet(after: int) -> int:
+                """The newest seq once the daemon has flushed past ``after`` and then
+                nothing for 5 s (its flush delay is at most 10 s after a change)."""
+                last, since = after, time.monotonic()
+                deadline = since + 120
+                while time.monotonic() < deadline:
+                    newest = top()
+                    if newest != last:
+                        last, since = newest, time.monotonic()
+                    elif last > after and time.monotonic() - since > 5:
+                        return last
+                    time.sleep(0.5)
+                raise RuntimeError("the daemon did not flush")
+
+            shutil.rmtree(projects)
+            deleted = quiet(top())
+            before = bucket_stats(self.sw, "syncd", SYNCD_PREFIX + "/")[1]
+            r = self.run([self.syncd, "restore"], env, "syncd-restore-own")
+            revived = quiet(deleted)
+            after = bucket_stats(self.sw, "syncd", SYNCD_PREFIX + "/")[1]
+        finally:
+            stop_process(d)
+        shipped = 0
+        revivals = 0
+        for key, _ in repo.segments(after=deleted):
+            for x in repo.read_index(key).extents:
+                shipped += x.end - x.start
+                revivals += x.reason == "revived: restored as it was shipped"
+        log(f"fig 4: restore {r.wall:.1f}s; segments {deleted + 1}..{revived}: {shipped} raw "
+            f"bytes shipped, {revivals} revivals; bucket {before} -> {after} bytes")
+        res.add("4 restored (projects/), raw bytes", fmt_mb(raw))
+        res.add("4 raw bytes the daemon shipped again", f"{shipped} B", target="0",
+                met=shipped == 0)
+        res.add("4   files revived (deleted generations brought back)", str(revivals))
+        res.add("4   bucket growth, bytes (segments of the revival)", f"{after - before} B")
+        log_text = err.read_text(errors="replace")
+        warnings_ = [ln for ln in log_text.splitlines() if "Warning" in ln or "WARNING" in ln]
+        res.add("4   warning lines in the daemon's log", str(len(warnings_)), target="0",
+                met=not warnings_)
+
     def run_all(self) -> None:
         self.setup()
         self.fig1_one_session()
         self.fig2_full()
         self.fig3_sessions()
+        self.fig4_reship()
         self.res.notes.append(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
         self.res.notes.append("syncd fsyncs every restored file (and its directory); "
                               "restic 0.14 does not")
