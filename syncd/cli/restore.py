@@ -22,7 +22,7 @@ from syncd.cli.util import (
     time_option,
 )
 from syncd.config import Settings
-from syncd.errors import RestoreError, UsageError
+from syncd.errors import RestoreError, StateError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.repository import Repository
@@ -151,6 +151,15 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         local_machine=settings.machine_id)
 
 
+def _remember(settings: Settings, target: Path, report: RestoreReport) -> None:
+    """Tell this machine's daemon which restored files hold what it shipped already; a
+    state that cannot take it costs bytes shipped again, never the restore."""
+    try:
+        remember_restored(settings.state_file, target, report.provenance)
+    except StateError as e:
+        report.notes.append(f"{e}: the daemon will ship the restored files again")
+
+
 def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
     if as_json:
         echo_json({"machine": report.machine, "dry_run": dry_run,
@@ -236,7 +245,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
         report = restore(repo, opts)
     opts.seen.save()
     if not dry_run:
-        remember_restored(settings.state_file, opts.target, report.provenance)
+        _remember(settings, opts.target, report)
     _report(report, as_json, dry_run)
     if report.errors:
         sys.exit(1)
@@ -261,7 +270,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
     report = restore(repo.for_machine(backup.machine), opts)
-    remember_restored(settings.state_file, opts.target, report.provenance)
+    _remember(settings, opts.target, report)
     _report(report, False, False)
     if report.errors:
         sys.exit(1)
