@@ -206,17 +206,20 @@ def project_folder(path: str) -> str:
     return f"{name[:MAX_FOLDER]}-{_base36(abs(java_hash(path)))}"
 
 
-def names_folder(path: str, folder: str) -> bool:
-    """Whether ``folder`` is the project folder of ``path`` by any known variant of the
-    rule: this machine's, a long name's other hash suffix (Bun's hash where Node uses
-    Java's: compared on the first 200 characters, as Claude's own lookup does), or a
-    character outside the BMP counted as one "-" instead of two."""
+def folder_match(path: str, folder: str) -> str | None:
+    """How ``folder`` is the project folder of ``path``: "exact" (this machine's rule),
+    "variant" (a character outside the BMP counted as one "-" instead of two), "prefix"
+    (a long name with another hash suffix, Bun's where Node uses Java's: compared on the
+    first 200 characters, as Claude's own lookup does; every subdirectory of a long path
+    matches too, so it does not say which directory it was), or None."""
+    if project_folder(path) == folder:
+        return "exact"
     path = unicodedata.normalize("NFC", path)
-    for name in (_sanitized(path), _sanitized(path, units=False)):
+    for name, how in ((_sanitized(path), "exact"), (_sanitized(path, units=False), "variant")):
         if len(name) <= MAX_FOLDER:
             if folder == name:
-                return True
+                return how
         elif len(folder) > MAX_FOLDER + 1 and folder[MAX_FOLDER] == "-" and \
                 folder[:MAX_FOLDER] == name[:MAX_FOLDER]:
-            return True
-    return False
+            return "prefix"
+    return None

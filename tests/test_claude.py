@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncd.claude import Selection, default_root, names_folder, project_folder
+from syncd.claude import Selection, default_root, folder_match, project_folder
 
 
 @pytest.mark.parametrize("rel", [
@@ -94,13 +94,15 @@ def test_long_project_folder_matches_the_real_cli() -> None:
 def test_a_folder_is_recognised_by_any_known_variant_of_the_rule() -> None:
     long = "/home/alice/" + "a-very-long-directory-name/" * 9 + "project"
     mine = project_folder(long)
-    assert len(mine) > 200 and names_folder(long, mine)
+    assert len(mine) > 200 and folder_match(long, mine) == "exact"
     bun = mine[:200] + "-3k9zq1"  # another runtime's hash suffix
-    assert names_folder(long, bun)
-    assert not names_folder(long, mine[:199] + "x-3k9zq1")
-    assert not names_folder(long, mine[:200])  # no suffix: not a long name's folder
+    assert folder_match(long, bun) == "prefix"
+    assert folder_match(long + "/sub", mine) == "prefix"  # a subdirectory matches too
+    assert folder_match(long, mine[:199] + "x-3k9zq1") is None
+    assert folder_match(long, mine[:200]) is None  # no suffix: not a long name's folder
     emoji = "/home/alice/\U0001F600app"
     assert project_folder(emoji) == "-home-alice---app"
-    assert names_folder(emoji, "-home-alice---app") and names_folder(emoji, "-home-alice--app")
-    assert not names_folder(emoji, "-home-alice-app")
-    assert not names_folder("/home/alice/app", "-home-alice-ap")
+    assert folder_match(emoji, "-home-alice---app") == "exact"
+    assert folder_match(emoji, "-home-alice--app") == "variant"
+    assert folder_match(emoji, "-home-alice-app") is None
+    assert folder_match("/home/alice/app", "-home-alice-ap") is None

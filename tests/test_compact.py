@@ -762,3 +762,127 @@ def test_a_revived_generation_is_live_and_whole_through_compaction(
         restore_tree(Repository(store, M), out)
         assert (out / rel).read_bytes() == b'{"n":1}\n' * 100 + b'{"n":2}\n'
         compact(Repository(store, M))
+
+
+# -- revival at the edges: an expired tombstone, a prune, a lost revival ----------------
+
+DAY = 86400.0
+
+
+def test_a_generation_deleted_longer_than_revivals_reach_is_shipped_again(
+        tmp_path: Path) -> None:
+    """A file deleted longer than tombstone_keep ago leaves the newest snapshot's live
+    files (retained only). A point-in-time restore brings it back as it was; the writer
+    then revives the generation with an empty extent [N, N] — on top of nothing in the
+    live view. The store's current backup of the file has no bytes [0, N)."""
+    src, store, clock = tmp_path / "src", MemoryStore(), Clock(T0)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    rel = "projects/-home-u-app/memory/notes.md"
+    body = b"# notes\n" + b"remember this\n" * 40
+    write(src, rel, body)
+    sh.ship([rel.encode()])
+    compact(Repository(store, M), CompactOptions(now=clock.t))  # a snapshot holding it
+    clock.t += 3600
+    os.unlink(src / rel)
+    sh.ship([rel.encode()])  # tombstone
+    keep = 7 * DAY
+    sh.revive_within = keep - DAY  # as the engine derives it from tombstone_keep
+    later = clock.t + keep + DAY
+    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=keep))
+    assert rep.expired == [rel]
+    # The user gets it back as of before the deletion.
+    report = restore(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M, at=T0 + 60))
+    assert report.errors == [] and (src / rel).read_bytes() == body
+    remember_restored(tmp_path / "st.db", src, report.provenance)
+    clock.t = later
+    sh.ship([rel.encode()])
+    # The store's backup, as it is now, must hold the tree's bytes.
+    out = tmp_path / "out"
+    r = restore_tree(Repository(store, M), out)
+    assert r.errors == []
+    assert tree_bytes(out).get(rel.encode()) == body
+
+def test_a_prune_after_reviving_an_expired_generation_keeps_its_bytes(tmp_path: Path) -> None:
+    """The same revival, then a prune that keeps every snapshot: the revived entry (live,
+    no bytes but an empty extent) makes the retained generation look redundant ("k in
+    live"), so its pack is deleted. No object holds the file any more; the tree does,
+    and its state says it is shipped."""
+    src, store, clock = tmp_path / "src", MemoryStore(), Clock(T0)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    rel = "projects/-home-u-app/memory/notes.md"
+    body = b"# notes\n" + b"remember this\n" * 40
+    write(src, rel, body)
+    sh.ship([rel.encode()])
+    compact(Repository(store, M), CompactOptions(now=clock.t))
+    clock.t += 3600
+    os.unlink(src / rel)
+    sh.ship([rel.encode()])
+    keep = 7 * DAY
+    sh.revive_within = keep - DAY
+    later = clock.t + keep + DAY
+    compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=keep))
+    report = restore(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M, at=T0 + 60))
+    remember_restored(tmp_path / "st.db", src, report.provenance)
+    clock.t = later
+    sh.ship([rel.encode()])
+    every = [k for _, _, k in current(Repository(store, M).snapshots())]
+    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=keep,
+                                                       keep=every))
+    assert rep.errors == []
+    out = tmp_path / "out"
+    r = restore(Repository(store, M), RestoreOptions(target=out, local_machine=M,
+                                                    at=T0 + 60))
+    assert r.errors == [] and tree_bytes(out).get(rel.encode()) == body
+
+
+def test_a_lost_revival_segment_is_noticed_by_the_audit(tmp_path: Path) -> None:
+    """The segment that revived a generation (an empty extent) is lost in the store.
+    The audit compares the state with the store's view: same generation, every byte
+    reachable, so nothing is marked; but the store still shows the file deleted, nothing
+    ships it again, and once the tombstone is old enough compaction drops the file
+    the tree still holds."""
+    src, store, clock = tmp_path / "src", MemoryStore(), Clock(T0)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    rel = "projects/-home-u-app/memory/notes.md"
+    body = b"# notes\n" + b"remember this\n" * 40
+    write(src, rel, body)
+    sh.ship([rel.encode()])
+    clock.t += 60
+    os.unlink(src / rel)
+    sh.ship([rel.encode()])  # tombstone
+    report = restore(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M))
+    assert remember_restored(tmp_path / "st.db", src, report.provenance) == 1
+    clock.t += 60
+    r = sh.ship([rel.encode()])
+    assert r.raw_bytes == 0 and len(r.segments) == 1  # the revival
+    # The store loses that segment (a lifecycle rule, a provider's fault, a rollback).
+    (revival,) = [k for k in store.objects if k.endswith(f"{r.segments[0]:016x}")]
+    store.delete_many([revival])
+    sh.audit()
+    clock.t += 60
+    sh.ship([rel.encode()])  # whatever the audit asked to be shipped again
+    keep = 7 * DAY
+    compact(Repository(store, M), CompactOptions(now=clock.t + keep + DAY,
+                                                 tombstone_keep=keep))
+    out = tmp_path / "out"
+    restore_tree(Repository(store, M), out)
+    assert tree_bytes(out).get(rel.encode()) == (src / rel).read_bytes()
+
+
+def test_a_revival_of_a_generation_the_view_does_not_hold_starts_nothing() -> None:
+    """An empty extent at [N, N] on no live entry (its tombstone expired) is no file
+    of N bytes with none of them: a reader ignores it."""
+    from syncd.format.fold import fold_index
+    from syncd.format.segment import Extent, SegmentIndex
+    x = Extent(b"projects/-a/x.jsonl", 1, 100, 100, 16, 9, "0" * 64, mode=0o600,
+               mtime_ns=0, reason="revived: restored as it was shipped")
+    ix = SegmentIndex(machine=M, seq=3, time=T0, extents=[x])
+    files: dict[bytes, Entry] = {}
+    fold_index("k", ix, files, {}, {})
+    assert files == {}
+    empty = Extent(b"projects/-a/empty", 1, 0, 0, 16, 9, "0" * 64, mode=0o600, mtime_ns=0)
+    fold_index("k", SegmentIndex(machine=M, seq=4, time=T0, extents=[empty]), files, {}, {})
+    assert files[b"projects/-a/empty"].size == 0  # an empty file still is one

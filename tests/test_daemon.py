@@ -289,3 +289,11 @@ def test_a_restore_with_the_daemon_running_ships_nothing_again(
     out = tmp_path / "out"
     restore_tree(repo, out)
     assert tree_bytes(out) == {k.encode(): v for k, v in files.items()}
+
+
+@pytest.mark.parametrize("keep,within", [("180d", 179 * 86400.0), ("7d", 6 * 86400.0),
+                                         ("12h", 0.0), ("", 0.0)])
+def test_revival_reaches_less_far_back_than_compaction_keeps_tombstones(
+        tmp_path: Path, keep: str, within: float) -> None:
+    from syncd.backup.engine import _revive_within
+    assert _revive_within(settings(tmp_path, tombstone_keep=keep)) == within

@@ -7,17 +7,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+import syncd.restore.install as install
 import syncd.restore.relocation as relocation
 from syncd.claude import project_folder
 from syncd.repository import Repository
 from syncd.restore.remap import Rule
-from syncd.restore.restorer import restore
+from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import MemoryStore
+from tests.helpers import tree_bytes, write
 from tests.hostile import Piece, fields, line, sid, transcript
+from tests.test_compact import M, make_shipper
 from tests.test_hostile_store import World, sane
 from tests.test_restore_remap import SID, _line, _opts, alice  # noqa: F401 (a fixture)
 
@@ -291,3 +295,92 @@ def test_a_dry_run_plans_the_moves_the_restore_makes(alice: tuple[MemoryStore, P
                 if a.action == "move" and a.source.endswith(f"{SID}.jsonl")}
 
     assert moves(dry) == moves(real), (moves(dry), moves(real), real.notes)
+
+
+# -- long folders: a subdirectory's cwd, two runtimes' folders --------------------------
+
+SID2 = "22222222-2222-3333-4444-555555555555"
+LONG = "/home/alice/" + "a-very-long-directory-name/" * 8 + "project"
+
+
+def _entry(sid: str, uuid: str, cwd: str, text: str) -> bytes:
+    return json.dumps({"parentUuid": None, "type": "user", "uuid": uuid,
+                       "timestamp": "2026-11-01T10:00:00.000Z", "cwd": cwd,
+                       "sessionId": sid, "message": {"role": "user", "content": text}},
+                      separators=(",", ":")).encode() + b"\n"
+
+
+def test_a_long_start_folder_stays_when_the_first_cwd_is_a_subdirectory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start directory whose folder name is over 200 characters, and a session whose
+    first cwd is a subdirectory of it (a cd before the lines we hold). The subdirectory
+    matches the folder's first 200 characters too, so launch_dir stops there, and
+    _folders renames the whole folder to the subdirectory's name: the same machine's
+    restore puts its sessions (and memory) where Claude started at LONG never looks."""
+    monkeypatch.setenv("HOME", "/home/alice")
+    assert len(project_folder(LONG)) > 201
+    folder = project_folder(LONG)
+    src, store = tmp_path / "src", MemoryStore()
+    rel = f"projects/{folder}/{SID}.jsonl"
+    write(src, rel, _entry(SID, "u1", LONG + "/src/pkg", "in a subdirectory"))
+    write(src, f"projects/{folder}/memory/MEMORY.md", b"# memory\n")
+    make_shipper(src, store, tmp_path / "st.db").ship(
+        [rel.encode(), f"projects/{folder}/memory/MEMORY.md".encode()])
+    out = tmp_path / "out"
+    r = restore(Repository(store, M), RestoreOptions(target=out, local_home="/home/alice",
+                                                    local_machine=M))
+    assert r.errors == []
+    assert sorted(p.name for p in (out / "projects").iterdir()) == [folder]
+
+def test_a_local_session_in_its_long_start_folder_is_not_moved_out_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same machine, the session still in its folder (and continued here): restoring
+    it moves the local copy out of the folder Claude started at LONG uses, into the
+    subdirectory's name (relocation follows the wrong folder _folders picked)."""
+    monkeypatch.setenv("HOME", "/home/alice")
+    folder = project_folder(LONG)
+    src, store = tmp_path / "src", MemoryStore()
+    rel = f"projects/{folder}/{SID}.jsonl"
+    first = _entry(SID, "u1", LONG + "/src/pkg", "in a subdirectory")
+    write(src, rel, first)
+    make_shipper(src, store, tmp_path / "st.db").ship([rel.encode()])
+    write(src, rel, _entry(SID, "u2", LONG + "/src/pkg", "continued here"), "ab")
+    r = restore(Repository(store, M), RestoreOptions(
+        target=src, local_home="/home/alice", local_root=str(src), local_machine=M))
+    assert [a.action for a in r.actions if a.action == "move"] == []
+    assert (src / rel).exists()
+
+def test_two_variant_folders_of_one_start_directory_never_overwrite_each_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One long start directory, two folders in the store (Node's hash suffix and
+    another runtime's), each with its own memory/MEMORY.md. Both folders are renamed
+    to this machine's one; the two memory files land on one path. The placement of the
+    second looks before the installer renamed the first (a slow fsync here), so both
+    are 'create' and the second silently replaces the first in the tree."""
+    monkeypatch.setenv("HOME", "/home/alice")
+    java = project_folder(LONG)
+    bun = java[:200] + "-3k9zq1"
+    src, store = tmp_path / "src", MemoryStore()
+    files = {f"projects/{java}/{SID}.jsonl": _entry(SID, "u1", LONG, "node"),
+             f"projects/{java}/memory/MEMORY.md": b"# written under node\n",
+             f"projects/{bun}/{SID2}.jsonl": _entry(SID2, "u2", LONG, "bun"),
+             f"projects/{bun}/memory/MEMORY.md": b"# written under bun\n"}
+    for rel, data in files.items():
+        write(src, rel, data)
+    make_shipper(src, store, tmp_path / "st.db").ship([r.encode() for r in files])
+    slow = install._finish
+
+    def finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+        time.sleep(0.2)  # fsync on a busy disk
+        slow(tmp, dest, mtime_ns, mode)
+
+    monkeypatch.setattr(install, "_finish", finish)
+    out = tmp_path / "out"
+    r = restore(Repository(store, M), RestoreOptions(
+        target=out, local_home="/home/alice", local_machine=M,
+        conflicts_dir=tmp_path / "conflicts"))
+    everything = b"".join(tree_bytes(out).values()) + b"".join(
+        tree_bytes(tmp_path / "conflicts").values() if (tmp_path / "conflicts").exists()
+        else [])
+    assert b"written under node" in everything and b"written under bun" in everything, \
+        [(a.action, a.path) for a in r.actions]

@@ -14,7 +14,7 @@ from syncd.backup.scan import scan
 from syncd.backup.ship import FlushResult, Shipper, ship_with_restart
 from syncd.backup.state import State, key_hint
 from syncd.claude import Selection
-from syncd.config import Settings
+from syncd.config import Settings, parse_duration
 from syncd.errors import CryptoError, SyncdError, SyncError, SyncStopped
 from syncd.progress import Meter
 from syncd.repository import Repository
@@ -69,7 +69,8 @@ class Engine:
         self.shipper = Shipper(root=settings.source, repo=self.repo, state=self.state,
                                selection=self.selection, level=settings.zstd_level,
                                segment_max=settings.segment_max_bytes,
-                               should_stop=self.stop.is_set, prepare=self.connect)
+                               should_stop=self.stop.is_set, prepare=self.connect,
+                               revive_within=_revive_within(settings))
         if progress is not None:
             self.shipper.progress = progress
         if connect:
@@ -205,3 +206,10 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
         return total
     finally:
         engine.close()
+
+
+def _revive_within(settings: Settings) -> float:
+    """How long after a deletion a restored generation may be revived: a day less than
+    compaction keeps its tombstone (none when it keeps none)."""
+    keep = parse_duration(settings.tombstone_keep) if settings.tombstone_keep.strip() else 0.0
+    return max(0.0, keep - 86400.0)

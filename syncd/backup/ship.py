@@ -43,6 +43,8 @@ log = logging.getLogger("syncd.ship")
 LOST = b"lost"
 # The reason of the extent that brings a deleted file's generation back (FORMAT.md).
 REVIVED = "revived: restored as it was shipped"
+# Revive no deletion older than this (default: a day less than tombstone_keep's 180 d).
+REVIVE_WITHIN = 179 * 86400.0
 # A snapshot this many seqs ahead of the state is no writer's: years of flushes.
 MAX_AHEAD = 1 << 32
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
@@ -87,7 +89,8 @@ class Shipper:
                  clock: Callable[[], float] = time.time,
                  should_stop: Callable[[], bool] = lambda: False,
                  lease: Lease | None = None,
-                 prepare: Callable[[], None] = lambda: None) -> None:
+                 prepare: Callable[[], None] = lambda: None,
+                 revive_within: float = REVIVE_WITHIN) -> None:
         self.root = os.fsencode(root)
         # This machine's objects; its cipher is set once the engine unlocked the store
         # (every segment and machine.json of an encrypted store is sealed).
@@ -104,6 +107,10 @@ class Shipper:
         # Called before the first PUT (and before anything else touches the store): the
         # engine connects there (unlock, lease), so reading starts before it is done.
         self.prepare = prepare
+        # A deleted generation is revived only this long after its deletion: well before
+        # compaction lets its tombstone expire (tombstone_keep), after which the store
+        # holds it only for older snapshots and an empty extent could not bring it back.
+        self.revive_within = revive_within
         # Told the size of every frame read: progress bars, the daemon's watchdog.
         self.progress: Callable[[int], None] = lambda n: None
         self._recovered = False
@@ -178,7 +185,9 @@ class Shipper:
                 # store no longer lists at all left the snapshots (tombstone_keep).
                 if have is not None and have.gen == row.gen and have.deleted_at is None:
                     marks.append(row.but(deleted_at=None))  # the tombstone goes again
-            elif have is None or have.gen != row.gen or _reach(have) < row.offset:
+            elif have is None or have.gen != row.gen or _reach(have) < row.offset or \
+                    have.deleted_at is not None:
+                # Lost bytes, or a lost revival (the store shows it deleted): shipped again.
                 marks.append(row.but(dev=0, ino=0, check_hash=LOST))
         self.state.touch(marks)
         self.repair |= {m.path for m in marks}
@@ -570,6 +579,9 @@ class Shipper:
         """True when this file is one a restore wrote (``State.restored``) holding exactly
         the bytes of ``prev``'s generation that the store has, and its head and tail are
         still those bytes."""
+        if prev.deleted_at is not None and \
+                self.clock() - prev.deleted_at >= self.revive_within:
+            return False
         r = self.state.restored(prev.path)
         return r is not None and r.gen == prev.gen and r.size == prev.offset and \
             (r.dev, r.ino) == (st.st_dev, st.st_ino) and st.st_size >= r.size and \

@@ -26,6 +26,10 @@ def fold_index(key: str, ix: SegmentIndex, files: dict[bytes, Entry],
             continue
         cur = files.get(x.path)
         if cur is None or x.gen > cur.gen or (cur.deleted_at is not None and x.gen != cur.gen):
+            if x.start == x.end > 0:
+                # A revival of a generation this view no longer holds (its tombstone
+                # expired): it has no bytes to start a file with.
+                continue
             if cur is not None:
                 retire(cur)
             cur = files[x.path] = Entry(x.path, x.gen, 0)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncd.claude import names_folder
+from syncd.claude import folder_match, project_folder
 from syncd.errors import RestoreError
 from syncd.private import create_private
 from syncd.restore.install import check_parents, make_parents
@@ -121,21 +121,26 @@ def head_of(path: Path) -> bytes:
         return fh.read(_HEAD)
 
 
-def launch_dir(folder: str, cwd: str) -> str | None:
-    """The directory Claude was started in: ``cwd`` or the ancestor named by ``folder``.
+def launch_dir(folder: str, cwd: str) -> tuple[str, str] | None:
+    """The directory Claude was started in, ``cwd`` or an ancestor named by ``folder``,
+    and how the name matched (``claude.folder_match``); None if none does.
 
     A transcript's first ``cwd`` can be a subdirectory (the session had ``cd``-ed there
-    before the lines we hold); the folder name is the sanitized start directory, by this
-    machine's rule or another runtime's (``claude.names_folder``).
+    before the lines we hold). An exact name wins over a variant anywhere on the way up:
+    a long name's 200-character prefix matches every subdirectory too.
     """
+    ancestors = []
     path = cwd
     while path:
-        if names_folder(path, folder):
-            return path
+        ancestors.append(path)
         cut = max(path.rstrip("/\\").rfind("/"), path.rstrip("/\\").rfind("\\"))
         if cut <= 0:
-            return None
+            break
         path = path[:cut]
+    for rank in ("exact", "variant", "prefix"):
+        for path in ancestors:
+            if folder_match(path, folder) == rank:
+                return path, rank
     return None
 
 
@@ -160,9 +165,13 @@ def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
     if new in taken or os.path.lexists(projects / new / f"{sid}.jsonl"):
         return Move(sid, old, new, None, f"projects/{new} holds it too: left in both "
                                          "folders (remove the one you do not use)")
-    start = launch_dir(old, ours["cwd"]) if ours.get("cwd") else None
-    if start is None or new_start is None:
+    found = launch_dir(old, ours["cwd"]) if ours.get("cwd") else None
+    if found is None or new_start is None:
         return Move(sid, old, new, None, "its start directory is unknown: left there")
+    start = found[0]
+    if start == new_start and project_folder(start) == old:
+        return Move(sid, old, new, None, "it is in its start directory's own folder: left "
+                                         "there")
     return Move(sid, old, new, Rule(start, new_start, "moved session"))
 
 

@@ -179,6 +179,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     for s in backup.sessions.values():
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
+    aside = _collisions(files, remap)
     if not opts.dry_run:
         try:
             opts.target.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -204,6 +205,9 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         _relocate(backup, staged, remap, opts, report)
         for path in sorted(staged):
             f = files[path]
+            if path in aside:
+                _set_aside(staged[path], path, aside[path], backup, opts, report)
+                continue
             try:
                 queued = _place(staged[path], f, remap, history_sids, backup, opts, report,
                              installer)
@@ -227,6 +231,38 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     return report
 
 
+def _collisions(files: dict[bytes, Entry],
+                remap: Remapper) -> dict[bytes, tuple[bytes, bytes]]:
+    """Stored paths that land where another one does (two folders of one start directory,
+    named by two runtimes) → (that place, the stored path placed there: one already at its
+    place first, else the first in order). They are saved aside, never written over each
+    other."""
+    claimed: dict[bytes, bytes] = {}
+    aside: dict[bytes, tuple[bytes, bytes]] = {}
+    for path in sorted(files, key=lambda p: (_target_rel(p, remap) != p, p)):
+        rel = _target_rel(path, remap)
+        if rel in claimed:
+            aside[path] = (rel, claimed[rel])
+        else:
+            claimed[rel] = path
+    return aside
+
+
+def _set_aside(staged: Path, path: bytes, where: tuple[bytes, bytes], backup: Backup,
+               opts: RestoreOptions, report: RestoreReport) -> None:
+    rel, winner = where
+    act = Action("conflict", os.fsdecode(rel), os.fsdecode(path),
+                 f"{os.fsdecode(winner)} of the backup restores to the same place: this "
+                 "copy saved aside")
+    if not opts.dry_run:
+        try:
+            act.conflict_copy = _save_conflict(staged, path, backup.machine, opts)
+        except OSError as e:
+            act.action, act.reason = "error", _why(e)
+            report.errors.append(f"{os.fsdecode(path)}: cannot save it aside: {_why(e)}")
+    report.actions.append(act)
+
+
 def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
               opts: RestoreOptions, report: RestoreReport) -> None:
     """Move a restored session's earlier copy in another project folder to the one these
@@ -243,7 +279,8 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
     taken: set[str] = set()
     for sid, olds in found.items():
         s = sessions[sid]
-        start = launch_dir(s.folder, s.project) if s.project else None
+        launched = launch_dir(s.folder, s.project) if s.project else None
+        start = launched[0] if launched else None
         for old in olds:
             where = f"{opts.target}/projects/{old}/{sid}.jsonl"
             moved, why = Moved(), ""
@@ -366,11 +403,16 @@ def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
     """Old project folder → new one, only where the rules move the start directory."""
     folders: dict[str, str] = {}
     for s in sorted(backup.sessions.values(), key=lambda s: s.path):
-        start = launch_dir(s.folder, s.project) if s.project else None
-        if start is not None and s.folder not in folders:
-            # Named by this machine's rule, even where the path stays: a folder another
-            # runtime named (another hash suffix) is where this CLI never looks.
-            folders[s.folder] = project_folder(remap.path(start))
+        found = launch_dir(s.folder, s.project) if s.project else None
+        if found is not None and s.folder not in folders:
+            start, how = found
+            moved = remap.path(start)
+            # Named by this machine's rule, also where the path stays (a variant name is
+            # where this CLI never looks); but a long name's other hash suffix stays where
+            # the path does: Claude finds it by its prefix, which does not say whether the
+            # start was this directory or one above.
+            folders[s.folder] = s.folder if how == "prefix" and moved == start else \
+                project_folder(moved)
     prefixes = [(project_folder(r.old), project_folder(r.new)) for r in remap.rules]
     for path in backup.files:
         parts = path.split(b"/")
