@@ -735,9 +735,9 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
     act = Action("create" if local is None else "replace", os.fsdecode(rel), src,
                  "not present locally" if local is None else
                  "differs from the backup: local kept beside it", len(data))
-    report.actions.append(act)
     if opts.dry_run:
         act.diff = config_diff(os.fsdecode(rel), local, data)
+        report.actions.append(act)
         return None
     if st is not None:
         if _changed(dest, st):
@@ -747,6 +747,7 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
     make_parents(opts.target, rel)
     installer.write(data, dest, mtime_ns, restored_mode(f.mode))
     _verbatim(report, act, rel, f if data == raw else None, machine, opts)
+    report.actions.append(act)
     return dest, act
 
 
