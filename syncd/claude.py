@@ -215,11 +215,11 @@ def folder_match(path: str, folder: str) -> str | None:
     if project_folder(path) == folder:
         return "exact"
     path = unicodedata.normalize("NFC", path)
-    for name, how in ((_sanitized(path), "exact"), (_sanitized(path, units=False), "variant")):
-        if len(name) <= MAX_FOLDER:
-            if folder == name:
-                return how
-        elif len(folder) > MAX_FOLDER + 1 and folder[MAX_FOLDER] == "-" and \
-                folder[:MAX_FOLDER] == name[:MAX_FOLDER]:
-            return "prefix"
+    units, chars = _sanitized(path), _sanitized(path, units=False)
+    if len(chars) <= MAX_FOLDER and folder == chars:
+        return "variant"
+    suffixed = len(folder) > MAX_FOLDER + 1 and folder[MAX_FOLDER] == "-"
+    if suffixed and any(len(name) > MAX_FOLDER and folder[:MAX_FOLDER] == name[:MAX_FOLDER]
+                        for name in (units, chars)):
+        return "prefix"
     return None

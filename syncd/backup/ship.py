@@ -574,7 +574,6 @@ class Shipper:
             return prev.gen + 1, 0, "shipped bytes were rewritten"
         return prev.gen, prev.offset, None
 
-
     def _restored_as_shipped(self, fd: int, st: os.stat_result, prev: FileState) -> bool:
         """True when this file is one a restore wrote (``State.restored``) holding exactly
         the bytes of ``prev``'s generation that the store has, and its head and tail are
