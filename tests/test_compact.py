@@ -769,72 +769,61 @@ def test_a_revived_generation_is_live_and_whole_through_compaction(
 DAY = 86400.0
 
 
-def test_a_generation_deleted_longer_than_revivals_reach_is_shipped_again(
-        tmp_path: Path) -> None:
-    """A file deleted longer than tombstone_keep ago leaves the newest snapshot's live
-    files (retained only). A point-in-time restore brings it back as it was; the writer
-    then revives the generation with an empty extent [N, N] — on top of nothing in the
-    live view. The store's current backup of the file has no bytes [0, N)."""
+NOTES = "projects/-home-u-app/memory/notes.md"
+BODY = b"# notes\n" + b"remember this\n" * 40
+KEEP = 7 * DAY
+
+
+def _restored_after_expiry(tmp_path: Path) -> tuple[MemoryStore, float]:
+    """A file deleted longer than tombstone_keep ago (KEEP; the writer revives within a
+    day less, as the engine derives it), so the newest snapshot holds it only as
+    retained; then restored as of before the deletion, and the writer's next flush.
+    The store and the time of that flush."""
     src, store, clock = tmp_path / "src", MemoryStore(), Clock(T0)
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
-    rel = "projects/-home-u-app/memory/notes.md"
-    body = b"# notes\n" + b"remember this\n" * 40
-    write(src, rel, body)
-    sh.ship([rel.encode()])
+    sh.revive_within = KEEP - DAY
+    write(src, NOTES, BODY)
+    sh.ship([NOTES.encode()])
     compact(Repository(store, M), CompactOptions(now=clock.t))  # a snapshot holding it
     clock.t += 3600
-    os.unlink(src / rel)
-    sh.ship([rel.encode()])  # tombstone
-    keep = 7 * DAY
-    sh.revive_within = keep - DAY  # as the engine derives it from tombstone_keep
-    later = clock.t + keep + DAY
-    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=keep))
-    assert rep.expired == [rel]
-    # The user gets it back as of before the deletion.
+    os.unlink(src / NOTES)
+    sh.ship([NOTES.encode()])  # tombstone
+    later = clock.t + KEEP + DAY
+    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP))
+    assert rep.expired == [NOTES]
     report = restore(Repository(store, M), RestoreOptions(
         target=src, local_root=str(src), local_machine=M, at=T0 + 60))
-    assert report.errors == [] and (src / rel).read_bytes() == body
+    assert report.errors == [] and (src / NOTES).read_bytes() == BODY
     remember_restored(tmp_path / "st.db", src, report.provenance)
     clock.t = later
-    sh.ship([rel.encode()])
-    # The store's backup, as it is now, must hold the tree's bytes.
+    sh.ship([NOTES.encode()])
+    return store, later
+
+
+def test_a_generation_deleted_longer_than_revivals_reach_is_shipped_again(
+        tmp_path: Path) -> None:
+    """Its tombstone expired: an empty extent [N, N] could not bring it back (the live
+    view has nothing under it), so the writer ships it as a new generation."""
+    store, _ = _restored_after_expiry(tmp_path)
     out = tmp_path / "out"
     r = restore_tree(Repository(store, M), out)
     assert r.errors == []
-    assert tree_bytes(out).get(rel.encode()) == body
+    assert tree_bytes(out).get(NOTES.encode()) == BODY
 
-def test_a_prune_after_reviving_an_expired_generation_keeps_its_bytes(tmp_path: Path) -> None:
-    """The same revival, then a prune that keeps every snapshot: the revived entry (live,
-    no bytes but an empty extent) makes the retained generation look redundant ("k in
-    live"), so its pack is deleted. No object holds the file any more; the tree does,
-    and its state says it is shipped."""
-    src, store, clock = tmp_path / "src", MemoryStore(), Clock(T0)
-    sh = make_shipper(src, store, tmp_path / "st.db", clock)
-    rel = "projects/-home-u-app/memory/notes.md"
-    body = b"# notes\n" + b"remember this\n" * 40
-    write(src, rel, body)
-    sh.ship([rel.encode()])
-    compact(Repository(store, M), CompactOptions(now=clock.t))
-    clock.t += 3600
-    os.unlink(src / rel)
-    sh.ship([rel.encode()])
-    keep = 7 * DAY
-    sh.revive_within = keep - DAY
-    later = clock.t + keep + DAY
-    compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=keep))
-    report = restore(Repository(store, M), RestoreOptions(
-        target=src, local_root=str(src), local_machine=M, at=T0 + 60))
-    remember_restored(tmp_path / "st.db", src, report.provenance)
-    clock.t = later
-    sh.ship([rel.encode()])
+
+def test_a_prune_after_restoring_an_expired_generation_keeps_its_bytes(
+        tmp_path: Path) -> None:
+    """Then a compaction that keeps every snapshot: the retained generation stays (a
+    revived entry with no bytes must never make it look redundant)."""
+    store, later = _restored_after_expiry(tmp_path)
     every = [k for _, _, k in current(Repository(store, M).snapshots())]
-    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=keep,
+    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP,
                                                        keep=every))
     assert rep.errors == []
     out = tmp_path / "out"
     r = restore(Repository(store, M), RestoreOptions(target=out, local_machine=M,
                                                     at=T0 + 60))
-    assert r.errors == [] and tree_bytes(out).get(rel.encode()) == body
+    assert r.errors == [] and tree_bytes(out).get(NOTES.encode()) == BODY
 
 
 def test_a_lost_revival_segment_is_noticed_by_the_audit(tmp_path: Path) -> None:
