@@ -158,7 +158,11 @@ if [ "$platform" = macos ]; then
     fi
 else
     mkdir -p "$unit_dir"
-    sed "s|^ExecStart=.*|ExecStart=$bin run|" "$repo/systemd/syncd.service" >"$unit_dir/syncd.service"
+    # Quoted for systemd (a space in the path), "%" doubled (its specifiers), then
+    # escaped for sed's replacement.
+    exec_start="$(printf '"%s" run\n' "$bin" | sed -e 's/%/%%/g' -e 's/[\\|&]/\\&/g')"
+    sed "s|^ExecStart=.*|ExecStart=$exec_start|" "$repo/systemd/syncd.service" \
+        >"$unit_dir/syncd.service"
     echo "wrote $unit_dir/syncd.service"
     if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1
     then

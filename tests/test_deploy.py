@@ -154,7 +154,7 @@ def test_install_into_a_prefix_then_uninstall(tmp_path: Path) -> None:
     config = home / ".config" / "syncd" / "config.toml"
     assert config.stat().st_mode & 0o077 == 0
     unit = home / ".config" / "systemd" / "user" / "syncd.service"
-    assert f"ExecStart={exe} run\n" in unit.read_text()
+    assert f'ExecStart="{exe}" run\n' in unit.read_text()
     check = _verify(unit, home)
     assert check.returncode == 0 and not check.stderr.strip(), check.stderr
 
