@@ -10,12 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncd.backup.ship import Shipper
+from syncd.backup.ship import Provenance, Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import TransientError
 from syncd.repository import Repository
+from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.service.daemon import Daemon
 from syncd.store import MemoryStore, Store
 from syncd.store.layout import segment_key
@@ -134,3 +135,22 @@ class Recording(MemoryStore):
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         self.gets.append((key, start, length))
         return super().get(key, start, length)
+
+
+def restore_own(repo: Repository, opts: RestoreOptions,
+                state_file: Path) -> tuple[RestoreReport, int]:
+    """``restore`` of this machine's own backup that records what it writes in the
+    state, as ``syncd restore`` does; the report and how many files it recorded."""
+    prov = Provenance(state_file)
+    recorded: list[bytes] = []
+
+    def record(path: bytes, gen: int, size: int, content: Path | bytes) -> None:
+        recorded.append(path)
+        prov.record(path, gen, size, content)
+
+    opts.record = record
+    try:
+        report = restore(repo, opts)
+    finally:
+        prov.close()
+    return report, len(recorded)

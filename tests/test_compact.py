@@ -22,7 +22,7 @@ import pytest
 
 from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.options import acknowledged_seq
-from syncd.backup.ship import Shipper, remember_restored
+from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.errors import CompactError, CryptoError, FormatError, RestoreError
@@ -36,7 +36,7 @@ from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store, open_store
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
 from tests.faultkit import make_settings
-from tests.helpers import shipper, tree_bytes, write
+from tests.helpers import restore_own, shipper, tree_bytes, write
 from tests.readers import list_snapshots, read_groups, read_index, read_manifest
 from tests.seaweed import Seaweed
 
@@ -748,9 +748,9 @@ def test_a_revived_generation_is_live_and_whole_through_compaction(
     sh.ship([rel.encode()])
     compact(Repository(store, M))  # the deletion is in a snapshot
     assert load_backup(Repository(store, M)).files[rel.encode()].deleted_at is not None
-    report = restore(Repository(store, M), RestoreOptions(
-        target=src, local_root=str(src), local_machine=M))
-    assert remember_restored(tmp_path / "st.db", src, report.provenance) == 1
+    _, recorded = restore_own(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M), tmp_path / "st.db")
+    assert recorded == 1
     r = sh.ship([rel.encode()])
     assert r.raw_bytes == 0 and len(r.segments) == 1
     write(src, rel, b'{"n":2}\n', "ab")  # and it grows on from there
@@ -791,10 +791,9 @@ def _restored_after_expiry(tmp_path: Path) -> tuple[MemoryStore, float]:
     later = clock.t + KEEP + DAY
     rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP))
     assert rep.expired == [NOTES]
-    report = restore(Repository(store, M), RestoreOptions(
-        target=src, local_root=str(src), local_machine=M, at=T0 + 60))
+    report, _ = restore_own(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M, at=T0 + 60), tmp_path / "st.db")
     assert report.errors == [] and (src / NOTES).read_bytes() == BODY
-    remember_restored(tmp_path / "st.db", src, report.provenance)
     clock.t = later
     sh.ship([NOTES.encode()])
     return store, later
@@ -841,9 +840,9 @@ def test_a_lost_revival_segment_is_noticed_by_the_audit(tmp_path: Path) -> None:
     clock.t += 60
     os.unlink(src / rel)
     sh.ship([rel.encode()])  # tombstone
-    report = restore(Repository(store, M), RestoreOptions(
-        target=src, local_root=str(src), local_machine=M))
-    assert remember_restored(tmp_path / "st.db", src, report.provenance) == 1
+    _, recorded = restore_own(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M), tmp_path / "st.db")
+    assert recorded == 1
     clock.t += 60
     r = sh.ship([rel.encode()])
     assert r.raw_bytes == 0 and len(r.segments) == 1  # the revival

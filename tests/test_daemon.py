@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from syncd.backup.ship import remember_restored
+import syncd.restore.install as install
 from syncd.backup.state import FileState, State
 from syncd.config import Settings, load_settings
 from syncd.repository import Repository
-from syncd.restore.restorer import RestoreOptions, restore, restore_tree
+from syncd.restore.restorer import RestoreOptions, restore_tree
 from syncd.service.daemon import Daemon
 from syncd.store import open_store
 from syncd.view import load_backup
-from tests.helpers import running, start_daemon, tree_bytes, wait_for, write
+from tests.helpers import restore_own, running, start_daemon, tree_bytes, wait_for, write
 from tests.seaweed import Seaweed
 
 
@@ -243,11 +243,22 @@ def test_config_saved_by_rename_is_shipped_whole(daemon: tuple[Daemon, Settings]
     assert not list(out.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize("slow", [False, True], ids=["fast-disk", "slow-disk"])
 def test_a_restore_with_the_daemon_running_ships_nothing_again(
-        daemon: tuple[Daemon, Settings], tmp_path: Path) -> None:
+        daemon: tuple[Daemon, Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        slow: bool) -> None:
     """rm -rf projects, then a restore of this machine's own backup: the daemon revives
-    the deleted generations instead of shipping every restored byte as a new one."""
+    the deleted generations instead of shipping every restored byte as a new one. On a
+    slow disk the daemon flushes (every 0.2 s) between the restore's files."""
     _d, s = daemon
+    if slow:
+        finish = install._finish
+
+        def slow_finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+            time.sleep(0.5)
+            finish(tmp, dest, mtime_ns, mode)
+
+        monkeypatch.setattr(install, "_finish", slow_finish)
     files = {f"projects/-home-a/{n}.jsonl": b'{"n":%d}\n' % n * 200 for n in range(3)}
     files["projects/-home-a/s0/subagents/agent-1.jsonl"] = b'{"sub":1}\n'
     files["settings.json"] = b'{"model": "opus"}\n'
@@ -270,11 +281,12 @@ def test_a_restore_with_the_daemon_running_ships_nothing_again(
              what="the deletions shipped")
     repo = Repository(open_store(s.store), s.machine_id)
     before = repo.segments()
-    report = restore(repo, RestoreOptions(target=s.source, local_root=str(s.source),
-                                          local_machine=s.machine_id))
+    # Recorded before each file appears: the daemon, flushing 0.2 s after a change, may
+    # look at any moment while the restore runs.
+    report, recorded = restore_own(repo, RestoreOptions(
+        target=s.source, local_root=str(s.source), local_machine=s.machine_id), s.state_file)
     assert report.errors == []
-    assert len(report.provenance) == 4  # the projects; settings.json is not written
-    assert remember_restored(s.state_file, s.source, report.provenance) == 4
+    assert recorded == 4  # the projects; settings.json is not written
     wait_for(lambda: all(state(rel).deleted_at is None for rel in files),  # type: ignore[union-attr]
              what="the generations revived")
     assert {rel: state(rel).gen for rel in files} == gens  # type: ignore[union-attr]

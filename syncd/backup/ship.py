@@ -26,7 +26,14 @@ import zstandard
 
 from syncd.backup.state import FileState, RestoredFile, State
 from syncd.claude import Selection
-from syncd.errors import AlreadyExists, BackupError, FormatError, NoBackup, SyncError
+from syncd.errors import (
+    AlreadyExists,
+    BackupError,
+    FormatError,
+    NoBackup,
+    StateError,
+    SyncError,
+)
 from syncd.format.catalog import MetaScanner, session_of
 from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current
@@ -575,46 +582,66 @@ class Shipper:
         return prev.gen, prev.offset, None
 
     def _restored_as_shipped(self, fd: int, st: os.stat_result, prev: FileState) -> bool:
-        """True when this file is one a restore wrote (``State.restored``) holding exactly
-        the bytes of ``prev``'s generation that the store has, and its head and tail are
+        """True when a restore recorded writing this file (``Provenance``) as exactly the
+        bytes of ``prev``'s generation that the store has, and its head and tail are
         still those bytes."""
         if prev.deleted_at is not None and \
                 self.clock() - prev.deleted_at >= self.revive_within:
             return False
         r = self.state.restored(prev.path)
-        return r is not None and r.gen == prev.gen and r.size == prev.offset and \
-            (r.dev, r.ino) == (st.st_dev, st.st_ino) and st.st_size >= r.size and \
-            check_hash(fd, r.size) == r.check_hash == prev.check_hash
+        if r is None or r.gen != prev.gen or r.size != prev.offset or st.st_size < r.size \
+                or not check_hash(fd, r.size) == r.check_hash == prev.check_hash:
+            return False
+        self.state.forget_restored(prev.path)  # used once
+        return True
 
 
-def remember_restored(state_file: Path, root: Path,
-                      files: Iterable[tuple[bytes, int, int]]) -> int:
-    """Record in this machine's state (when it has one) the files a restore wrote under
-    ``root`` that hold exactly bytes [0, size) of generation ``gen`` of this machine's
-    backup ((path, gen, size) each), so the daemon never ships them again; how many."""
-    if not state_file.exists():
-        return 0
-    rows = []
-    now = time.time()
-    for path, gen, size in files:
+class Provenance:
+    """Tells this machine's daemon, through its state, which files a restore of this
+    machine's own backup is writing into its tree: bytes [0, size) of a generation it
+    shipped, recorded before each file appears (the daemon may look at any moment).
+    A record a crash loses only means those bytes are shipped again, so none is fsynced;
+    a state that cannot take one stops the recording and says why (``problem``)."""
+
+    def __init__(self, state_file: Path) -> None:
+        self.state: State | None = State(state_file, durable=False)
+        self.problem: str | None = None
+
+    def record(self, path: bytes, gen: int, size: int, content: Path | bytes) -> None:
+        if self.state is None:
+            return
+        if isinstance(content, bytes):
+            digest = _check_hash_of(content, size)
+        else:
+            fd = os.open(content, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                digest = check_hash(fd, size)
+            finally:
+                os.close(fd)
         try:
-            fd = os.open(os.path.join(os.fsencode(root), path),
-                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and st.st_size >= size:
-                rows.append(RestoredFile(path, gen, size, st.st_dev, st.st_ino,
-                                         check_hash(fd, size), now))
-        finally:
-            os.close(fd)
-    state = State(state_file)
-    try:
-        state.record_restored(rows)
-    finally:
-        state.close()
-    return len(rows)
+            self.state.record_restored([RestoredFile(path, gen, size, digest, time.time())])
+        except StateError as e:
+            self.problem = f"{e}: the daemon will ship the restored files again"
+            self.close()
+
+    def close(self) -> None:
+        if self.state is not None:
+            self.state.close()
+            self.state = None
+
+
+def open_provenance(state_file: Path) -> Provenance | None:
+    """This machine's ``Provenance`` when it has a state (a daemon or a sync ran)."""
+    return Provenance(state_file) if state_file.exists() else None
+
+
+def _check_hash_of(data: bytes, length: int) -> bytes:
+    """``check_hash`` of bytes in memory: the same head and tail of the first ``length``."""
+    h = hashlib.sha256(data[:min(CHECK_HEAD, length)])
+    tail = max(CHECK_HEAD, length - CHECK_TAIL)
+    if tail < length:
+        h.update(data[tail:length])
+    return h.digest()
 
 
 def _reach(e: Entry) -> int:

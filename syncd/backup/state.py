@@ -32,14 +32,13 @@ CREATE TABLE IF NOT EXISTS files (
     check_hash BLOB,         -- sha256 of the shipped head and tail (rewrite detection)
     deleted_at REAL          -- set when the file left the tree (tombstone shipped)
 );
--- Files a restore wrote here that hold exactly a generation of this machine's backup
--- (provenance): those bytes are in the store already, and are never shipped again.
+-- Files a restore is writing here that hold exactly a generation of this machine's
+-- backup (provenance), recorded before each appears: those bytes are in the store
+-- already, and are never shipped again.
 CREATE TABLE IF NOT EXISTS restored (
     path BLOB PRIMARY KEY,
     gen INTEGER NOT NULL,    -- the generation the file's bytes are
     size INTEGER NOT NULL,   -- bytes [0, size) of it, as written
-    dev INTEGER NOT NULL,    -- the file restore wrote (a later replacement is not it)
-    ino INTEGER NOT NULL,
     check_hash BLOB NOT NULL,
     at REAL NOT NULL
 );
@@ -66,23 +65,22 @@ class FileState:
 @dataclass(frozen=True)
 class RestoredFile:
     """A file a restore wrote: bytes [0, size) of generation ``gen`` of this machine's
-    backup, in the file (dev, ino) whose head and tail hash to ``check_hash``."""
+    backup, whose head and tail hash to ``check_hash``."""
 
     path: bytes
     gen: int
     size: int
-    dev: int
-    ino: int
     check_hash: bytes
     at: float
 
 
-# A restore's record is kept this long; by then the daemon has long seen the file.
-RESTORED_KEEP = 30 * 86400.0
+# A restore's record is used once, within this long (a daemon stopped longer ships the
+# files again): a record never outlives the file it was made for by much.
+RESTORED_KEEP = 86400.0
 
 
 class State:
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False, durable: bool = True) -> None:
         self.path = path
         try:
             if readonly:
@@ -102,7 +100,9 @@ class State:
                 os.chmod(path, FILE_MODE)
                 self._db = sqlite3.connect(path, check_same_thread=False)
                 self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
+                # Not ``durable``: a restore's records, which a crash may lose (the files
+                # are then shipped again), written one by one without an fsync each.
+                self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
                 # 512 KiB of pages: rows are read one at a time, from the OS's page cache.
                 self._db.execute("PRAGMA cache_size=-512")
                 self._db.executescript(SCHEMA)
@@ -148,9 +148,16 @@ class State:
 
     # -- provenance ---------------------------------------------------------
     def restored(self, path: bytes) -> RestoredFile | None:
-        rows = self._read("SELECT path, gen, size, dev, ino, check_hash, at FROM restored "
-                          "WHERE path=?", (path,))
+        rows = self._read("SELECT path, gen, size, check_hash, at FROM restored "
+                          "WHERE path=? AND at >= ?", (path, time.time() - RESTORED_KEEP))
         return RestoredFile(*rows[0]) if rows else None
+
+    def forget_restored(self, path: bytes) -> None:
+        try:
+            with self._db:
+                self._db.execute("DELETE FROM restored WHERE path=?", (path,))
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
 
     def record_restored(self, files: Iterable[RestoredFile]) -> None:
         """Remember what a restore wrote (a row per path, the newest wins); records older
@@ -158,9 +165,8 @@ class State:
         try:
             with self._db:
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO restored VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(f.path, f.gen, f.size, f.dev, f.ino, f.check_hash, f.at)
-                     for f in files])
+                    "INSERT OR REPLACE INTO restored VALUES (?, ?, ?, ?, ?)",
+                    [(f.path, f.gen, f.size, f.check_hash, f.at) for f in files])
                 self._db.execute("DELETE FROM restored WHERE at < ?",
                                  (time.time() - RESTORED_KEEP,))
         except sqlite3.Error as e:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from syncd.backup.ship import remember_restored
+from syncd.backup.ship import open_provenance
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table
 from syncd.cli.util import (
@@ -151,13 +153,25 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         local_machine=settings.machine_id)
 
 
-def _remember(settings: Settings, target: Path, report: RestoreReport) -> None:
-    """Tell this machine's daemon which restored files hold what it shipped already; a
-    state that cannot take it costs bytes shipped again, never the restore."""
+@contextlib.contextmanager
+def _provenance(settings: Settings, opts: RestoreOptions,
+                notes: list[str]) -> Iterator[None]:
+    """``opts.record`` tells this machine's daemon, through its state, which restored
+    files hold what it shipped already; a state that cannot take it costs bytes shipped
+    again (a note), never the restore."""
     try:
-        remember_restored(settings.state_file, target, report.provenance)
+        prov = open_provenance(settings.state_file)
     except StateError as e:
-        report.notes.append(f"{e}: the daemon will ship the restored files again")
+        notes.append(f"{e}: the daemon will ship the restored files again")
+        prov = None
+    opts.record = prov.record if prov is not None else None
+    try:
+        yield
+    finally:
+        if prov is not None:
+            prov.close()
+            if prov.problem:
+                notes.append(prov.problem)
 
 
 def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
@@ -240,12 +254,12 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     opts.config, opts.instructions = config, instructions
     repo = repository_of(settings, machine)
     opts.seen = Seen(settings.state_dir, repo.url)
-    with meter("restoring") as m:
+    notes: list[str] = []
+    with meter("restoring") as m, _provenance(settings, opts, notes):
         opts.progress = m
         report = restore(repo, opts)
+    report.notes += notes
     opts.seen.save()
-    if not dry_run:
-        _remember(settings, opts.target, report)
     _report(report, as_json, dry_run)
     if report.errors:
         sys.exit(1)
@@ -269,8 +283,10 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     backup, session = find_session(backups, session_id)
     opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
-    report = restore(repo.for_machine(backup.machine), opts)
-    _remember(settings, opts.target, report)
+    notes: list[str] = []
+    with _provenance(settings, opts, notes):
+        report = restore(repo.for_machine(backup.machine), opts)
+    report.notes += notes
     _report(report, False, False)
     if report.errors:
         sys.exit(1)

@@ -18,6 +18,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,10 @@ class RestoreOptions:
     local_machine: str | None = None
     # What this host saw of the store before (a backup that ends earlier is reported).
     seen: Seen | None = None
+    # Told (path in the target, generation, size, its content: a file or bytes) before
+    # each file that holds exactly a generation of this machine's own backup is written
+    # into its own tree: ``backup.ship.Provenance``, so the daemon never ships it again.
+    record: Callable[[bytes, int, int, Path | bytes], None] | None = None
 
 
 @dataclass
@@ -103,15 +108,6 @@ class RestoreReport:
     rules: list[Rule] = field(default_factory=list)
     # Restored sessions: id → project path on this machine.
     sessions: dict[str, str] = field(default_factory=dict)
-    # Files written holding exactly a generation of this machine's own backup: (action,
-    # path in the target, generation, size). Their bytes are in the store already; the
-    # daemon is told (``backup.ship.remember_restored``) so that it never ships them again.
-    verbatim: list[tuple[Action, bytes, int, int]] = field(default_factory=list)
-
-    @property
-    def provenance(self) -> list[tuple[bytes, int, int]]:
-        """``verbatim`` without what failed: (path, generation, size) each."""
-        return [(p, g, n) for a, p, g, n in self.verbatim if a.action != "error"]
 
     def _paths(self, *kinds: str) -> list[str]:
         return [a.path for a in self.actions if a.action in kinds]
@@ -671,8 +667,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
             make_parents(opts.target, rel)
+            _record(opts, backup.machine, rel, as_is, staged)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
-            _verbatim(report, act, rel, as_is, backup.machine, opts)
         report.actions.append(act)
         return dest, act
     if max(size, st.st_size) > MERGE_MAX:
@@ -694,20 +690,21 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     if st is not None and _changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     make_parents(opts.target, rel)
+    if d.action == "fast-forward":
+        _record(opts, backup.machine, rel, as_is, d.content)
     installer.write(d.content, dest,
                     mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
-    if d.action == "fast-forward":
-        _verbatim(report, act, rel, as_is, backup.machine, opts)
     report.actions.append(act)
     return dest, act
 
 
-def _verbatim(report: RestoreReport, act: Action, rel: bytes, f: Entry | None,
-              machine: str, opts: RestoreOptions) -> None:
-    """Note a file written as generation ``f`` of this machine's own backup, into its
-    own Claude tree (``RestoreReport.verbatim``)."""
-    if f is not None and opts.local_root is not None and machine == opts.local_machine:
-        report.verbatim.append((act, rel, f.gen, f.size))
+def _record(opts: RestoreOptions, machine: str, rel: bytes, f: Entry | None,
+            content: Path | bytes) -> None:
+    """Before ``content`` becomes ``rel``: tell ``opts.record`` when it is generation ``f``
+    of this machine's own backup as it is (None: rewritten), written into its own tree."""
+    if opts.record is not None and f is not None and opts.local_root is not None and \
+            machine == opts.local_machine:
+        opts.record(rel, f.gen, f.size, content)
 
 
 # Two copies of a file bigger than this are compared as streams, not merged in memory.
@@ -745,8 +742,8 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
                                "as it is")
         act.previous_copy = keep_beside(dest, local or b"")
     make_parents(opts.target, rel)
+    _record(opts, machine, rel, f if data == raw else None, data)
     installer.write(data, dest, mtime_ns, restored_mode(f.mode))
-    _verbatim(report, act, rel, f if data == raw else None, machine, opts)
     report.actions.append(act)
     return dest, act
 
@@ -773,8 +770,8 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     if _changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     act.size = staged.stat().st_size
+    _record(opts, backup.machine, rel, as_is, staged)
     installer.rename(os.fsencode(staged), dest, mtime_ns)
-    _verbatim(report, act, rel, as_is, backup.machine, opts)
     return dest, act
 
 
