@@ -764,6 +764,32 @@ def test_a_revived_generation_is_live_and_whole_through_compaction(
         compact(Repository(store, M))
 
 
+def test_a_revival_is_its_own_empty_extent_when_the_file_grew_first(
+        tmp_path: Path) -> None:
+    """Claude appended to the restored file before the writer looked: the revival is an
+    empty extent, the new bytes ordinary ones after it."""
+    src, store = tmp_path / "src", MemoryStore()
+    sh = shipper(src, store, tmp_path / "st.db")
+    rel = "projects/-home-a/s.jsonl"
+    write(src, rel, b'{"n":1}\n' * 100)
+    sh.ship([rel.encode()])
+    os.unlink(src / rel)
+    sh.ship([rel.encode()])
+    _, recorded = restore_own(Repository(store, M), RestoreOptions(
+        target=src, local_root=str(src), local_machine=M), tmp_path / "st.db")
+    assert recorded == 1
+    write(src, rel, b'{"n":2}\n', "ab")
+    r = sh.ship([rel.encode()])
+    assert r.raw_bytes == 8
+    [seg] = r.segments
+    ix = Repository(store, M).read_index(segment_key(M, seg))
+    assert [(x.gen, x.start, x.end, x.reason) for x in ix.extents] == [
+        (1, 800, 800, "revived: restored as it was shipped"), (1, 800, 808, None)]
+    out = tmp_path / "out"
+    restore_tree(Repository(store, M), out)
+    assert (out / rel).read_bytes() == b'{"n":1}\n' * 100 + b'{"n":2}\n'
+
+
 # -- revival at the edges: an expired tombstone, a prune, a lost revival ----------------
 
 DAY = 86400.0

@@ -513,6 +513,16 @@ class Shipper:
             scanner = MetaScanner(at_line_start=start == 0 or os.pread(fd, 1, start - 1) == b"\n")
         pos = start
         in_batch = False
+        if reason == REVIVED:
+            # The revival is an empty extent of its own; bytes appended since the restore
+            # follow as ordinary extents (a reader that no longer holds the generation
+            # ignores the empty one, never starting a file at this offset).
+            batch.writer.add_data(rel, gen, pos, b"", mode=mode, mtime_ns=st.st_mtime_ns,
+                                  reason=reason)
+            in_batch, reason = True, None
+            if pos >= end:
+                batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+                return batch
         while True:
             want = min(FRAME_MAX, end - pos)
             if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
