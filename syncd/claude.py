@@ -93,11 +93,16 @@ def carries_instructions(rel: str, *, foreign: bool) -> bool:
         return True
     if any(p.lower() == ".claude" for p in parts[:-1]):  # a project's .claude/ directory
         return True
-    # A git repository: its config and hooks run commands on any git command there.
-    if any(p.lower() == ".git" for p in parts):
+    if in_git_dir(rel):
         return True
     return foreign and len(parts) > 3 and parts[0] == "projects" and \
         parts[2].lower() == "memory"
+
+
+def in_git_dir(rel: str) -> bool:
+    """True for a file of a git repository: its config and hooks run commands on any git
+    command there (``core.fsmonitor``), wherever it is, config folders included."""
+    return any(p.lower() == ".git" for p in rel.split("/"))
 
 
 def is_user_config(rel: str) -> bool:

@@ -25,6 +25,7 @@ from pathlib import Path
 from syncd.claude import (
     Selection,
     carries_instructions,
+    in_git_dir,
     is_never,
     is_user_config,
     project_folder,
@@ -317,8 +318,10 @@ def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions)
         return "on the never-upload list: not restored"
     if not opts.selection.wants(rel):
         return "outside the include set: not restored"
-    if is_user_config(rel):
-        return None if opts.config else "user config: restored only with --config"
+    if is_user_config(rel) and not opts.config:
+        return "user config: restored only with --config"
+    if is_user_config(rel) and not in_git_dir(rel):
+        return None
     if not opts.instructions and carries_instructions(
             rel, foreign=backup.machine != opts.local_machine):  # unknown here: foreign
         return "carries instructions or code: restored only with --with-instructions"
