@@ -852,11 +852,9 @@ def test_a_prune_after_restoring_an_expired_generation_keeps_its_bytes(
 
 
 def test_a_lost_revival_segment_is_noticed_by_the_audit(tmp_path: Path) -> None:
-    """The segment that revived a generation (an empty extent) is lost in the store.
-    The audit compares the state with the store's view: same generation, every byte
-    reachable, so nothing is marked; but the store still shows the file deleted, nothing
-    ships it again, and once the tombstone is old enough compaction drops the file
-    the tree still holds."""
+    """The segment that revived a generation (an empty extent) is lost in the store,
+    which shows the file deleted again: the audit ships it again, so compaction never
+    drops a file the tree still holds."""
     src, store, clock = tmp_path / "src", MemoryStore(), Clock(T0)
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
     rel = "projects/-home-u-app/memory/notes.md"

@@ -130,7 +130,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 
-# -- relocation follows symlinks out of the target ----------------------------------------
+# -- relocation never follows a symlink out of the target ---------------------------------
 
 @pytest.mark.parametrize("where", ["new-folder", "side-folder", "projects-dir"])
 def test_relocation_never_writes_through_a_symlink(alice: tuple[MemoryStore, Path],  # noqa: F811
@@ -153,7 +153,7 @@ def test_relocation_never_writes_through_a_symlink(alice: tuple[MemoryStore, Pat
     assert _tree(outside) == before, "relocation wrote or removed files outside the target"
 
 
-# -- a store moves and rewrites a local session it never held ------------------------------
+# -- a store never moves a local session it did not give -----------------------------------
 
 def test_a_store_cannot_move_an_unrelated_local_session(tmp_path: Path) -> None:
     """This machine's own session (never restored from anywhere); a crafted machine holds
@@ -174,7 +174,7 @@ def test_a_store_cannot_move_an_unrelated_local_session(tmp_path: Path) -> None:
     assert local.is_file() and local.read_bytes() == own, r.describe()
 
 
-# -- lines written during a move are lost --------------------------------------------------
+# -- lines written during a move are kept --------------------------------------------------
 
 def test_lines_written_while_a_session_moves_are_kept(alice: tuple[MemoryStore, Path],  # noqa: F811
                                                       tmp_path: Path,
@@ -183,19 +183,22 @@ def test_lines_written_while_a_session_moves_are_kept(alice: tuple[MemoryStore, 
     copy = relocation._copy_rewritten
     late = _line(SID, "LATE", "/home/bob/app", "written by claude while the restore ran")
 
-    def racing(src: Path, dest: Path, remap: object) -> None:
-        copy(src, dest, remap)  # type: ignore[arg-type]
+    def racing(src: Path, dest: Path, remap: object) -> bool:
+        done = copy(src, dest, remap)  # type: ignore[arg-type]
         if src.name == f"{SID}.jsonl":  # claude appends to the session it is running
             with open(src, "ab") as fh:
                 fh.write(late)
+        return done
 
     monkeypatch.setattr(relocation, "_copy_rewritten", racing)
-    restore(repo, _opts(tmp_path, maps=(RULE,)))
+    r = restore(repo, _opts(tmp_path, maps=(RULE,)))
     everything = b"".join(p.read_bytes() for p in root.rglob(f"{SID}.jsonl"))
     assert b'"uuid":"LATE"' in everything, "a line appended during the move was lost"
+    assert (root / "projects" / OLD / f"{SID}.jsonl").read_bytes().endswith(late)
+    assert any("changed while being moved" in n for n in r.notes), r.notes
 
 
-# -- one store name aborts the whole restore --------------------------------------------
+# -- one bad store name is one problem --------------------------------------------------
 
 def test_a_session_folder_name_too_long_is_one_problem_and_the_rest_goes_on(
         tmp_path: Path) -> None:
@@ -217,7 +220,7 @@ def test_a_session_folder_name_too_long_is_one_problem_and_the_rest_goes_on(
     assert (w.source / ok).is_file(), f"the rest did not go on\n{r.describe()}"
 
 
-# -- a move that fails halfway says "left there" for what moved ---------------------------
+# -- a move that fails halfway says what moved --------------------------------------------
 
 def test_a_move_that_fails_halfway_reports_what_moved(alice: tuple[MemoryStore, Path],  # noqa: F811
                                                       tmp_path: Path,
@@ -225,22 +228,21 @@ def test_a_move_that_fails_halfway_reports_what_moved(alice: tuple[MemoryStore, 
     repo, root = _resumed(alice, tmp_path)
     copy, calls = relocation._copy_rewritten, []
 
-    def flaky(src: Path, dest: Path, remap: object) -> None:
+    def flaky(src: Path, dest: Path, remap: object) -> bool:
         calls.append(src)
         if len(calls) == 2:
             raise OSError(28, "No space left on device")
-        copy(src, dest, remap)  # type: ignore[arg-type]
+        return copy(src, dest, remap)  # type: ignore[arg-type]
 
     monkeypatch.setattr(relocation, "_copy_rewritten", flaky)
     r = restore(repo, _opts(tmp_path, maps=(RULE,)))
-    if not (root / "projects" / OLD / f"{SID}.jsonl").exists():  # it did move
-        assert f"projects/{OLD}/{SID}.jsonl" in {a.source for a in r.actions
-                                                 if a.action == "move"}, r.actions
-        assert any("1 of its files moved, the rest left there" in e for e in r.errors), \
-            r.errors
+    assert not (root / "projects" / OLD / f"{SID}.jsonl").exists()  # it did move
+    assert f"projects/{OLD}/{SID}.jsonl" in {a.source for a in r.actions
+                                             if a.action == "move"}, r.actions
+    assert any("1 of its files moved, the rest left there" in e for e in r.errors), r.errors
 
 
-# -- the old copy goes before the new one's directory entry is durable ------------------
+# -- the new copy is durable before the old one goes ------------------------------------
 
 def test_a_moved_file_is_durable_before_its_old_copy_goes(alice: tuple[MemoryStore, Path],  # noqa: F811
                                                           tmp_path: Path,
@@ -276,7 +278,7 @@ def test_a_moved_file_is_durable_before_its_old_copy_goes(alice: tuple[MemorySto
         "the old copy was unlinked before the new folder's entry was fsynced"
 
 
-# -- a dry run plans moves the restore does not make ------------------------------------
+# -- a dry run plans the moves the restore makes ----------------------------------------
 
 def test_a_dry_run_plans_the_moves_the_restore_makes(alice: tuple[MemoryStore, Path],  # noqa: F811
                                                      tmp_path: Path) -> None:
@@ -314,9 +316,8 @@ def test_a_long_start_folder_stays_when_the_first_cwd_is_a_subdirectory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A start directory whose folder name is over 200 characters, and a session whose
     first cwd is a subdirectory of it (a cd before the lines we hold). The subdirectory
-    matches the folder's first 200 characters too, so launch_dir stops there, and
-    _folders renames the whole folder to the subdirectory's name: the same machine's
-    restore puts its sessions (and memory) where Claude started at LONG never looks."""
+    matches the folder's first 200 characters too; the exact name of the directory above
+    wins, and the folder (memory included) keeps its name."""
     monkeypatch.setenv("HOME", "/home/alice")
     assert len(project_folder(LONG)) > 201
     folder = project_folder(LONG)
@@ -332,11 +333,11 @@ def test_a_long_start_folder_stays_when_the_first_cwd_is_a_subdirectory(
     assert r.errors == []
     assert sorted(p.name for p in (out / "projects").iterdir()) == [folder]
 
+
 def test_a_local_session_in_its_long_start_folder_is_not_moved_out_of_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same machine, the session still in its folder (and continued here): restoring
-    it moves the local copy out of the folder Claude started at LONG uses, into the
-    subdirectory's name (relocation follows the wrong folder _folders picked)."""
+    it leaves the local copy in the folder Claude started at LONG uses."""
     monkeypatch.setenv("HOME", "/home/alice")
     folder = project_folder(LONG)
     src, store = tmp_path / "src", MemoryStore()
@@ -350,13 +351,13 @@ def test_a_local_session_in_its_long_start_folder_is_not_moved_out_of_it(
     assert [a.action for a in r.actions if a.action == "move"] == []
     assert (src / rel).exists()
 
+
 def test_two_variant_folders_of_one_start_directory_never_overwrite_each_other(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One long start directory, two folders in the store (Node's hash suffix and
-    another runtime's), each with its own memory/MEMORY.md. Both folders are renamed
-    to this machine's one; the two memory files land on one path. The placement of the
-    second looks before the installer renamed the first (a slow fsync here), so both
-    are 'create' and the second silently replaces the first in the tree."""
+    another runtime's), each with its own memory/MEMORY.md, both restored to this
+    machine's one folder: the two memory files land on one path, and the second is saved
+    aside, even while the first is still being installed (a slow fsync here)."""
     monkeypatch.setenv("HOME", "/home/alice")
     java = project_folder(LONG)
     bun = java[:200] + "-3k9zq1"
@@ -384,3 +385,26 @@ def test_two_variant_folders_of_one_start_directory_never_overwrite_each_other(
         else [])
     assert b"written under node" in everything and b"written under bun" in everything, \
         [(a.action, a.path) for a in r.actions]
+
+
+def test_a_moved_copy_is_rewritten_past_an_overlong_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line longer than LINE_MAX is copied as it is; the lines after it are rewritten
+    again (as restore does)."""
+    from syncd.restore import remap as _remap
+    from syncd.restore.remap import Remapper
+
+    monkeypatch.setattr(_remap, "CHUNK", 64)
+    monkeypatch.setattr(_remap, "LINE_MAX", 100)
+    long = b'{"cwd":"/home/a/x","t":"' + b"y" * 300 + b'"}\n'
+    data = b'{"cwd":"/home/a/p"}\n' + long + b'{"cwd":"/home/a/q"}\n{"cwd":"/home/a/end"}'
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.write_bytes(data)
+    assert relocation._copy_rewritten(src, dest, Remapper([Rule("/home/a", "/home/b")]))
+    assert dest.read_bytes() == (b'{"cwd":"/home/b/p"}\n' + long +
+                                 b'{"cwd":"/home/b/q"}\n{"cwd":"/home/b/end"}')
+    # A destination that appeared meanwhile is never replaced.
+    dest.write_bytes(b"made meanwhile\n")
+    assert not relocation._copy_rewritten(src, dest, None)
+    assert dest.read_bytes() == b"made meanwhile\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "src"]

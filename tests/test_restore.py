@@ -90,11 +90,12 @@ def test_symlinked_parent_in_target_is_refused(tmp_path: Path) -> None:
 def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from syncd.format.snapshot import Entry
+    from syncd.restore import remap as _remap
     from syncd.restore import restorer as _restore
     from syncd.restore.remap import Remapper, Rule
 
-    monkeypatch.setattr(_restore, "CHUNK", 64)
-    monkeypatch.setattr(_restore, "LINE_MAX", 100)
+    monkeypatch.setattr(_remap, "CHUNK", 64)
+    monkeypatch.setattr(_remap, "LINE_MAX", 100)
     remap = Remapper([Rule("/home/a", "/home/b")])
     short = [b'{"cwd":"/home/a/p%d"}\n' % i for i in range(20)]
     long = b'{"cwd":"/home/a/x","t":"' + b"y" * 300 + b'"}\n'

@@ -74,11 +74,7 @@ class Installer:
         self._futures = []
         for d in sorted(self._dirs):
             with contextlib.suppress(OSError):
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_dir(d)
         self._dirs.clear()
         return errors
 
@@ -134,3 +130,19 @@ def make_parents(target: Path, rel: bytes) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(cur, 0o700)
     check_parents(target, rel)
+
+
+def changed(path: bytes, before: os.stat_result) -> bool:
+    """Whether ``path`` is no longer the file ``before`` saw (size, mtime or inode)."""
+    after = os.lstat(path)
+    return (after.st_size, after.st_mtime_ns, after.st_ino) != (
+        before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def fsync_dir(path: bytes | str | Path) -> None:
+    """Make the entries of directory ``path`` durable (a rename, a link, an unlink)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -26,17 +26,13 @@ from pathlib import Path
 from syncd.claude import folder_match, project_folder
 from syncd.errors import RestoreError
 from syncd.private import create_private
-from syncd.restore.install import check_parents, make_parents
-from syncd.restore.remap import Remapper, Rule
+from syncd.restore.install import changed, check_parents, fsync_dir, make_parents
+from syncd.restore.remap import Remapper, Rule, rewrite_lines
 
 # A transcript's first entry (its uuid, time and cwd) is within its first MiB.
 _HEAD = 1 << 20
 _FIELD = {k: re.compile(rb'"' + k.encode() + rb'":"((?:[^"\\]|\\.)*)"')
           for k in ("uuid", "timestamp", "cwd")}
-# Rewritten CHUNK bytes at a time, cut at a line end; a line longer than LINE_MAX is
-# copied as it is (as restore does), so memory never follows a file's line lengths.
-CHUNK = 8 << 20
-LINE_MAX = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -205,11 +201,13 @@ def move(target: Path, m: Move, moved: Moved) -> None:
         before = os.lstat(src)
         rewrite = remap if transcript or rel.endswith((".jsonl", ".json")) or \
             "/tool-results/" in f"/{rel}" else None
-        _copy_rewritten(src, dest, rewrite)
+        if not _copy_rewritten(src, dest, rewrite):
+            moved.left.append(f"projects/{m.old}/{rel}")  # its place was taken meanwhile
+            continue
         if dest.parent not in synced:
-            _fsync_dir(dest.parent)
+            fsync_dir(dest.parent)
             synced.add(dest.parent)
-        if _changed(src, before):
+        if changed(os.fsencode(src), before):
             # Written to while it was copied: the new copy goes, the old one stays whole.
             os.unlink(dest)
             moved.left.append(f"projects/{m.old}/{rel}")
@@ -232,39 +230,22 @@ def _mode(path: Path) -> int:
         return 0
 
 
-def _changed(path: Path, before: os.stat_result) -> bool:
-    after = os.lstat(path)
-    return (after.st_size, after.st_mtime_ns, after.st_ino) != (
-        before.st_size, before.st_mtime_ns, before.st_ino)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _copy_rewritten(src: Path, dest: Path, remap: Remapper | None) -> None:
-    """``src`` into ``dest`` (its lines rewritten by ``remap``), through a temp file."""
+def _copy_rewritten(src: Path, dest: Path, remap: Remapper | None) -> bool:
+    """``src`` into ``dest`` (its lines rewritten by ``remap``), through a temp file;
+    False, and nothing written, when ``dest`` appeared meanwhile (never replaced)."""
     tmp = dest.with_name(f".syncd-{os.urandom(6).hex()}.tmp")
     try:
         with open(src, "rb") as fh, os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
-            carry = b""
-            while chunk := fh.read(CHUNK):
-                buf = carry + chunk
-                cut = buf.rfind(b"\n") + 1
-                if cut == 0 and len(buf) > LINE_MAX:
-                    cut, remap = len(buf), None  # an overlong line: the rest is copied
-                out.write(remap.line(buf[:cut]) if remap else buf[:cut])
-                carry = buf[cut:]
-            out.write(remap.line(carry) if remap and carry else carry)
+            rewrite_lines(fh, out.write, remap.line if remap else bytes)
             out.flush()
             os.fsync(out.fileno())
         st = src.stat()
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-        os.replace(tmp, dest)
+        try:
+            os.link(tmp, dest)  # unlike a rename, never over a file made meanwhile
+        except FileExistsError:
+            return False
+        return True
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

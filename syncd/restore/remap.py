@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from syncd.claude import project_folder
 
@@ -139,3 +140,39 @@ class Remapper:
 def folder_for(cwd: str, remap: Remapper) -> str:
     """The project folder a session recorded at ``cwd`` belongs in after remapping."""
     return project_folder(remap.path(cwd))
+
+
+# Lines are rewritten about CHUNK bytes at a time; a line longer than LINE_MAX is copied
+# as it is (remapping it in pieces could cut a protected thinking block), so memory holds
+# at most one batch of lines whatever the file holds.
+CHUNK = 8 << 20
+LINE_MAX = 16 << 20
+
+
+def rewrite_lines(src: BinaryIO, emit: Callable[[bytes], object],
+                  rewrite: Callable[[bytes], bytes], *, holes: bool = False) -> None:
+    """``src``'s lines, ``rewrite``-n a batch at a time (cut at the last line end of each
+    CHUNK read, so no Python code runs per line), to ``emit``; a line with no end within
+    LINE_MAX bytes is emitted as it is, and the lines after it rewritten again. ``holes``:
+    zero bytes (a sparse file's holes) are dropped first."""
+    carry, untouched = b"", False
+    while chunk := src.read(CHUNK):
+        if holes:
+            chunk = chunk.replace(b"\0", b"")
+        buf = carry + chunk
+        if untouched:  # the rest of an overlong line, up to its end
+            end = buf.find(b"\n") + 1
+            emit(buf if end == 0 else buf[:end])
+            carry, untouched = (b"", True) if end == 0 else (buf[end:], False)
+            continue
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0 and len(buf) > LINE_MAX:
+            emit(buf)
+            carry, untouched = b"", True
+        elif cut:
+            emit(rewrite(buf[:cut]))
+            carry = buf[cut:]
+        else:
+            carry = buf
+    if carry:  # a last line without its line end
+        emit(carry if untouched else rewrite(carry))

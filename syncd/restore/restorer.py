@@ -38,10 +38,10 @@ from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import create_private, private_dir, write_private
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
-from syncd.restore.install import Installer, check_parents, make_parents
+from syncd.restore.install import Installer, changed, check_parents, make_parents
 from syncd.restore.merge import decide
 from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, strays
-from syncd.restore.remap import Remapper, Rule
+from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
 from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
 from syncd.seen import Seen
 from syncd.view import Backup, load_backup
@@ -690,7 +690,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     if d.content is None:
         report.actions.append(act)
         return None
-    if st is not None and _changed(dest, st):
+    if st is not None and changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     make_parents(opts.target, rel)
     if d.action == "fast-forward":
@@ -740,7 +740,7 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
         report.actions.append(act)
         return None
     if st is not None:
-        if _changed(dest, st):
+        if changed(dest, st):
             raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left "
                                "as it is")
         act.previous_copy = keep_beside(dest, local or b"")
@@ -770,7 +770,7 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     if act.action == "conflict":
         act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
         return None
-    if _changed(dest, st):
+    if changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     act.size = staged.stat().st_size
     _record(opts, backup.machine, rel, as_is, staged)
@@ -808,21 +808,10 @@ def _sane_mtime(f: Entry, report: RestoreReport) -> int:
     return now
 
 
-# Lines are rewritten about CHUNK bytes at a time; a line longer than LINE_MAX is copied
-# as it is (remapping it in pieces could cut a protected thinking block), so memory holds
-# at most one batch of lines whatever the file holds.
-CHUNK = 8 << 20
-LINE_MAX = 16 << 20
-
-
 def _rewrite(staged: Path, f: Entry, remap: Remapper,
              history_sids: set[str] | None) -> tuple[Path, int]:
-    """``staged`` remapped (and a history filtered) into a new staged file; its size.
-
-    Read CHUNK bytes at a time and cut at the last line end, so no Python code runs per
-    line; what has no line end within LINE_MAX bytes is copied as it is."""
+    """``staged`` remapped (and a history filtered) into a new staged file; its size."""
     sids = history_sids if f.path == b"history.jsonl" else None
-    holes = sids is not None and f.sparse  # zero bytes where other sessions' lines were
     out_path = staged.with_name(staged.name + ".out")
     size = 0
     with open(staged, "rb") as src, open(out_path, "wb") as out:
@@ -833,39 +822,15 @@ def _rewrite(staged: Path, f: Entry, remap: Remapper,
             out.write(text)
             size += len(text)
 
-        carry, untouched = b"", False
-        while chunk := src.read(CHUNK):
-            if holes:
-                chunk = chunk.replace(b"\0", b"")
-            buf = carry + chunk
-            if untouched:  # the rest of an overlong line, up to its end
-                end = buf.find(b"\n") + 1
-                emit(buf if end == 0 else buf[:end])
-                carry, untouched = (b"", True) if end == 0 else (buf[end:], False)
-                continue
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0 and len(buf) > LINE_MAX:
-                emit(buf)
-                carry, untouched = b"", True
-            elif cut:
-                emit(_lines_out(buf[:cut], remap, sids))
-                carry = buf[cut:]
-            else:
-                carry = buf
-        if carry:  # a last line without its line end
-            emit(carry if untouched else _lines_out(carry, remap, sids))
+        # A filtered sparse history has zero bytes where other sessions' lines were.
+        rewrite_lines(src, emit, lambda text: _lines_out(text, remap, sids),
+                      holes=sids is not None and f.sparse)
     staged.unlink()
     return out_path, size
 
 
 def _lines_out(text: bytes, remap: Remapper, sids: set[str] | None) -> bytes:
     return remap.lines(text if sids is None else _filter_history(text, sids))
-
-
-def _changed(dest: bytes, before: os.stat_result) -> bool:
-    after = os.lstat(dest)
-    return (after.st_size, after.st_mtime_ns, after.st_ino) != (
-        before.st_size, before.st_mtime_ns, before.st_ino)
 
 
 def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOptions) -> str:
