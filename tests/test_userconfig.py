@@ -18,8 +18,15 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import DEFAULT_INCLUDE, USER_CONFIG, Selection, is_user_config
+from syncd.errors import RestoreError
 from syncd.restore.remap import Remapper, Rule
-from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
+from syncd.restore.userconfig import (
+    config_diff,
+    install_config,
+    keep_beside,
+    remapped,
+    restored_mode,
+)
 from tests.hostile import MB, Piece, rss_bound
 from tests.test_hostile_store import World, sane
 
@@ -113,12 +120,31 @@ def test_a_long_diff_is_cut_and_says_how_much_more() -> None:
         "(local/CLAUDE.md 0 bytes, backup/CLAUDE.md 307200 bytes: too big to show)\n"
 
 
-def test_the_kept_copy_is_beside_private_and_never_overwritten(tmp_path: Path) -> None:
-    dest = os.fsencode(tmp_path / "settings.json")
-    a, b = keep_beside(dest, b"one"), keep_beside(dest, b"two")
+def test_the_kept_copy_is_the_local_file_beside_it_and_never_overwritten(
+        tmp_path: Path) -> None:
+    dest = tmp_path / "settings.json"
+    dest.write_bytes(b"one")
+    a = keep_beside(os.fsencode(dest))
+    dest.unlink()
+    dest.write_bytes(b"two")
+    b = keep_beside(os.fsencode(dest))
     assert a != b and Path(a).read_bytes() == b"one" and Path(b).read_bytes() == b"two"
     assert Path(a).parent == tmp_path and ".before-restore-" in Path(a).name
-    assert stat.S_IMODE(Path(a).stat().st_mode) == 0o600
+    assert os.stat(b).st_ino == dest.stat().st_ino  # the very file, not a copy of it
+
+
+def test_a_config_file_is_installed_over_the_local_one_or_never_over_a_new_one(
+        tmp_path: Path) -> None:
+    dest = os.fsencode(tmp_path / "CLAUDE.md")
+    assert install_config(dest, b"new\n", 10**18, 0o600, replacing=False) is None
+    assert Path(os.fsdecode(dest)).read_bytes() == b"new\n"
+    with pytest.raises(RestoreError, match="appeared while being restored"):
+        install_config(dest, b"other\n", 10**18, 0o600, replacing=False)
+    kept = install_config(dest, b"newer\n", 10**18, 0o700, replacing=True)
+    assert kept is not None and Path(kept).read_bytes() == b"new\n"
+    assert Path(os.fsdecode(dest)).read_bytes() == b"newer\n"
+    assert stat.S_IMODE(os.stat(dest).st_mode) == 0o700
+    assert sorted(p.name for p in tmp_path.iterdir() if ".syncd-" in p.name) == []
 
 
 # -- round trips through the command line ---------------------------------------------------

@@ -42,7 +42,7 @@ from syncd.restore.install import Installer, changed, check_parents, make_parent
 from syncd.restore.merge import decide
 from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, strays
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
-from syncd.restore.userconfig import config_diff, keep_beside, remapped, restored_mode
+from syncd.restore.userconfig import config_diff, install_config, remapped, restored_mode
 from syncd.seen import Seen
 from syncd.view import Backup, load_backup
 
@@ -632,8 +632,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     mtime_ns = _sane_mtime(f, report)
     if is_user_config(os.fsdecode(f.path)):
-        return _place_config(staged, f, dest, rel, st, mtime_ns, remap, backup.machine, opts,
-                             report, installer)
+        _place_config(staged, f, dest, rel, st, mtime_ns, remap, backup.machine, opts, report)
+        return None
     sids = history_sids if f.path == b"history.jsonl" else None
     transform = (_remapped(f.path) and not remap.identity) or sids is not None
     if st is None and transform and size <= CHUNK:
@@ -716,7 +716,7 @@ MERGE_MAX = 64 << 20
 
 def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_result | None,
                   mtime_ns: int, remap: Remapper, machine: str, opts: RestoreOptions,
-                  report: RestoreReport, installer: Installer) -> tuple[bytes, Action] | None:
+                  report: RestoreReport) -> None:
     """A config file, asked for with ``--config``: the backup's copy (paths remapped)
     replaces the local one, which is kept beside it; a dry run shows the diff."""
     src = os.fsdecode(f.path)
@@ -739,16 +739,17 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
         act.diff = config_diff(os.fsdecode(rel), local, data)
         report.actions.append(act)
         return None
-    if st is not None:
-        if changed(dest, st):
-            raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left "
-                               "as it is")
-        act.previous_copy = keep_beside(dest, local or b"")
+    if st is not None and changed(dest, st):
+        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as "
+                           "it is")
     make_parents(opts.target, rel)
     _record(opts, machine, rel, f if data == raw else None, data)
-    installer.write(data, dest, mtime_ns, restored_mode(f.mode))
+    # Now, not by the installer's threads: the local file is kept beside it the moment
+    # before it is replaced, and a new one never replaces a file made meanwhile.
+    act.previous_copy = install_config(dest, data, mtime_ns, restored_mode(f.mode),
+                                       replacing=st is not None)
     report.actions.append(act)
-    return dest, act
+    return None
 
 
 def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_result,

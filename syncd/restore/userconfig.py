@@ -4,14 +4,19 @@ local file they replace kept beside it."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
 import itertools
 import json
 import os
+import shutil
 import time
 
 from syncd import untrusted
+from syncd.errors import RestoreError
 from syncd.private import create_private
+from syncd.restore.install import fsync_dir
 from syncd.restore.remap import Remapper
 
 # A dry run's diff of one file stops after this many lines; files bigger than
@@ -109,19 +114,58 @@ def config_diff(rel: str, local: bytes | None, backup: bytes) -> str:
     return "".join(out)
 
 
-def keep_beside(dest: bytes, content: bytes) -> str:
-    """Save ``content`` (the local file about to be replaced) as
-    ``<dest>.before-restore-<time>``: beside it, and a name Claude loads nothing from."""
+def install_config(dest: bytes, data: bytes, mtime_ns: int, mode: int, *,
+                   replacing: bool) -> str | None:
+    """Write ``data`` as ``dest`` now (temp file, fsync, mode, mtime, then the directory):
+    ``replacing`` the local file, kept beside it first (``keep_beside``), or as a new one
+    that never replaces a file made meanwhile. The kept copy's path."""
+    tmp = os.path.join(os.path.dirname(dest), b".syncd-" + os.urandom(6).hex().encode()
+                       + b".tmp")
+    try:
+        with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        kept = None
+        if replacing:
+            kept = keep_beside(dest)
+            os.replace(tmp, dest)
+        else:
+            try:
+                os.link(tmp, dest)  # unlike a rename, never over a file made meanwhile
+            except FileExistsError:
+                raise RestoreError(f"{os.fsdecode(dest)}: appeared while being restored; "
+                                   "left as it is") from None
+        fsync_dir(os.path.dirname(dest))
+        return kept
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def keep_beside(dest: bytes) -> str:
+    """Keep the local file ``dest`` as ``<dest>.before-restore-<time>``, beside it and a
+    name Claude loads nothing from: a hard link to the very file, so whatever was written
+    to it since it was read is kept too (a copy where the filesystem has no links)."""
     stamp = time.strftime("%Y%m%dT%H%M%S").encode()
     for n in range(1000):
         path = dest + b".before-restore-" + stamp + (b"-%d" % n if n else b"")
         try:
-            fd = create_private(path, os.O_EXCL)
+            os.link(dest, path, follow_symlinks=False)
         except FileExistsError:
             continue
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            try:
+                fd = create_private(path, os.O_EXCL)
+            except FileExistsError:
+                continue
+            with open(dest, "rb") as src, os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out)
+                out.flush()
+                os.fsync(out.fileno())
         return os.fsdecode(path)
     raise FileExistsError(os.fsdecode(dest) + ".before-restore-*: too many")
