@@ -158,8 +158,14 @@ if [ "$platform" = macos ]; then
     fi
 else
     mkdir -p "$unit_dir"
-    # Quoted for systemd (a space in the path), "%" doubled (its specifiers), then
-    # escaped for sed's replacement.
+    case "$bin" in
+        *'"'*|*'\'*)
+            echo "install.sh: systemd cannot run a program whose path holds a quote or a" \
+                 "backslash ($bin): install with --prefix DIR elsewhere" >&2
+            exit 2 ;;
+    esac
+    # For systemd: in double quotes (a space in the path), % doubled (its specifiers);
+    # then escaped for sed's replacement.
     exec_start="$(printf '"%s" run\n' "$bin" | sed -e 's/%/%%/g' -e 's/[\\|&]/\\&/g')"
     sed "s|^ExecStart=.*|ExecStart=$exec_start|" "$repo/systemd/syncd.service" \
         >"$unit_dir/syncd.service"
