@@ -45,7 +45,8 @@ def test_a_later_remap_moves_the_session_with_what_was_written_since(
     # Then a restore that maps the project elsewhere.
     dry = restore(repo, _opts(tmp_path, dry_run=True,
                               maps=(Rule("/home/alice/app", "/home/bob/src/app"),)))
-    [planned] = [a for a in dry.actions if a.action == "move"]
+    [planned] = [a for a in dry.actions
+                 if a.action == "move" and a.path.endswith(f"{SID}.jsonl")]
     assert planned.source == f"projects/-home-bob-app/{SID}.jsonl"
     assert planned.path == f"projects/{project_folder('/home/bob/src/app')}/{SID}.jsonl"
     assert (old / f"{SID}.jsonl").exists()  # a dry run moves nothing
@@ -297,6 +298,28 @@ def test_a_dry_run_plans_the_moves_the_restore_makes(alice: tuple[MemoryStore, P
                 if a.action == "move" and a.source.endswith(f"{SID}.jsonl")}
 
     assert moves(dry) == moves(real), (moves(dry), moves(real), real.notes)
+
+
+def test_a_dry_run_plans_exactly_what_the_restore_does_with_a_moved_session(
+        alice: tuple[MemoryStore, Path], tmp_path: Path) -> None:  # noqa: F811
+    """The moved copy grew here (continued): the plan compares the backup with it, as
+    the real run does after the move (keep, not create), subagents and all."""
+    repo, root = _resumed(alice, tmp_path)
+    with open(root / "projects" / OLD / f"{SID}.jsonl", "ab") as fh:
+        fh.write(_line(SID, "L9", "/home/bob/app", "continued here",
+                       ts="2027-01-01T00:00:00.000Z"))
+    before = _tree(root)
+    dry = restore(repo, _opts(tmp_path, dry_run=True, maps=(RULE,)))
+    assert _tree(root) == before  # a dry run moves nothing
+    real = restore(repo, _opts(tmp_path, maps=(RULE,)))
+
+    def plan(r: object) -> list[tuple[str, str, str]]:
+        return sorted((a.action, a.path, a.source)  # type: ignore[attr-defined]
+                      for a in r.actions)  # type: ignore[attr-defined]
+
+    assert plan(dry) == plan(real)
+    assert ("keep", f"projects/{NEW}/{SID}.jsonl", f"projects/-home-alice-app/{SID}.jsonl") \
+        in plan(real), plan(real)
 
 
 # -- long folders: a subdirectory's cwd, two runtimes' folders --------------------------

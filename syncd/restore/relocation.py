@@ -171,17 +171,14 @@ def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
     return Move(sid, old, new, Rule(start, new_start, "moved session"))
 
 
-def move(target: Path, m: Move, moved: Moved) -> None:
-    """Move the session's transcript and its folder (subagents, tool results) from
-    ``m.old`` to ``m.new``, paths rewritten, recording each file in ``moved`` as it goes.
-    Each file is written (temp, fsync, rename, directory fsync) before its old copy
-    goes; one that changed meanwhile (Claude appending to it) or whose new place is
-    taken stays where it is."""
+def _files(target: Path, m: Move) -> list[tuple[str, Remapper | None]]:
+    """The session's files in folder ``m.old`` (its transcript, then its side folder:
+    subagents, tool results), relative to the folder, each with the remapper its lines
+    go through (None: copied as they are)."""
     assert m.rule is not None
     remap = Remapper([m.rule], {m.old: m.new})
-    projects = target / "projects"
-    src_dir = projects / m.old
-    pairs = [(f"{m.session_id}.jsonl", True)]
+    src_dir = target / "projects" / m.old
+    out: list[tuple[str, Remapper | None]] = [(f"{m.session_id}.jsonl", remap)]
     side = src_dir / m.session_id
     if stat.S_ISDIR(_mode(side)):
         for root, dirs, files in os.walk(side):
@@ -189,9 +186,37 @@ def move(target: Path, m: Move, moved: Moved) -> None:
             for name in sorted(files):
                 p = Path(root) / name
                 if _regular(p):
-                    pairs.append((str(p.relative_to(src_dir)), False))
+                    rel = str(p.relative_to(src_dir))
+                    out.append((rel, remap if rel.endswith((".jsonl", ".json")) or
+                                "/tool-results/" in f"/{rel}" else None))
+    return out
+
+
+def preview(target: Path, m: Move, scratch: Path) -> dict[bytes, Path]:
+    """What ``move`` would put where, for a dry run: each file's place in the target
+    (relative) → its rewritten copy in ``scratch``, which the plan compares with."""
+    out: dict[bytes, Path] = {}
+    for n, (rel, remap) in enumerate(_files(target, m)):
+        dest_rel = f"projects/{m.new}/{rel}"
+        if os.path.lexists(target / dest_rel):
+            continue
+        copy = scratch / f"moved-{m.session_id}-{n}"
+        if _copy_rewritten(target / "projects" / m.old / rel, copy, remap):
+            out[dest_rel.encode()] = copy
+    return out
+
+
+def move(target: Path, m: Move, moved: Moved) -> None:
+    """Move the session's transcript and its folder (subagents, tool results) from
+    ``m.old`` to ``m.new``, paths rewritten, recording each file in ``moved`` as it goes.
+    Each file is written (temp, fsync, rename, directory fsync) before its old copy
+    goes; one that changed meanwhile (Claude appending to it) or whose new place is
+    taken stays where it is."""
+    projects = target / "projects"
+    src_dir = projects / m.old
+    side = src_dir / m.session_id
     synced: set[Path] = set()
-    for rel, transcript in pairs:
+    for rel, rewrite in _files(target, m):
         src, dest = src_dir / rel, projects / m.new / rel
         dest_rel = f"projects/{m.new}/{rel}"
         if os.path.lexists(dest):
@@ -199,8 +224,6 @@ def move(target: Path, m: Move, moved: Moved) -> None:
             continue
         make_parents(target, dest_rel.encode())
         before = os.lstat(src)
-        rewrite = remap if transcript or rel.endswith((".jsonl", ".json")) or \
-            "/tool-results/" in f"/{rel}" else None
         if not _copy_rewritten(src, dest, rewrite):
             moved.left.append(f"projects/{m.old}/{rel}")  # its place was taken meanwhile
             continue

@@ -40,7 +40,7 @@ from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.restore.install import Installer, changed, check_parents, make_parents
 from syncd.restore.merge import decide
-from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, strays
+from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, preview, strays
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
 from syncd.restore.userconfig import config_diff, install_config, remapped, restored_mode
 from syncd.seen import Seen
@@ -199,7 +199,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
         staged = _stage(repo, files, staging, report, meter)
-        _relocate(backup, staged, remap, opts, report)
+        planned = _relocate(backup, staged, remap, opts, report, staging)
         for path in sorted(staged):
             f = files[path]
             if path in aside:
@@ -207,7 +207,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
                 continue
             try:
                 queued = _place(staged[path], f, remap, history_sids, backup, opts, report,
-                             installer)
+                                installer, planned)
             except (RestoreError, OSError, ValueError, OverflowError) as e:
                 # This file only; the others still restore.
                 report.errors.append(_file_error(opts.target, path, e))
@@ -261,18 +261,18 @@ def _set_aside(staged: Path, path: bytes, where: tuple[bytes, bytes], backup: Ba
 
 
 def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
-              opts: RestoreOptions, report: RestoreReport) -> None:
+              opts: RestoreOptions, report: RestoreReport,
+              scratch: Path) -> dict[bytes, Path]:
     """Move a restored session's earlier copy in another project folder to the one these
-    rules give (``restore/relocation``); one that cannot move is named in a note."""
+    rules give (``restore/relocation``); one that cannot move is named in a note. A dry
+    run moves nothing: what would move where (place → its copy in ``scratch``) is
+    returned, for the plan to compare with as the real run would."""
+    planned: dict[bytes, Path] = {}
     wanted: dict[str, str] = {}
     sessions = {s.session_id: s for s in backup.sessions.values() if s.path in staged}
     for sid, s in sessions.items():
         wanted[sid] = remap.folder(s.folder)
-    try:
-        found = strays(opts.target, wanted)
-    except OSError as e:
-        report.errors.append(f"{opts.target}/projects: cannot list: {_why(e)}")
-        return
+    found = strays(opts.target, wanted)
     taken: set[str] = set()
     for sid, olds in found.items():
         s = sessions[sid]
@@ -290,8 +290,11 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
                 taken.add(m.new)
                 why = f"session was in projects/{old}: moved, {m.rule.old} -> {m.rule.new}"
                 if opts.dry_run:
-                    report.actions.append(Action("move", f"projects/{m.new}/{sid}.jsonl",
-                                                 f"projects/{old}/{sid}.jsonl", why))
+                    for place, copy in preview(opts.target, m, scratch).items():
+                        planned[place] = copy
+                        name = os.fsdecode(place)
+                        report.actions.append(Action(
+                            "move", name, f"projects/{old}/" + name.split("/", 2)[2], why))
                     continue
                 move(opts.target, m, moved)
             except (OSError, RestoreError) as e:
@@ -304,6 +307,7 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
             for left in moved.left:
                 report.notes.append(f"{left}: changed while being moved, or its place in "
                                     f"projects/{wanted[sid]} is taken: left there")
+    return planned
 
 
 def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
@@ -609,7 +613,7 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 
 def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
-           installer: Installer) -> tuple[bytes, Action] | None:
+           installer: Installer, planned: dict[bytes, Path]) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
 
     Returns the destination and the action when a write was queued (its failure, known
@@ -621,6 +625,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     rel = _target_rel(f.path, remap)
     safe_relpath(rel)
     dest = os.path.join(os.fsencode(opts.target), rel)
+    if rel in planned:  # a dry run: compared with what a move would have put there
+        dest = os.fsencode(planned[rel])
     check_parents(opts.target, rel)
     try:
         st: os.stat_result | None = os.lstat(dest)
