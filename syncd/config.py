@@ -282,7 +282,7 @@ def _user_part(name: str) -> str:
 
 def default_machine_id() -> str:
     """``<user>.<hostname>-<8 hex of the host seed>``: stable across restarts, distinct
-    per host and per user on it. Where /etc/machine-id exists the host part is the
+    per host and per user on it. Where /etc/machine-id holds an id the host part is the
     legacy id, so ``alice.laptop-1a2b3c4d`` is recognisably ``laptop-1a2b3c4d`` upgraded."""
     host = f"{_host_name()}-{_hex8(host_seed())}"
     # The host part is at most 57 characters: the user gets the rest of the 64.

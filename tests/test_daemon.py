@@ -231,15 +231,15 @@ def test_config_saved_by_rename_is_shipped_whole(daemon: tuple[Daemon, Settings]
         os.replace(tmp, s.source / rel)
 
     save("settings.json", b'{"model": "opus"}\n')
-    save("agents/reviewer.md", b"---\nname: reviewer\n---\n")
+    save("agents/linter.md", b"---\nname: linter\n---\n")
     wait_for(lambda: shipped(s, "settings.json") == 18 and
-             shipped(s, "agents/reviewer.md") == 23, what="config shipped")
+             shipped(s, "agents/linter.md") == 21, what="config shipped")
     save("settings.json", b'{"model": "sonnet", "env": {}}\n')
     wait_for(lambda: shipped(s, "settings.json") == 31, what="the new settings shipped")
     out = tmp_path / "out"
     restore_tree(Repository(open_store(s.store), s.machine_id), out)
     assert (out / "settings.json").read_bytes() == b'{"model": "sonnet", "env": {}}\n'
-    assert (out / "agents/reviewer.md").read_bytes() == b"---\nname: reviewer\n---\n"
+    assert (out / "agents/linter.md").read_bytes() == b"---\nname: linter\n---\n"
     assert not list(out.glob(".*.tmp"))
 
 

@@ -164,8 +164,9 @@ def test_restore_as_of_an_hour_ago(homes: Homes, tmp_path: Path) -> None:
         fh.write(_line(str(homes.home(DESK) / "code" / "app"), "u2", "and the tests"))
     homes.syncd(DESK, "sync")
     out = tmp_path / "an-hour-ago"
-    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(between)) + \
-        f".{int(between % 1 * 1e6):06d}"
+    # In UTC: a local time is ambiguous in the hour a clock goes back.
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(between)) + \
+        f".{int(between % 1 * 1e6):06d}+00:00"
     homes.run("Restore as of an hour ago", DESK,
               swap=lambda s: s.replace("--at 1h", f"--at {at}")
               .replace("/tmp/claude-1h-ago", str(out)))

@@ -49,7 +49,7 @@ def _config_files(home: str) -> dict[str, bytes]:
         "CLAUDE.md": f"Notes live in {home}/notes; never in {home}/notesarchive.\n".encode(),
         "keybindings.json": b'{"bindings": []}\n',
         "commands/ship.md": b"Run the release checklist.\n",
-        "agents/reviewer.md": b"---\nname: reviewer\n---\nReview carefully.\n",
+        "agents/linter.md": b"---\nname: linter\n---\nLint carefully.\n",
         "skills/pdf/SKILL.md": b"---\nname: pdf\n---\nUse the script.\n",
         "skills/pdf/logo.bin": b"\x00\x01/home\xff" + home.encode(),
         "hooks/fmt.sh": f"#!/bin/sh\nexec {home}/bin/fmt \"$@\"\n".encode(),

@@ -13,7 +13,7 @@ import click
 
 from syncd.backup.ship import open_provenance
 from syncd.claude import Selection
-from syncd.cli.table import Column, Table
+from syncd.cli.table import Column, Table, printable
 from syncd.cli.util import (
     echo_json,
     repository_of,
@@ -113,9 +113,7 @@ def _backups(settings: Settings, machine: str | None
 
 def _text(value: object) -> str:
     """A store's string for a terminal: no control characters (escape sequences)."""
-    if not value:
-        return "-"
-    return "".join(c if c.isprintable() else "?" for c in str(value))
+    return printable(str(value)) if value else "-"
 
 
 def _text_line(line: str) -> str:
@@ -246,7 +244,8 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 
     Paths are remapped to this machine (the source home to this home, plus --map and
     the config's [remap]); existing files are fast-forwarded, merged or kept, never
-    replaced by an older or diverged copy.
+    replaced by an older or diverged copy (a config file, with --config, is replaced
+    and the local one kept beside it).
     """
     settings = settings_of(ctx)
     opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,

@@ -4,7 +4,8 @@ Files are fetched segment by segment (whole objects or byte ranges) into a stagi
 directory, every extent checked against its sha256. Then each file is remapped to
 this machine's paths (``restore/remap``), compared with what is already there (``restore/merge``)
 and written atomically: temp file, fsync, rename. A failure halfway leaves every
-existing file as it was; a local file is never replaced by an older or diverged copy.
+existing file as it was; a local file is never replaced by an older or diverged copy,
+except a config file asked for with ``--config``, which is kept beside it first.
 """
 
 from __future__ import annotations

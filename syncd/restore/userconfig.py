@@ -90,7 +90,7 @@ def config_diff(rel: str, local: bytes | None, backup: bytes) -> str:
         return (f"(local/{rel} {len(local or b'')} bytes, backup/{rel} {len(backup)} bytes: "
                 "too big to show)\n")
     header = ""
-    if rel.endswith(".json"):
+    if rel.lower().endswith(".json"):
         shown_old = _masked(old) if local is not None else ""
         shown_new = _masked(new)
         if shown_old is None or shown_new is None:
