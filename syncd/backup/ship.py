@@ -616,6 +616,12 @@ class Provenance:
     def __init__(self, state_file: Path) -> None:
         self.state: State | None = State(state_file, durable=False)
         self.problem: str | None = None
+        # Once per restore, not with every record: the records are written one by one.
+        try:
+            self.state.expire_restored()
+        except StateError:
+            self.close()
+            raise
 
     def record(self, path: bytes, gen: int, size: int, content: Path | bytes) -> None:
         if self.state is None:

@@ -160,13 +160,19 @@ class State:
             raise StateError(f"state database {self.path}: {e}") from e
 
     def record_restored(self, files: Iterable[RestoredFile]) -> None:
-        """Remember what a restore wrote (a row per path, the newest wins); records older
-        than ``RESTORED_KEEP`` go."""
+        """Remember what a restore wrote (a row per path, the newest wins)."""
         try:
             with self._db:
                 self._db.executemany(
                     "INSERT OR REPLACE INTO restored VALUES (?, ?, ?, ?, ?)",
                     [(f.path, f.gen, f.size, f.check_hash, f.at) for f in files])
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
+
+    def expire_restored(self) -> None:
+        """Drop records older than ``RESTORED_KEEP`` (``restored`` never returns them)."""
+        try:
+            with self._db:
                 self._db.execute("DELETE FROM restored WHERE at < ?",
                                  (time.time() - RESTORED_KEEP,))
         except sqlite3.Error as e:
