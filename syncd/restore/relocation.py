@@ -133,9 +133,10 @@ def launch_dir(folder: str, cwd: str) -> tuple[str, str] | None:
         if cut <= 0:
             break
         path = path[:cut]
+    matches = [(path, folder_match(path, folder)) for path in ancestors]
     for rank in ("exact", "variant", "prefix"):
-        for path in ancestors:
-            if folder_match(path, folder) == rank:
+        for path, how in matches:
+            if how == rank:
                 return path, rank
     return None
 

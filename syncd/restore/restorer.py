@@ -235,10 +235,11 @@ def _collisions(files: dict[bytes, Entry],
     named by two runtimes) → (that place, the stored path placed there: one already at its
     place first, else the first in order). They are saved aside, never written over each
     other."""
+    places = {path: _target_rel(path, remap) for path in files}
     claimed: dict[bytes, bytes] = {}
     aside: dict[bytes, tuple[bytes, bytes]] = {}
-    for path in sorted(files, key=lambda p: (_target_rel(p, remap) != p, p)):
-        rel = _target_rel(path, remap)
+    for path in sorted(files, key=lambda p: (places[p] != p, p)):
+        rel = places[path]
         if rel in claimed:
             aside[path] = (rel, claimed[rel])
         else:
