@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from syncd.backup.ship import ship_with_restart
+from syncd.backup.ship import Shipper, ship_with_restart
 from syncd.backup.state import State
 from syncd.errors import FormatError, LeaseHeld, StoreError
 from syncd.repository import Repository
@@ -128,20 +128,24 @@ def test_failed_put_leaves_state_untouched(tmp_path: Path) -> None:
     assert sh.state.get(S1.encode()) is None and sh.state.next_seq == 0
 
 
-def test_crash_between_put_and_commit_is_adopted(tmp_path: Path) -> None:
-    """The object landed, the commit did not: the next run adopts it, ships nothing twice."""
-    src, store = tmp_path / "src", MemoryStore()
-    write(src, S1, b"a" * 1000)
-    write(src, S2, b"b" * 1000)
-    sh = shipper(src, store, tmp_path / "st.db")
+def _killed_after_put(sh: Shipper, *paths: str) -> None:
+    """``sh`` ships ``paths`` and dies after the PUT, before the state's commit."""
 
     def crash(*a: object, **k: object) -> None:
         raise SystemExit("killed after PUT")
 
     sh.state.commit = crash  # type: ignore[method-assign]
     with pytest.raises(SystemExit):
-        sh.ship([S1.encode(), S2.encode()])
+        sh.ship([p.encode() for p in paths])
     sh.state.close()
+
+
+def test_crash_between_put_and_commit_is_adopted(tmp_path: Path) -> None:
+    """The object landed, the commit did not: the next run adopts it, ships nothing twice."""
+    src, store = tmp_path / "src", MemoryStore()
+    write(src, S1, b"a" * 1000)
+    write(src, S2, b"b" * 1000)
+    _killed_after_put(shipper(src, store, tmp_path / "st.db"), S1, S2)
     write(src, S1, b"c" * 10, "ab")
     sh2 = shipper(src, store, tmp_path / "st.db")
     r = ship_with_restart(sh2, [S1.encode(), S2.encode()])
@@ -156,15 +160,7 @@ def test_an_adopted_segment_whose_bytes_changed_locally_starts_a_new_generation(
     restart: the segment is adopted, but the local bytes are not taken as shipped."""
     src, store = tmp_path / "src", MemoryStore()
     write(src, S1, b"a" * 1000)
-    sh = shipper(src, store, tmp_path / "st.db")
-
-    def crash(*a: object, **k: object) -> None:
-        raise SystemExit("killed after PUT")
-
-    sh.state.commit = crash  # type: ignore[method-assign]
-    with pytest.raises(SystemExit):
-        sh.ship([S1.encode()])
-    sh.state.close()
+    _killed_after_put(shipper(src, store, tmp_path / "st.db"), S1)
     with open(src / S1, "r+b") as f:  # the same inode, other bytes
         f.write(b"z" * 1000)
     sh2 = shipper(src, store, tmp_path / "st.db")
