@@ -47,34 +47,24 @@ def restored_mode(mode: int) -> int:
     return 0o700 if mode & 0o100 else 0o600
 
 
-def _masked(text: str) -> str | None:
-    """A JSON config file as it is shown in a diff: parsed, the values of its ``env``
-    block replaced by ``<hidden>``, written out again; None if it is not JSON."""
+def _masked(text: str) -> tuple[str, dict[str, object]] | None:
+    """A JSON config file as it is shown in a diff (parsed, the values of its ``env``
+    block replaced by ``<hidden>``, written out again) and that ``env`` block as it was;
+    None if it is not JSON."""
     try:
         doc = untrusted.loads(text.encode())
     except ValueError:
         return None
-    if isinstance(doc, dict) and isinstance(doc.get("env"), dict):
-        doc["env"] = {k: _HIDDEN for k in doc["env"]}
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if not isinstance(env, dict):
+        env = {}
+    elif isinstance(doc, dict):
+        doc["env"] = {k: _HIDDEN for k in env}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n", env
 
 
-# What a hidden value is shown as; a changed one is said on the key's line.
+# What a hidden value is shown as; the keys whose values differ are named above the diff.
 _HIDDEN = "<hidden>"
-
-
-def _env_changes(old: str | None, new: str) -> list[str]:
-    """The ``env`` keys whose values differ between two settings files (values unshown)."""
-    def env(text: str | None) -> dict[str, object]:
-        try:
-            doc = untrusted.loads(text.encode()) if text else {}
-        except ValueError:
-            return {}
-        e = doc.get("env") if isinstance(doc, dict) else None
-        return e if isinstance(e, dict) else {}
-
-    a, b = env(old), env(new)
-    return sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
 
 
 def config_diff(rel: str, local: bytes | None, backup: bytes) -> str:
@@ -91,15 +81,16 @@ def config_diff(rel: str, local: bytes | None, backup: bytes) -> str:
                 "too big to show)\n")
     header = ""
     if rel.lower().endswith(".json"):
-        shown_old = _masked(old) if local is not None else ""
+        shown_old = _masked(old) if local is not None else ("", {})
         shown_new = _masked(new)
         if shown_old is None or shown_new is None:
             return (f"(local/{rel} or backup/{rel} is not valid JSON: not shown, so that no "
                     "value of its env block is)\n")
-        changed = _env_changes(old if local is not None else None, new)
+        (old, env_old), (new, env_new) = shown_old, shown_new
+        changed = sorted(k for k in env_old.keys() & env_new.keys()
+                         if env_old[k] != env_new[k])
         if changed:
             header = f"# env values that differ (not shown): {', '.join(changed)}\n"
-        old, new = shown_old, shown_new
     names = ("/dev/null" if local is None else f"local/{rel}", f"backup/{rel}")
     lines = difflib.unified_diff(
         old.splitlines(keepends=True), new.splitlines(keepends=True), *names)
