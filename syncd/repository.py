@@ -21,6 +21,7 @@ import zstandard
 from syncd import untrusted
 from syncd.config import MACHINE_ID
 from syncd.errors import AlreadyExists, CryptoError, FormatError, NotFound, StoreError
+from syncd.format.delta import Delta, delta_of
 from syncd.format.dictionary import DICT_SIZE, Dictionary
 from syncd.format.segment import (
     HEADER,
@@ -255,6 +256,16 @@ class Repository:
             return self.dictionary(ext.dict_id).zdict
         except StoreError as e:
             raise FormatError(f"{self.where(key)}: its dictionary is unreadable: {e}") from e
+
+    # -- deltas ---------------------------------------------------------------------------
+    def deltas(self) -> list[tuple[int, int, str, int]]:
+        """``(lo, hi, key, size)`` of every delta, in ``lo`` order (one LIST)."""
+        return sorted((*rng, o.key, o.size) for o in self.store.list(
+            layout.deltas_prefix(self.machine)) if (rng := layout.delta_range(o.key)) is not None)
+
+    def read_delta(self, key: str, size: int | None = None) -> Delta:
+        """A delta's index and points (one suffix GET, rarely two)."""
+        return delta_of(key, self.read_index(key, size), self.where(key))
 
     # -- snapshot manifests ---------------------------------------------------------------
     def snapshots(self) -> list[tuple[int, int, str]]:

@@ -8,14 +8,15 @@ tombstones and the session catalog. Without a snapshot every segment is folded.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
 from syncd.format.catalog import Session, session_of
-from syncd.format.fold import fold_index
-from syncd.format.segment import SegmentIndex
+from syncd.format.delta import manifest_points
+from syncd.format.points import Locator, Point, apply, fold_catalog, point_of
 from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
 from syncd.repository import Repository
 from syncd.seen import Seen
@@ -33,6 +34,8 @@ class Backup:
     first_time: float | None = None
     last_time: float | None = None
     last_seq: int | None = None
+    # The point in time this view is: (seq, time) of the last flush it holds.
+    point: tuple[int, float] | None = None
 
     def find_session(self, session_id: str) -> Session | None:
         for s in self.sessions.values():
@@ -43,7 +46,8 @@ class Backup:
 
 def load_backup(repo: Repository, at: float | None = None,
                 sessions: Collection[str] | None = None, seen: Seen | None = None) -> Backup:
-    """The repository machine's backup as of ``at`` (None: now).
+    """The repository machine's backup as of ``at`` (None: now): the last flush at or
+    before it (``Backup.point``).
 
     ``sessions``: only these sessions' files are needed (and history.jsonl), so only
     their groups of the snapshot are read. ``seen``: what this host saw of the store
@@ -66,67 +70,189 @@ def load_backup(repo: Repository, at: float | None = None,
     if newest is not None and at is not None and newest.time > at:
         base = _manifest_at(repo, snaps, newest.seq, at, b.errors)
     names: set[str] | None = None
-    if base is not None and newest is not None:
+    wanted = _wanted(None, sessions)
+    locator = Locator()
+    if newest is not None:
         if sessions is not None:
             names = set()
             for sid in sessions:
-                for folder in base.folders_of(sid) or newest.folders_of(sid):
+                for folder in (base or newest).folders_of(sid) or newest.folders_of(sid):
                     names |= session_groups(sid, folder)
                 names |= session_groups(sid, "")
+            wanted = _wanted(names, sessions)
+
         def lost(name: str, err: FormatError) -> None:
             # That group's files are missing from this view; the others are whole.
             b.errors.append(str(err))
 
         try:
-            groups = repo.read_groups(base, names, lost)
-            where = groups if base is newest else repo.read_groups(newest, names, lost)
+            where = repo.read_groups(newest, names, lost)
+            groups = where if base is newest or base is None else \
+                repo.read_groups(base, names, lost)
         except (FormatError, StoreError) as e:
             raise BackupError(f"cannot read the snapshot: {e}") from e
-        _from_snapshot(b, base, groups, where)
-    # Segments already folded into the newest snapshot are only leftovers of an
-    # interrupted clean-up; an older snapshot takes none (what they held is gone).
+        for g in where.values():
+            for ent in g.entries:
+                locator.add_all(ent.extents)
+        if base is not None:
+            _from_snapshot(b, base, groups, where, locator)
+    deltas = repo.deltas()
     after = newest.seq if newest is not None else -1
     keys = repo.segments(after)
     if seen is not None and at is None:
         # The newest seq the store lists now, readable or not (the mark rises only with
         # what is read below).
-        top = max([after] + [layout.segment_seq(k) or 0 for k, _ in keys])
+        top = max([after] + [d[1] for d in deltas] + [layout.segment_seq(k) or 0
+                                                      for k, _ in keys])
         problem = seen.check(machine, top if top >= 0 else None)
         if problem:
-            if newest is None and not keys:
+            if newest is None and not keys and not deltas:
                 raise BackupError(problem)
             b.errors.append(problem)
         if newest is not None:
             seen.saw(machine, newest.seq)
-    if newest is None and not keys:
+    if newest is None and not keys and not deltas:
         if b.errors:  # there are manifests, and none of them reads
             raise BackupError(f"machine {machine!r} has no readable snapshot: {b.errors[0]}")
         known = repo.machines()
         raise NoBackup(f"{repo.url}: no backup for machine {machine!r} "
                        f"(machines in this store: {', '.join(known) or 'none'})")
-    expected = after + 1
-    for key, size in keys if base is newest else []:
-        seq = layout.segment_seq(key) or 0
-        if seq != expected:
-            b.errors.append(f"{repo.where(key)}: segments {expected:016x}..{seq - 1:016x} "
-                            "are missing")
-        expected = seq + 1
-        try:
-            ix = repo.read_index(key, size)
-        except (FormatError, StoreError) as e:
-            b.errors.append(str(e))
-            continue
-        if at is not None and ix.time > at:
-            break
-        b.first_time = ix.time if b.first_time is None else b.first_time
-        b.last_time, b.last_seq = ix.time, seq
-        if seen is not None and at is None and ix.seq == seq:
-            seen.saw(machine, seq)
-        _fold(b, key, ix, names, sessions)
-    if b.first_time is None and at is not None:
-        raise NoBackup(f"machine {machine!r} has no backup at or before the requested time")
-    _finish(b)
+    walk = _Walk(repo, b, at, locator, wanted, seen if at is None else None)
+    walk.chain(base.seq if base is not None else -1, deltas,
+               [s for s in snaps if newest is not None and s[0] <= newest.seq])
+    if walk.cursor >= after and not walk.stopped:
+        walk.segments(keys, sessions)
+    if b.point is None and at is not None:
+        first = walk.later if walk.later is not None else _first_time(repo, snaps)
+        since = "" if first is None else f"; its first point in time is {_iso(first)}"
+        raise NoBackup(f"machine {machine!r} has no backup at or before the requested time "
+                       f"{_iso(at)}{since}")
+    _finish(b, locator)
     return b
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        ".000000Z", "Z")
+
+
+def _first_time(repo: Repository, snaps: list[tuple[int, int, str]]) -> float | None:
+    """The time of the oldest readable manifest (None: none reads)."""
+    for _, _, key in snaps:
+        try:
+            return repo.read_manifest(key).time
+        except (FormatError, StoreError):
+            continue
+    return None
+
+
+def _wanted(names: set[str] | None,
+            sessions: Collection[str] | None) -> Callable[[bytes], bool]:
+    # A session newer than the snapshot is in none of its groups: known by its id.
+    ids = tuple(s.encode() for s in sessions or ())
+
+    def wanted(path: bytes) -> bool:
+        return names is None or group_of(path) in names or any(i in path for i in ids)
+
+    return wanted
+
+
+class _Walk:
+    """From a manifest (or the beginning), forward flush by flush up to ``at``: deltas
+    and the points of manifests built on them, then the segments after them."""
+
+    def __init__(self, repo: Repository, b: Backup, at: float | None, locator: Locator,
+                 wanted: Callable[[bytes], bool], seen: Seen | None) -> None:
+        self.repo, self.b, self.at, self.locator = repo, b, at, locator
+        self.wanted, self.seen = wanted, seen
+        self.cursor = -1
+        self.stopped = False  # a point after ``at`` was met
+        self.later: float | None = None  # the time of that point
+
+    def _points(self, points: list[Point], seen_seq: int | None = None) -> None:
+        b = self.b
+        for p in points:
+            if p.seq <= self.cursor:
+                continue
+            if self.at is not None and p.time > self.at:
+                self.stopped, self.later = True, p.time
+                return
+            apply(p, b.files, wanted=self.wanted, mode_of=self.locator.mode_of)
+            b.first_time = p.time if b.first_time is None else b.first_time
+            b.last_time, b.last_seq, b.point = p.time, p.seq, (p.seq, p.time)
+            self.cursor = p.seq
+
+    def chain(self, cursor: int, deltas: list[tuple[int, int, str, int]],
+              manifests: list[tuple[int, int, str]]) -> None:
+        """Deltas and manifests' own points, each starting where the last one ended."""
+        self.cursor = cursor
+        by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
+        for row in deltas:
+            by_lo.setdefault(row[0], []).insert(0, row)  # the widest first
+        repo, b = self.repo, self.b
+        while not self.stopped:
+            nxt = self.cursor + 1
+            got = False
+            for i, (_, hi, key, size) in enumerate(by_lo.get(nxt, [])):
+                try:
+                    d = repo.read_delta(key, size)
+                except (FormatError, StoreError) as e:
+                    b.errors.append(str(e))
+                    if i + 1 < len(by_lo[nxt]):
+                        continue
+                    # Passed over like a lost segment: the files it changed show a gap.
+                    self.cursor, got = hi, True
+                    break
+                self.locator.add_all((key, x) for x in d.index.extents)
+                fold_catalog(d.index, b.sessions, b.projects, self.wanted)
+                self._points(d.points)
+                self.cursor = hi if not self.stopped else self.cursor
+                if self.seen is not None:
+                    self.seen.saw(repo.machine, hi)
+                got = True
+                break
+            if got:
+                continue
+            later = [s for s in manifests if s[0] > self.cursor]
+            if not later:
+                return
+            try:
+                m = repo.read_manifest(later[0][2])
+                own = manifest_points(m)
+            except (FormatError, StoreError) as e:
+                b.errors.append(str(e))
+                return
+            if own is None or own[0] != nxt:
+                return
+            self._points(own[1])
+
+    def segments(self, keys: list[tuple[str, int]], sessions: Collection[str] | None) -> None:
+        """The segments after the chain, in order; a missing one is reported and the
+        ones after it still come (their files may then have a gap)."""
+        b, repo = self.b, self.repo
+        expected = self.cursor + 1
+        for key, size in keys:
+            seq = layout.segment_seq(key) or 0
+            if seq <= self.cursor:
+                continue  # folded into a delta already: left by an interrupted clean-up
+            if seq != expected:
+                b.errors.append(f"{repo.where(key)}: segments {expected:016x}..{seq - 1:016x} "
+                                "are missing")
+            expected = seq + 1
+            try:
+                ix = repo.read_index(key, size)
+            except (FormatError, StoreError) as e:
+                b.errors.append(str(e))
+                continue
+            if self.at is not None and ix.time > self.at:
+                self.stopped, self.later = True, ix.time
+                return
+            if self.seen is not None and ix.seq == seq:
+                self.seen.saw(repo.machine, seq)
+            self.locator.add_all((key, x) for x in ix.extents)
+            fold_catalog(ix, b.sessions, b.projects, self.wanted)
+            self.cursor = seq - 1  # a gap is passed over: its files show it
+            self._points([point_of(ix)])
 
 
 def _manifest_at(repo: Repository, snaps: list[tuple[int, int, str]], below: int, at: float,
@@ -156,8 +282,9 @@ def _manifest_at(repo: Repository, snaps: list[tuple[int, int, str]], below: int
 
 
 def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
-                   where: dict[str, Group]) -> None:
-    """The files of snapshot ``base``; their bytes are found through the newest one."""
+                   where: dict[str, Group], locator: Locator) -> None:
+    """The files of snapshot ``base``; their bytes are found through the newest one
+    (``where``, already in ``locator``), or where ``base`` says when it does not hold them."""
     located = {(e.path, e.gen): e for g in where.values() for e in g.entries}
     for g in groups.values():
         for e in g.entries:
@@ -166,27 +293,20 @@ def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
             src = located.get((e.path, e.gen))
             if src is None or src.end < e.size:
                 src = e
+                locator.add_all(e.extents)
             # ``size`` may be less than the extents hold: an older point in time.
             b.files[e.path] = Entry(e.path, e.gen, e.size, e.mode, e.mtime_ns, e.deleted_at,
-                                    extents=list(src.extents), sids=src.sids)
+                                    sids=src.sids)
         for s in g.sessions:
             b.sessions[s.path] = s
     b.projects.update(base.projects)
     b.first_time, b.last_time, b.last_seq = base.first_time, base.time, base.seq
+    b.point = (base.seq, base.time)
 
 
-def _fold(b: Backup, key: str, ix: SegmentIndex, names: set[str] | None = None,
-          sessions: Collection[str] | None = None) -> None:
-    # A session newer than the snapshot is in none of its groups: known by its id.
-    ids = tuple(s.encode() for s in sessions or ())
-
-    def wanted(path: bytes) -> bool:
-        return names is None or group_of(path) in names or any(i in path for i in ids)
-
-    fold_index(key, ix, b.files, b.sessions, b.projects, wanted=wanted)
-
-
-def _finish(b: Backup) -> None:
+def _finish(b: Backup, locator: Locator) -> None:
+    for f in b.files.values():
+        f.extents = locator.extents(f.path, f.gen, f.size)
     # Every transcript is a session, whether or not its lines named a field yet.
     for path, f in b.files.items():
         sid = session_of(path)

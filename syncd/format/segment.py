@@ -176,7 +176,8 @@ class SegmentIndex:
 
 
 # Keys of packs, manifests and lost segments' stand-ins (docs/FORMAT.md).
-_EXTRA = frozenset({"kind", "lo", "hi", "rev", "first_time", "objects", "sids", "lost"})
+_EXTRA = frozenset({"kind", "lo", "hi", "rev", "first_time", "objects", "sids", "lost",
+                    "paths", "points"})
 
 
 # Frames are compressed BATCH_BYTES at a time; those of at least BATCH_MIN raw bytes

@@ -123,6 +123,9 @@ class Manifest:
     groups: dict[str, list[Extent]] = field(default_factory=dict)
     sids: dict[str, str] = field(default_factory=dict)
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The points of the segments it folded itself ("lo", "paths", "points"), undecoded:
+    # format/delta.py reads them.
+    chain: dict[str, Any] = field(default_factory=dict)
 
     def folders_of(self, session_id: str) -> list[str]:
         """Groups whose sessions include one starting like ``session_id``."""
@@ -132,7 +135,7 @@ class Manifest:
 def build(machine: str, seq: int, rev: int, time: float, first_time: float,
           entries: Iterable[Entry], sessions: Iterable[Session],
           projects: dict[str, dict[str, Any]], *, level: int = 3,
-          cipher: ObjectCipher | None = None) -> bytes:
+          cipher: ObjectCipher | None = None, chain: dict[str, Any] | None = None) -> bytes:
     groups: dict[str, Group] = {}
     objects: dict[str, int] = {}
     for e in entries:
@@ -161,7 +164,7 @@ def build(machine: str, seq: int, rev: int, time: float, first_time: float,
             w.add_data(path, 0, start, raw[start : start + FRAME_MAX], mode=0, mtime_ns=0)
     w.index.projects = projects
     w.index.extra = {"kind": KIND, "rev": rev, "first_time": first_time,
-                     "objects": list(objects), "sids": sids}
+                     "objects": list(objects), "sids": sids, **(chain or {})}
     return w.finish()
 
 
@@ -188,7 +191,8 @@ def manifest_of(key: str, ix: SegmentIndex, where: str) -> Manifest:
         m = Manifest(key, ix.machine, ix.seq, int(x["rev"]), ix.time, float(x["first_time"]),
                      [str(k) for k in x["objects"]], sids={str(k): str(v) for k, v in
                                                            x.get("sids", {}).items()},
-                     projects=ix.projects)
+                     projects=ix.projects,
+                     chain={k: x[k] for k in ("lo", "paths", "points") if k in x})
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise FormatError(f"{where}: unreadable manifest index: {e}") from e
     if layout.snapshot_id(key) != (m.seq, m.rev):

@@ -18,15 +18,15 @@ def machine_of(key: str) -> str | None:
 
 
 def kind_of(key: str) -> str | None:
-    """What a key under a machine's prefix names: "seg", "pack", "snap" or "dict" (None for
-    anything else, machine.json and lease.json included)."""
+    """What a key under a machine's prefix names: "seg", "pack", "snap", "delta" or "dict"
+    (None for anything else, machine.json and lease.json included)."""
     parts = key.split("/")
     if len(parts) == 4 and parts[0] == MACHINES_PREFIX[:-1] and parts[2] in _KINDS:
         return parts[2]
     return None
 
 
-_KINDS = frozenset({"seg", "pack", "snap", "dict"})
+_KINDS = frozenset({"seg", "pack", "snap", "delta", "dict"})
 
 
 def segments_prefix(machine: str) -> str:
@@ -39,6 +39,10 @@ def snapshots_prefix(machine: str) -> str:
 
 def packs_prefix(machine: str) -> str:
     return f"{MACHINES_PREFIX}{machine}/pack/"
+
+
+def deltas_prefix(machine: str) -> str:
+    return f"{MACHINES_PREFIX}{machine}/delta/"
 
 
 def machine_key(machine: str) -> str:
@@ -82,6 +86,19 @@ def pack_range(key: str) -> tuple[int, int] | None:
     return None if m is None else (int(m[1], 16), int(m[2], 16))
 
 
+def delta_key(machine: str, lo: int, hi: int) -> str:
+    """The delta folding segments ``lo..hi`` (one per range: a rerun finds it written)."""
+    return f"{deltas_prefix(machine)}{lo:016x}-{hi:016x}"
+
+
+def delta_range(key: str) -> tuple[int, int] | None:
+    """``(lo, hi)`` of a delta key, or None for anything else under ``delta/``."""
+    m = _DELTA.fullmatch(key.rpartition("/")[2])
+    if m is None or int(m[1], 16) > int(m[2], 16):
+        return None
+    return int(m[1], 16), int(m[2], 16)
+
+
 def snapshot_key(machine: str, seq: int, rev: int) -> str:
     """The manifest as of segment ``seq``; ``rev`` counts re-issues at the same seq."""
     return f"{snapshots_prefix(machine)}{seq:016x}-{rev:04x}"
@@ -99,6 +116,7 @@ _SEGMENT = re.compile(r"[0-9a-f]{16}")
 _KEY_ID = _SEGMENT  # 16 hex digits too
 _PACK = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-[0-9a-f]{8}")
 _SNAPSHOT = re.compile(r"([0-9a-f]{16})-([0-9a-f]{4})")
+_DELTA = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})")
 
 
 def dict_key(machine: str, dict_id: str) -> str:

@@ -1,0 +1,196 @@
+"""Points in time: what each flush changed, kept when compaction folds the flushes.
+
+A flush (one segment) changes a few files: a generation grows to a new size, a new one
+starts, one is deleted. Transcripts only grow, so the tree as of any flush is, for each
+file, a generation and a length: a *point* lists exactly that for the files the flush
+touched. Deltas and manifests carry the points of the segments they fold
+(docs/FORMAT.md, "Points"), so compaction no longer merges flushes into one point.
+
+``apply`` replays points onto a set of files; a ``Locator`` finds the bytes of each
+generation in whatever objects hold them (a newer manifest's packs, a delta, a segment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from syncd.format.catalog import Session, session_of
+from syncd.format.segment import Extent, SegmentIndex, decode_path, encode_path
+from syncd.format.snapshot import Entry
+
+# A reader's limit on the points of one object: a delta folds at most MAX_SEGMENTS
+# segments, and a segment changes at most MAX_ENTRIES files.
+MAX_POINTS = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One file at one flush: generation ``gen`` is ``size`` bytes long, or (``size`` is
+    None) was gone from the tree at ``time``."""
+
+    path: bytes
+    gen: int
+    size: int | None
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class Point:
+    """One flush: segment ``seq``, built at ``time``, and what it changed."""
+
+    seq: int
+    time: float
+    changes: list[Change]
+
+    @property
+    def grown(self) -> int:
+        """Bytes the flush added (sizes only: a new generation counts whole)."""
+        return sum(c.size for c in self.changes if c.size is not None)
+
+
+def point_of(ix: SegmentIndex) -> Point:
+    """The point of one segment: the last size of each generation it extends, then its
+    deletions, in the order a fold applies them."""
+    sizes: dict[tuple[bytes, int], int] = {}
+    for x in ix.extents:
+        sizes[(x.path, x.gen)] = max(sizes.get((x.path, x.gen), 0), x.end)
+    changes = [Change(p, g, n) for (p, g), n in sizes.items()]
+    changes += [Change(t.path, t.gen, None, t.time) for t in ix.tombstones]
+    return Point(ix.seq, ix.time, changes)
+
+
+def encode(points: list[Point]) -> dict[str, Any]:
+    """The index keys ``paths`` and ``points`` (paths named once, by number)."""
+    ids: dict[bytes, int] = {}
+    docs: list[list[Any]] = []
+    for p in points:
+        changes: list[list[Any]] = []
+        for c in p.changes:
+            pid = ids.setdefault(c.path, len(ids))
+            changes.append([pid, c.gen, c.size] if c.size is not None
+                           else [pid, c.gen, None, c.time])
+        docs.append([p.seq, p.time, changes])
+    return {"paths": [encode_path(p) for p in ids], "points": docs}
+
+
+def decode(extra: dict[str, Any], where: str) -> list[Point]:
+    """The points of an index (none when it has no ``points``), checked: seqs rising,
+    sizes and generations whole and not negative. ``ValueError`` names what is wrong."""
+    docs = extra.get("points")
+    if docs is None:
+        return []
+    paths = [decode_path(d) for d in extra["paths"]]
+    if len(docs) > MAX_POINTS:
+        raise ValueError(f"{where}: {len(docs)} points, more than {MAX_POINTS}")
+    out: list[Point] = []
+    for seq, t, changes in docs:
+        seq, t = _whole(seq), float(t)
+        if out and seq <= out[-1].seq:
+            raise ValueError(f"{where}: point {seq} after {out[-1].seq}")
+        got = []
+        for c in changes:
+            path, gen = paths[_whole(c[0])], _whole(c[1])
+            if c[2] is None:
+                got.append(Change(path, gen, None, float(c[3])))
+            else:
+                got.append(Change(path, gen, _whole(c[2])))
+        out.append(Point(seq, t, got))
+    return out
+
+
+def _whole(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"not a whole number: {v!r}")
+    return v
+
+
+def apply(point: Point, files: dict[bytes, Entry], *,
+          retire: Callable[[Entry], None] = lambda e: None,
+          wanted: Callable[[bytes], bool] = lambda path: True,
+          mode_of: Callable[[bytes, int], tuple[int, int] | None] = lambda p, g: None) -> None:
+    """Replay one flush onto ``files`` (extents are found later, by a ``Locator``).
+
+    The rules of a segment's fold (docs/FORMAT.md, "Reading a file back"): a higher
+    generation, or another one after a deletion, starts the file anew and the replaced
+    entry goes to ``retire``; a size of a deleted generation revives it. ``mode_of``:
+    (mode, mtime_ns) of a generation, where known.
+    """
+    for c in point.changes:
+        if not wanted(c.path):
+            continue
+        cur = files.get(c.path)
+        if c.size is None:
+            if cur is not None and cur.gen == c.gen:
+                cur.deleted_at = c.time
+            continue
+        if cur is None or c.gen > cur.gen or (cur.deleted_at is not None and c.gen != cur.gen):
+            if cur is not None:
+                retire(cur)
+            cur = files[c.path] = Entry(c.path, c.gen, 0)
+        if c.gen < cur.gen:
+            continue
+        cur.deleted_at = None
+        cur.size = c.size
+        if (got := mode_of(c.path, c.gen)) is not None:
+            cur.mode, cur.mtime_ns = got
+
+
+def fold_catalog(ix: SegmentIndex, sessions: dict[bytes, Session],
+                 projects: dict[str, dict[str, Any]],
+                 wanted: Callable[[bytes], bool] = lambda path: True) -> None:
+    """The catalog and project facts an index adds."""
+    for path, (gen, found) in ix.sessions.items():
+        sid = session_of(path)
+        if sid is None or not wanted(path):
+            continue
+        s = sessions.setdefault(path, Session(sid, ix.machine, path))
+        s.fold(gen, found)
+        s.last_seq = ix.seq
+    projects.update(ix.projects)
+
+
+class Locator:
+    """Where the bytes of each generation are: extents from any number of objects.
+
+    Several objects may hold the same bytes cut differently (a segment and the delta
+    that folded it, a pack and its rewrite); ``extents`` chains, from byte 0, the
+    extent that reaches furthest at each offset.
+    """
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[bytes, int], dict[int, tuple[str, Extent]]] = {}
+
+    def add(self, key: str, x: Extent) -> None:
+        starts = self._by.setdefault((x.path, x.gen), {})
+        held = starts.get(x.start)
+        if held is None or held[1].end < x.end:
+            starts[x.start] = (key, x)
+
+    def add_all(self, items: Iterable[tuple[str, Extent]]) -> None:
+        for key, x in items:
+            self.add(key, x)
+
+    def mode_of(self, path: bytes, gen: int) -> tuple[int, int] | None:
+        """(mode, mtime_ns) of a generation, from its furthest extent (None: unknown)."""
+        starts = self._by.get((path, gen))
+        if not starts:
+            return None
+        x = max(starts.values(), key=lambda kx: kx[1].end)[1]
+        return x.mode, x.mtime_ns
+
+    def extents(self, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
+        """The extents holding bytes [0, ``size``) of a generation, as far as they reach
+        without a gap (an empty file or revival: the one at 0)."""
+        starts = self._by.get((path, gen), {})
+        out: list[tuple[str, Extent]] = []
+        pos = 0
+        while True:
+            got = starts.get(pos)
+            if got is None or (out and pos >= size):
+                return out
+            out.append(got)
+            if got[1].end <= pos:
+                return out  # an empty extent: nothing follows it
+            pos = got[1].end
