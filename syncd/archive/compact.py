@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncd.archive.deltawriter import HISTORY_FRAME, write_delta
 from syncd.archive.packer import PackWriter, Spool
 from syncd.errors import AlreadyExists, CompactError, FormatError, Locked, StoreError
+from syncd.format import points as pointfmt
 from syncd.format.catalog import Session, session_of
-from syncd.format.fold import fold_index
+from syncd.format.delta import manifest_points
+from syncd.format.points import Locator, Point, apply, fold_catalog, point_of
 from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, Extent, SegmentIndex
-from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current
+from syncd.format.snapshot import HISTORY, Entry, Group, Manifest, build, current
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.security.lock import ProcessLock
@@ -37,9 +40,9 @@ from syncd.store import layout
 
 log = logging.getLogger("syncd.compact")
 
-# history.jsonl interleaves every session's lines: small frames let one session's
-# restore fetch only the frames that hold its lines.
-HISTORY_FRAME = 256 << 10
+# One delta folds at most this many segments and entries (its index stays small).
+DELTA_SEGMENTS = 4096
+DELTA_ENTRIES = 16384
 
 
 @dataclass
@@ -63,12 +66,20 @@ class CompactOptions:
     # The newest seq the store confirmed to this machine's writer (None: unknown). A newest
     # manifest beyond it is no compaction's of ours: building on it would delete segments.
     acknowledged: int | None = None
+    # A compaction folds the segments since the last one into a delta; a manifest is
+    # written instead once this many deltas follow the newest one (a restore reads each),
+    # or when the segments are too big for one delta.
+    max_chain: int = 24
+    delta_max: int = 16 << 20
+    # Prune: deltas whose points no kept point needs; their data moves into packs.
+    drop: Collection[str] = ()
 
 
 @dataclass
 class CompactReport:
     machine: str
     snapshot: str | None = None
+    delta: str | None = None
     segments: int = 0
     segment_bytes: int = 0
     raw_bytes: int = 0
@@ -80,7 +91,8 @@ class CompactReport:
     note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"machine": self.machine, "snapshot": self.snapshot, "segments": self.segments,
+        return {"machine": self.machine, "snapshot": self.snapshot, "delta": self.delta,
+                "segments": self.segments,
                 "segment_bytes": self.segment_bytes, "raw_bytes": self.raw_bytes,
                 "packs_written": [{"key": k, "size": s} for k, s in self.packs_written],
                 "packs_merged": self.packs_merged, "expired": self.expired,
@@ -89,28 +101,54 @@ class CompactReport:
 
 @dataclass
 class _Tree:
-    """What the next manifest will hold, built from the newest one plus segments."""
+    """What the next manifest will hold: the newest one, then the points after it."""
 
     live: dict[bytes, Entry] = field(default_factory=dict)
     retained: dict[tuple[bytes, int], Entry] = field(default_factory=dict)
     sessions: dict[bytes, Session] = field(default_factory=dict)
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    in_newest: set[tuple[bytes, int]] = field(default_factory=set)
+    locator: Locator = field(default_factory=Locator)
     first_time: float | None = None
     time: float = 0.0
     seq: int = -1
 
-    def retire(self, e: Entry) -> None:
-        # A generation the newest snapshot holds stays findable for it; one born and
-        # gone between two compactions is in no snapshot.
-        if (e.path, e.gen) in self.in_newest:
-            e.retained = True
-            self.retained[(e.path, e.gen)] = e
+    def start(self, m: Manifest, groups: dict[str, Group]) -> None:
+        for g in groups.values():
+            for e in g.entries:
+                self.locator.add_all(e.extents)
+                if e.retained:
+                    self.retained[(e.path, e.gen)] = e
+                else:
+                    self.live[e.path] = e
+            for s in g.sessions:
+                self.sessions[s.path] = s
+        self.projects.update(m.projects)
+        self.first_time, self.time, self.seq = m.first_time, m.time, m.seq
 
-    def fold(self, key: str, ix: SegmentIndex) -> None:
-        fold_index(key, ix, self.live, self.sessions, self.projects, retire=self.retire)
-        self.first_time = ix.time if self.first_time is None else self.first_time
-        self.time, self.seq = ix.time, ix.seq
+    def retire(self, e: Entry) -> None:
+        # Every generation a point names stays findable (prune drops what no kept point
+        # needs any more).
+        e.retained = True
+        self.retained[(e.path, e.gen)] = e
+
+    def fold(self, key: str, ix: SegmentIndex, points: list[Point]) -> None:
+        self.locator.add_all((key, x) for x in ix.extents)
+        fold_catalog(ix, self.sessions, self.projects)
+        for p in points:
+            apply(p, self.live, retire=self.retire, mode_of=self.locator.mode_of)
+            self.first_time = p.time if self.first_time is None else self.first_time
+            self.time, self.seq = p.time, p.seq
+
+    def located(self) -> list[Entry]:
+        """Every entry the manifest holds, each with the extents of its bytes."""
+        out = []
+        live = {(e.path, e.gen) for e in self.live.values()}
+        for e in [*self.live.values(), *self.retained.values()]:
+            if e.retained and (e.path, e.gen) in live:
+                continue
+            e.extents = self.locator.extents(e.path, e.gen, e.size)
+            out.append(e)
+        return out
 
     def catalog(self, machine: str) -> list[Session]:
         out = []
@@ -156,6 +194,65 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     now = time.time() if opts.now is None else opts.now
     rep = CompactReport(machine)
     snaps = current(repo.snapshots())
+    top = snaps[-1][0] if snaps else -1
+    if opts.acknowledged is not None and top > opts.acknowledged:
+        known = (f"seq {opts.acknowledged:016x}, the newest this machine's state knows"
+                 if opts.acknowledged >= 0 else "what this machine's state knows (nothing)")
+        raise CompactError(f"{repo.where(snaps[-1][2])}: a snapshot beyond {known}: not "
+                           "building on it (run syncd sync first: it adopts "
+                           "what an earlier run left; if it persists, the snapshot was "
+                           "planted or is foreign)")
+    chain = _chain(repo, top, rep, opts.acknowledged)
+    head = chain[-1][1] if chain else top
+    segs = _segments(repo, head, rep, opts.acknowledged)
+    raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
+    entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
+    rebase = (not snaps or opts.keep is not None or len(chain) >= opts.max_chain
+              or sum(d[3] for d in chain) > opts.pack_target
+              or raw > opts.delta_max or entries > DELTA_ENTRIES or len(segs) > DELTA_SEGMENTS)
+    if not rebase:
+        if not segs:
+            rep.note = "nothing to compact"
+            if not opts.dry_run:  # leftovers of a run that died before deleting them
+                _delete(repo, [k for k, _ in repo.segments() if (layout.segment_seq(k) or 0)
+                               <= head], rep)
+            return rep
+        rep.segments = len(segs)
+        rep.segment_bytes = sum(size for _, size, _ in segs)
+        rep.raw_bytes = raw
+        if opts.dry_run:
+            rep.note = "dry run: nothing written"
+            return rep
+        d = write_delta(repo, segs, level=opts.level, spool_dir=opts.spool_dir)
+        rep.delta = d.key
+        log.info("compacted %d segments of %s into %s", len(segs), machine, d.key)
+        _delete(repo, [k for k, _ in repo.segments() if (layout.segment_seq(k) or 0) <= d.hi],
+                rep)
+        return rep
+    return _rebase(repo, opts, rep, snaps, chain, segs, now)
+
+
+def _chain(repo: Repository, top: int, rep: CompactReport,
+           upto: int | None) -> list[tuple[int, int, str, int]]:
+    """The deltas after manifest seq ``top``, each starting where the one before ended."""
+    by_lo = {d[0]: d for d in repo.deltas()}
+    out: list[tuple[int, int, str, int]] = []
+    cursor = top
+    while (d := by_lo.get(cursor + 1)) is not None:
+        if upto is not None and d[1] > upto:
+            rep.errors.append(f"{repo.where(d[2])}: a delta beyond what this machine's state "
+                              "knows: not building on it")
+            break
+        out.append(d)
+        cursor = d[1]
+    return out
+
+
+def _rebase(repo: Repository, opts: CompactOptions, rep: CompactReport,
+            snaps: list[tuple[int, int, str]], chain: list[tuple[int, int, str, int]],
+            segs: list[tuple[str, int, SegmentIndex]], now: float) -> CompactReport:
+    """A new manifest: the newest one, the deltas after it and the segments after them."""
+    machine = repo.machine
     newest: Manifest | None = None
     tree = _Tree()
     if snaps:
@@ -165,30 +262,21 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
         except (FormatError, StoreError) as err:
             raise CompactError(f"the newest snapshot is unreadable, not building on it "
                                f"(run syncd verify): {err}") from err
-        if opts.acknowledged is not None and newest.seq > opts.acknowledged:
-            known = (f"seq {opts.acknowledged:016x}, the newest this machine's state knows"
-                     if opts.acknowledged >= 0 else "what this machine's state knows (nothing)")
-            raise CompactError(f"{repo.where(newest.key)}: a snapshot beyond {known}: not "
-                               "building on it (run syncd sync first: it adopts "
-                               "what an earlier run left; if it persists, the snapshot was "
-                               "planted or is foreign)")
-        for g in groups.values():
-            for e in g.entries:
-                if e.retained:
-                    tree.retained[(e.path, e.gen)] = e
-                else:
-                    tree.live[e.path] = e
-                    tree.in_newest.add((e.path, e.gen))
-            for s in g.sessions:
-                tree.sessions[s.path] = s
-        tree.projects.update(newest.projects)
-        tree.first_time, tree.time, tree.seq = newest.first_time, newest.time, newest.seq
-    segs = _segments(repo, tree.seq, rep, opts.acknowledged)
+        tree.start(newest, groups)
+    deltas = []
+    for _, _, key, size in chain:
+        try:
+            deltas.append(repo.read_delta(key, size))
+        except (FormatError, StoreError) as err:
+            raise CompactError(f"a delta is unreadable, not building on it (run syncd "
+                               f"verify): {err}") from err
+    for d in deltas:
+        tree.fold(d.key, d.index, d.points)
     for key, size, ix in segs:
-        tree.fold(key, ix)
+        tree.fold(key, ix, [point_of(ix)])
         rep.segments += 1
         rep.segment_bytes += size
-    changed = bool(segs)
+    changed = bool(segs) or bool(deltas)
     for path, e in list(tree.live.items()):
         if e.deleted_at is not None and e.deleted_at < now - opts.tombstone_keep:
             del tree.live[path]
@@ -197,7 +285,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
             changed = True
     if opts.keep is not None:
         changed |= _recompute_retained(repo, tree, newest, opts.keep, rep)
-    entries = [*tree.live.values(), *tree.retained.values()]
+    entries = tree.located()
     packs = dict(repo.packs())
     used: dict[str, int] = {}
     for e in entries:
@@ -206,7 +294,8 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     small = [k for k in used if k in packs and packs[k] < opts.small_pack]
     sparse = {k for k in used if k in packs
               and used[k] < opts.repack_share * _frame_bytes(repo, k, packs[k])}
-    move = set(sparse)
+    move = set(sparse) | set(opts.drop)
+    changed |= bool(opts.drop)
     if changed or len(small) > 1 or sparse:
         move |= set(small)
     if not changed and not move:
@@ -227,15 +316,21 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     lo = min([s[2].seq for s in segs] + [_pack_lo(k) for k in move] + [tree.seq])
     _write_packs(repo, entries, move, lo, tree, opts, rep)
     rev = 0 if newest is None or tree.seq > newest.seq else newest.rev + 1
-    key = _write_manifest(repo, tree, entries, rev, opts)
+    own: dict[str, Any] = {}
+    if segs:  # the points of the segments it folds itself
+        own = {"lo": segs[0][2].seq, **pointfmt.encode([point_of(ix) for _, _, ix in segs])}
+    elif newest is not None and rev > 0:
+        own = dict(newest.chain)  # a re-issue keeps the points of the one it replaces
+    key = _write_manifest(repo, tree, entries, rev, opts, own)
     try:  # what readers will see, read back before anything it replaces is deleted
         repo.read_groups(repo.read_manifest(key))
     except (FormatError, StoreError) as e:
         raise CompactError(f"the new snapshot does not read back, nothing deleted: {e}") from e
     rep.snapshot = key
-    log.info("compacted %d segments of %s into %s (%d packs written)", rep.segments, machine,
-             key, len(rep.packs_written))
-    _sweep(repo, tree.seq, key, {k for e in entries for k, _ in e.extents}, rep)
+    log.info("compacted %d segments and %d deltas of %s into %s (%d packs written)",
+             rep.segments, len(deltas), machine, key, len(rep.packs_written))
+    _sweep(repo, tree.seq, key, {k for e in entries for k, _ in e.extents}, rep,
+           drop=set(opts.drop))
     return rep
 
 
@@ -276,7 +371,8 @@ def _recompute_retained(repo: Repository, tree: _Tree, newest: Manifest | None,
                         keep: Collection[str], rep: CompactReport) -> bool:
     """Retain exactly the older generations the kept snapshots hold."""
     needed: set[tuple[bytes, int]] = set()
-    for key in keep:
+    deltas = [k for k in keep if layout.kind_of(k) == "delta"]
+    for key in [k for k in keep if layout.kind_of(k) != "delta"]:
         if newest is not None and key == newest.key:
             m = newest
         else:
@@ -287,6 +383,14 @@ def _recompute_retained(repo: Repository, tree: _Tree, newest: Manifest | None,
                                    f"need: {e}") from e
         for g in repo.read_groups(m).values():
             needed |= {(e.path, e.gen) for e in g.entries if not e.retained}
+        own = manifest_points(m)
+        needed |= _named(own[1] if own else [])
+    for key in deltas:
+        try:
+            needed |= _named(repo.read_delta(key).points)
+        except (FormatError, StoreError) as e:
+            raise CompactError(f"kept delta unreadable, not pruning what it may need: "
+                               f"{e}") from e
     live = {(e.path, e.gen) for e in tree.live.values()}
     gone = [k for k in tree.retained if k not in needed or k in live]
     for k in gone:
@@ -296,6 +400,11 @@ def _recompute_retained(repo: Repository, tree: _Tree, newest: Manifest | None,
         rep.errors.append(f"{os.fsdecode(path)} generation {gen}: held by a kept snapshot, "
                           "but no object holds its bytes")
     return bool(gone)
+
+
+def _named(points: list[Point]) -> set[tuple[bytes, int]]:
+    """Every generation the points give a size."""
+    return {(c.path, c.gen) for p in points for c in p.changes if c.size is not None}
 
 
 def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int,
@@ -350,7 +459,7 @@ def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int
 
 
 def _pack_lo(key: str) -> int:
-    r = layout.pack_range(key)
+    r = layout.pack_range(key) or layout.delta_range(key)
     return 0 if r is None else r[0]
 
 
@@ -372,14 +481,14 @@ def _runs(extents: list[tuple[str, Extent]],
 
 
 def _write_manifest(repo: Repository, tree: _Tree, entries: list[Entry], rev: int,
-                    opts: CompactOptions) -> str:
+                    opts: CompactOptions, own: dict[str, Any]) -> str:
     assert tree.first_time is not None
     machine = repo.machine
     for _ in range(16):
         key = layout.snapshot_key(machine, tree.seq, rev)
         blob = build(machine, tree.seq, rev, tree.time, tree.first_time, entries,
                      tree.catalog(machine), tree.projects, level=opts.level,
-                     cipher=repo.cipher(key))
+                     cipher=repo.cipher(key), chain=own)
         try:
             repo.put(key, blob)
             return key
@@ -389,10 +498,22 @@ def _write_manifest(repo: Repository, tree: _Tree, entries: list[Entry], rev: in
                        "too many revisions of one snapshot")
 
 
+def _delete(repo: Repository, doomed: list[str], rep: CompactReport) -> None:
+    if not doomed:
+        return
+    try:
+        repo.delete(doomed)
+        rep.deleted += doomed
+    except StoreError as e:
+        # The backup is whole already; the next run finds these and deletes them.
+        rep.errors.append(f"clean-up left {len(doomed)} redundant objects: {e}")
+
+
 def _sweep(repo: Repository, seq: int, manifest: str, referenced: set[str],
-           rep: CompactReport) -> None:
+           rep: CompactReport, drop: Collection[str] = ()) -> None:
     """Delete what the new manifest made redundant (it is confirmed in the store)."""
     doomed = [key for key, _ in repo.segments() if (layout.segment_seq(key) or 0) <= seq]
+    doomed += [key for key in drop if key not in referenced]
     for key, _ in repo.packs():
         r = layout.pack_range(key)
         # A pack above ``seq`` may belong to a compaction still running elsewhere.
@@ -407,11 +528,4 @@ def _sweep(repo: Repository, seq: int, manifest: str, referenced: set[str],
     for s, _, key in snaps:
         if s == seq and key != manifest and key < manifest:
             doomed.append(key)
-    if not doomed:
-        return
-    try:
-        repo.delete(doomed)
-        rep.deleted = doomed
-    except StoreError as e:
-        # The backup is whole already; the next run finds these and deletes them.
-        rep.errors.append(f"clean-up left {len(doomed)} redundant objects: {e}")
+    _delete(repo, doomed, rep)

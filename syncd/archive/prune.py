@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from syncd.archive.compact import CompactOptions, CompactReport, _compact, exclusive
-from syncd.archive.retention import Policy, SnapRef, Verdict, plan
+from syncd.archive.retention import Policy, SnapRef, Verdict, format_duration, plan
 from syncd.errors import CompactError, FormatError, PolicyError, StoreError
 from syncd.format.snapshot import current
 from syncd.repository import Repository
@@ -26,6 +26,7 @@ class PruneReport:
     verdicts: list[Verdict] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
     compaction: CompactReport | None = None
     errors: list[str] = field(default_factory=list)
     dry_run: bool = False
@@ -35,14 +36,20 @@ class PruneReport:
                 "snapshots": [{"key": v.snap.key, "seq": v.snap.seq, "time": v.snap.time,
                                "keep": v.keep, "reasons": list(v.reasons)}
                               for v in self.verdicts],
-                "forgotten": self.forgotten, "deferred": self.deferred, "errors": self.errors,
+                "forgotten": self.forgotten, "deferred": self.deferred,
+                "dropped": self.dropped, "errors": self.errors,
                 "compaction": None if self.compaction is None else self.compaction.as_dict()}
 
 
 def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
           opts: CompactOptions | None = None) -> PruneReport:
     """Forget the repository machine's snapshots ``policy`` does not keep, then reclaim
-    what only they needed."""
+    what only they needed.
+
+    Every flush within the policy's window stays a point: the newest manifest at or
+    before the window's start (its *base*) is kept, and every delta and manifest after
+    it. Deltas before the base are dropped once a compaction has moved their data.
+    """
     machine = repo.machine
     opts = opts or CompactOptions()
     rep = PruneReport(machine, policy.describe(), dry_run=opts.dry_run)
@@ -65,19 +72,55 @@ def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
             rep.verdicts = plan(refs, policy)
         except PolicyError as e:
             raise CompactError(str(e)) from None
+        deltas = repo.deltas()
+        base = _window_base(repo, refs, deltas, policy, rep)
+        rep.verdicts = [v if v.keep or v.snap.seq < base.seq else
+                        Verdict(v.snap, True, (f"within {_window(policy)} (every flush)",))
+                        for v in rep.verdicts]
         forget = sorted((v.snap for v in rep.verdicts if not v.keep), key=lambda s: s.seq)
+        drop = [d[2] for d in deltas if d[1] <= base.seq]
         objects = len(repo.objects())
         allowed = max(1, int(max_share * objects))
         now_forget, later = forget[:allowed], forget[allowed:]
+        drop = drop[:max(0, allowed - len(now_forget))]
         rep.forgotten = [s.key for s in now_forget]
         rep.deferred = [s.key for s in later]
+        rep.dropped = drop
+        if not now_forget and not drop:
+            # Nothing to reclaim: the compaction the schedule would run anyway.
+            rep.compaction = _compact(repo, opts)
+            return rep
         keep = [v.snap.key for v in rep.verdicts if v.keep] + rep.deferred + unreadable
+        keep += [d[2] for d in deltas if d[2] not in drop]
+        pruned = dataclasses.replace(opts, keep=keep, drop=drop)
         if opts.dry_run:
-            rep.compaction = _compact(repo, dataclasses.replace(opts, keep=keep))
+            rep.compaction = _compact(repo, pruned)
             return rep
         gone = {s.seq for s in now_forget}
         # Every revision of a forgotten seq goes; data stays referenced by the newest
         # manifest until the compaction below writes one that no longer needs it.
         repo.delete([key for seq, _, key in snaps if seq in gone])
-        rep.compaction = _compact(repo, dataclasses.replace(opts, keep=keep))
+        rep.compaction = _compact(repo, pruned)
     return rep
+
+
+def _window(policy: Policy) -> str:
+    return "the last " + (format_duration(policy.window) if not policy.empty else "ever")
+
+
+def _window_base(repo: Repository, refs: list[SnapRef], deltas: list[tuple[int, int, str, int]],
+                 policy: Policy, rep: PruneReport) -> SnapRef:
+    """The newest manifest at or before the start of the policy's window (the oldest one
+    when none is that old): every point after it stays."""
+    ordered = sorted(refs, key=lambda r: r.seq)
+    if policy.empty:
+        return ordered[0]
+    newest = ordered[-1].time
+    if deltas and deltas[-1][1] > ordered[-1].seq:
+        try:
+            newest = max(newest, repo.read_delta(deltas[-1][2], deltas[-1][3]).time)
+        except (FormatError, StoreError) as e:
+            rep.errors.append(f"the newest delta is unreadable (its time not counted): {e}")
+    start = newest - policy.window
+    older = [r for r in ordered if r.time <= start]
+    return older[-1] if older else ordered[0]

@@ -84,13 +84,19 @@ class Policy:
         return n
 
     @property
+    def window(self) -> float:
+        """Seconds before the newest point in which every flush stays a point:
+        ``keep_within``, or else the hourly window (``keep_hourly`` hours)."""
+        return self.keep_within or self.keep_hourly * 3600.0
+
+    @property
     def empty(self) -> bool:
         return not self.keep_within and not any(self._count(name) for name in _COUNTS)
 
     def describe(self) -> str:
         parts: list[str] = []
         if self.keep_within:
-            parts.append(f"within {_format_duration(self.keep_within)}")
+            parts.append(f"within {format_duration(self.keep_within)}")
         if self.keep_last:
             parts.append(f"last {self.keep_last}")
         for name, label, _ in _BUCKETS:
@@ -151,7 +157,7 @@ def _check(snaps: list[SnapRef]) -> None:
 def _apply(policy: Policy, ordered: list[SnapRef], reasons: list[list[str]]) -> None:
     if policy.keep_within:
         cutoff = ordered[0].time - policy.keep_within
-        label = f"within {_format_duration(policy.keep_within)}"
+        label = f"within {format_duration(policy.keep_within)}"
         for s, r in zip(ordered, reasons, strict=True):
             if s.time > cutoff:
                 r.append(label)
@@ -176,7 +182,7 @@ def _utc(s: SnapRef) -> datetime:
         raise PolicyError(f"snapshot {s.key} has an out-of-range time {s.time!r}: {e}") from e
 
 
-def _format_duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     # Days and smaller only, so a bare "m" always reads back as minutes.
     whole = int(seconds)
     days, rest = divmod(whole, 86400)

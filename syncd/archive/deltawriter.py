@@ -1,0 +1,125 @@
+"""Writing a delta: the segments since the last compaction, folded into one object that
+keeps every one of their points (docs/FORMAT.md, "Deltas").
+
+Each file generation's new bytes become frames of their own (history.jsonl cut at line
+ends), small ones compressed with the machine's trained dictionary; the deletions, the
+catalog and the projects of the segments come along, and the points say what each flush
+changed. A rerun after a crash finds the delta written (its key names its range) and
+adopts it when it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from syncd.archive.packer import Spool
+from syncd.errors import AlreadyExists, CompactError, FormatError, StoreError
+from syncd.format import points as pointfmt
+from syncd.format.catalog import Session, session_of
+from syncd.format.delta import KIND, Delta
+from syncd.format.segment import FRAME_MAX, Extent, SegmentIndex, SegmentWriter
+from syncd.format.snapshot import HISTORY
+from syncd.repository import Repository
+from syncd.store import layout
+
+# history.jsonl interleaves every session's lines: small frames let one session's
+# restore fetch only the frames that hold its lines.
+HISTORY_FRAME = 256 << 10
+
+
+def write_delta(repo: Repository, segs: Sequence[tuple[str, int, SegmentIndex]], *,
+                level: int, spool_dir: Path | None) -> Delta:
+    """The delta of ``segs`` (consecutive segments), written and read back."""
+    lo, hi = segs[0][2].seq, segs[-1][2].seq
+    key = layout.delta_key(repo.machine, lo, hi)
+    blob = _build(repo, key, segs, level, spool_dir)
+    try:
+        repo.put(key, blob)
+    except AlreadyExists:
+        pass  # left by a run that died before deleting the segments: read back below
+    try:
+        return repo.read_delta(key)
+    except (FormatError, StoreError) as e:
+        raise CompactError(f"the delta does not read back, nothing deleted: {e}") from e
+
+
+def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentIndex]],
+           level: int, spool_dir: Path | None) -> bytes:
+    lo, hi = segs[0][2].seq, segs[-1][2].seq
+    runs: dict[tuple[bytes, int], list[tuple[str, Extent]]] = {}
+    sessions: dict[bytes, Session] = {}
+    projects: dict[str, dict[str, object]] = {}
+    dict_id: str | None = None
+    for skey, _, ix in segs:
+        for x in ix.extents:
+            runs.setdefault((x.path, x.gen), []).append((skey, x))
+            dict_id = x.dict_id or dict_id
+        pointfmt.fold_catalog(ix, sessions, projects)
+    dictionary = None
+    if dict_id is not None:
+        try:
+            dictionary = (dict_id, repo.dictionary(dict_id).zdict)
+        except (FormatError, StoreError):
+            dictionary = None  # frames are compressed without it
+    w = SegmentWriter(repo.machine, hi, segs[-1][2].time, level=level,
+                      cipher=repo.cipher(key), dictionary=dictionary)
+    try:
+        spool = Spool(repo, spool_dir)
+    except OSError as ex:
+        raise CompactError(f"compaction of {repo.machine}: cannot create a spool directory in "
+                           f"{spool_dir or 'the temp dir'}: {ex.strerror}") from ex
+    try:
+        for (path, gen), run in runs.items():
+            _add_run(w, spool, path, gen, run)
+    except (FormatError, StoreError) as ex:
+        raise CompactError(f"compaction of {repo.machine} stopped, nothing deleted: {ex}") from ex
+    except OSError as ex:
+        raise CompactError(f"compaction of {repo.machine} stopped, nothing deleted: spool "
+                           f"{ex.filename or ''}: {ex.strerror}") from ex
+    finally:
+        spool.close()
+    for _, _, ix in segs:
+        for t in ix.tombstones:
+            w.add_tombstone(t.path, t.gen, t.time)
+    for path, s in sessions.items():
+        if session_of(path) is not None:
+            w.add_session(path, s.gen, s.fields)
+    for cwd, info in projects.items():
+        w.add_project(cwd, dict(info))
+    w.index.extra = {"kind": KIND, "lo": lo, "hi": hi,
+                     **pointfmt.encode([pointfmt.point_of(ix) for _, _, ix in segs])}
+    return w.finish()
+
+
+def _add_run(w: SegmentWriter, spool: Spool, path: bytes, gen: int,
+             run: list[tuple[str, Extent]]) -> None:
+    """One generation's new bytes as frames; an empty one as one empty extent."""
+    limit = HISTORY_FRAME if path == HISTORY else FRAME_MAX
+    last = run[-1][1]
+    reason = run[0][1].reason
+    start = run[0][1].start
+    buf = bytearray()
+    wrote = False
+
+    def put(n: int) -> None:
+        nonlocal start, reason, wrote
+        w.add_data(path, gen, start, bytes(buf[:n]), mode=last.mode, mtime_ns=last.mtime_ns,
+                   reason=reason)
+        start += n
+        del buf[:n]
+        reason, wrote = None, True
+
+    for skey, x in run:
+        if x.start != start + len(buf):  # a gap (a lost segment): the next frame starts anew
+            if buf:
+                put(len(buf))
+            start = x.start
+        buf += spool.read(skey, x)
+        while len(buf) >= limit:
+            cut = limit
+            if path == HISTORY:  # whole lines: a frame names its sessions
+                cut = buf.rfind(b"\n", 0, limit) + 1 or limit
+            put(cut)
+    if buf or not wrote:
+        put(len(buf))
