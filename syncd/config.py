@@ -220,6 +220,9 @@ class Settings(BaseSettings):
     # Packs are written at this zstd level, in the scheduler's low-priority thread.
     compact_level: int = Field(9, ge=1, le=22)
     pack_target_bytes: int = Field(32 << 20, ge=1 << 20)
+    # A compaction folds the flushes since the last one into a delta; after this many
+    # deltas it writes a whole manifest instead (a restore reads each delta: 0 = always).
+    max_deltas: int = Field(24, ge=0, le=1000)
     # Retention of snapshots (restic's forget rules; all zero/empty keeps everything).
     # The newest snapshot is never deleted.
     keep_within: str = ""

@@ -263,6 +263,15 @@ class Repository:
         return sorted((*rng, o.key, o.size) for o in self.store.list(
             layout.deltas_prefix(self.machine)) if (rng := layout.delta_range(o.key)) is not None)
 
+    def folded(self, snaps: list[tuple[int, int, str]]) -> int:
+        """The last seq compaction has folded: the newest manifest's, then each delta that
+        starts where the one before ended (-1: none; one LIST)."""
+        by_lo = {d[0]: d[1] for d in self.deltas()}
+        top = snaps[-1][0] if snaps else -1
+        while (hi := by_lo.get(top + 1)) is not None:
+            top = hi
+        return top
+
     def read_delta(self, key: str, size: int | None = None) -> Delta:
         """A delta's index and points (one suffix GET, rarely two)."""
         return delta_of(key, self.read_index(key, size), self.where(key))

@@ -3,7 +3,9 @@ store write.
 
     python -m tests.compactkill STORE_DIR MACHINE KILL_AT LOG PACK_TARGET SMALL_PACK [prune]
 
-``prune`` runs a prune that keeps the newest snapshot only (keep_last 1) instead.
+``prune`` runs a prune that keeps the newest snapshot only (keep_last 1) instead;
+``delta`` a compaction that may write a delta (without it, every compaction writes a
+manifest).
 
 A store write is a ``put`` or a ``delete_many``. Each one is appended to LOG (``put <key>``
 or ``delete <n>``) and flushed before it is made (or the process killed instead), so the
@@ -57,7 +59,8 @@ class KillingStore(LocalStore):
 def main(argv: list[str]) -> int:
     root, machine, kill_at, log, pack_target, small_pack, *mode = argv
     store = KillingStore(Path(root), int(kill_at), Path(log))
-    opts = CompactOptions(pack_target=int(pack_target), small_pack=int(small_pack))
+    opts = CompactOptions(pack_target=int(pack_target), small_pack=int(small_pack),
+                          max_chain=24 if mode == ["delta"] else 0)
     if mode == ["prune"]:
         repo = Repository(store, machine)
         print(json.dumps(prune(repo, Policy(keep_last=1), opts=opts).as_dict()))

@@ -8,6 +8,8 @@ state, and a one-session load that reads only that session's groups.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import random
@@ -109,6 +111,10 @@ def three_flushes(src: Path, sh: Shipper) -> None:
     ship_all(sh, src)
 
 
+# A compaction that writes a manifest (not a delta) whatever the chain after the newest.
+REBASE = CompactOptions(max_chain=0)
+
+
 def keys(store: Store, kind: str) -> list[str]:
     return [i.key for i in store.list(f"machines/{M}/{kind}/")]
 
@@ -177,7 +183,7 @@ def test_appends_after_compaction_then_a_second_compaction_merges(tmp_path: Path
     # The snapshot, then the segment after it.
     assert_restores(store, src, tmp_path / "out1")
 
-    second = compact(Repository(store, M))
+    second = compact(Repository(store, M), REBASE)
 
     assert second.errors == [] and second.segments == 1
     assert second.packs_merged == [old_pack]
@@ -208,7 +214,7 @@ def test_big_files_are_cut_into_bounded_frames(tmp_path: Path) -> None:
     write(src, NOTE, b"v2, recreated after the rm\n")
     ship_all(sh, src)
 
-    compact(Repository(store, M))
+    compact(Repository(store, M), REBASE)
 
     got = {(e.path.decode(), e.gen): e for e in entries(store, assert_compacted(store))}
     spans = {p: [(x.start, x.end) for _, x in e.extents] for (p, _), e in got.items()}
@@ -262,7 +268,7 @@ def test_old_generations_stay_restorable_at_their_snapshot_time(tmp_path: Path) 
         f.write(b'{"type":"summary"}' + b" " * 10)
     write(src, TB, line(SB, 1), "ab")  # appended: the same generation grows
     ship_all(sh, src)
-    s2 = compact(Repository(store, M), opts=CompactOptions(now=clock.t))
+    s2 = compact(Repository(store, M), opts=CompactOptions(now=clock.t, max_chain=0))
     t2 = clock.t
     state2 = tree_bytes(src)
 
@@ -281,7 +287,7 @@ def test_old_generations_stay_restorable_at_their_snapshot_time(tmp_path: Path) 
     write(src, TB, line(SB, 2), "ab")
     write(src, TODO, b'[{"content":"x","status":"done"}]')
     ship_all(sh, src)
-    s3 = compact(Repository(store, M), opts=CompactOptions(now=clock.t))
+    s3 = compact(Repository(store, M), opts=CompactOptions(now=clock.t, max_chain=0))
     assert s3.packs_merged and s1.snapshot and s2.snapshot
     assert all(k not in keys(store, "pack") for k, _ in s1.packs_written)
     assert_restores(store, state1, tmp_path / "again-t1", at=t1)
@@ -311,8 +317,8 @@ def test_tombstones_are_kept_then_expire(tmp_path: Path) -> None:
     # Restore brings a deleted file back while its tombstone is kept.
     assert_restores(store, with_note, tmp_path / "kept")
 
-    gone = compact(Repository(store, M),
-                   opts=CompactOptions(now=deleted_at + keep + 1, tombstone_keep=keep))
+    gone = compact(Repository(store, M), opts=CompactOptions(
+        now=deleted_at + keep + 1, tombstone_keep=keep, max_chain=0))
 
     assert gone.expired == [NOTE] and gone.snapshot is not None
     assert [e.retained for e in entries(store, newest(store)) if e.path == NOTE.encode()] \
@@ -338,7 +344,7 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     ship_all(sh, src)
     before, puts = dict(store.objects), store.puts
 
-    rep = compact(Repository(store, M), opts=CompactOptions(dry_run=True))
+    rep = compact(Repository(store, M), opts=CompactOptions(dry_run=True, max_chain=0))
 
     assert rep.segments == 1 and rep.packs_merged == keys(store, "pack")  # what it would do
     assert store.objects == before and store.puts == puts
@@ -375,7 +381,10 @@ def test_encrypted_store_compacts_into_sealed_objects(tmp_path: Path) -> None:
     ship_all(sh, src)
     before = dict(store.objects)
     with pytest.raises(CompactError, match="newest snapshot is unreadable"):
-        compact(Repository(store, M))
+        compact(Repository(store, M), REBASE)
+    assert store.objects == before
+    blind = compact(Repository(store, M))  # a delta: its segments do not open
+    assert blind.delta is None and "encrypted, but no key" in blind.errors[0]
     assert store.objects == before
     again = compact(Repository(store, M, crypto))
     assert again.errors == [] and again.segments == 1
@@ -479,7 +488,7 @@ def kill_setup(tmp_path: Path, scenario: str) -> tuple[Path, Path]:
     write(src, TA, line(SA, 11, 3000), "ab")
     write(src, TB, line(SB, 0, 6000))
     ship_all(sh, src)
-    if scenario == "on-top":
+    if scenario in ("on-top", "delta"):
         compact(Repository(store, M), opts=KILL_OPTS)
         write(src, TA, line(SA, 12, 20000), "ab")
         write(src, HIST, line(SA, 13, 3000))
@@ -501,33 +510,45 @@ def kill_run(base: Path, work: Path, kill_at: int, *mode: str) -> tuple[
     return r, log.read_text().splitlines() if log.exists() else []
 
 
-@pytest.mark.parametrize("scenario", ["segments", "on-top"])
+@pytest.mark.parametrize("scenario", ["segments", "on-top", "delta"])
 def test_kill_9_before_every_store_write(tmp_path: Path, scenario: str) -> None:
     src, base = kill_setup(tmp_path, scenario)
-    clean, writes = kill_run(base, tmp_path / "clean", 0)
+    mode = ("delta",) if scenario == "delta" else ()
+    clean, writes = kill_run(base, tmp_path / "clean", 0, *mode)
     assert clean.returncode == 0, clean.stderr
     report = json.loads(clean.stdout)
     kinds = [write_kind(w) for w in writes]
-    # Packs, then the manifest, then the clean-up.
-    assert kinds[-2:] == ["put snap", "delete"] and set(kinds[:-2]) == {"put pack"}
-    assert len(kinds) >= 4 and report["errors"] == []
+    assert report["errors"] == []
+    if scenario == "delta":
+        # The delta, then the clean-up of the segments it folds.
+        assert kinds == ["put delta", "delete"]
+    else:
+        # Packs, then the manifest, then the clean-up.
+        assert kinds[-2:] == ["put snap", "delete"] and set(kinds[:-2]) == {"put pack"}
+        assert len(kinds) >= 4
+        assert_compacted(LocalStore(tmp_path / "clean" / "store"))
     if scenario == "on-top":
         assert report["packs_merged"], "the scenario should merge an older pack"
-    assert_compacted(LocalStore(tmp_path / "clean" / "store"))
 
     for k in range(1, len(writes) + 1):
         work = tmp_path / f"kill-{k}"
-        r, done = kill_run(base, work, k)
+        r, done = kill_run(base, work, k, *mode)
         assert r.returncode == -signal.SIGKILL, (k, r.stdout, r.stderr)
         assert [write_kind(w) for w in done] == kinds[:k]
         store = LocalStore(work / "store")
         assert_restores(store, src, work / "after-kill")
 
-        again = compact(Repository(store, M), opts=KILL_OPTS)
+        # (a delta's rerun: a pack target its chain never outgrows, so it stays a delta)
+        opts = dataclasses.replace(KILL_OPTS, pack_target=1 << 30) if scenario == "delta" \
+            else dataclasses.replace(KILL_OPTS, max_chain=0)
+        again = compact(Repository(store, M), opts=opts)
 
         assert again.errors == [], (k, again)
         assert_restores(store, src, work / "after-rerun")
-        if kinds[k - 1] != "delete":
+        assert keys(store, "seg") == []
+        if scenario == "delta":
+            assert len(keys(store, "delta")) == 1 and len(keys(store, "snap")) == 1
+        elif kinds[k - 1] != "delete":
             # Killed before the manifest: the rerun does the whole job and cleans up.
             assert again.snapshot is not None
             assert_compacted(store)
@@ -541,7 +562,7 @@ def test_rerun_after_a_kill_before_the_clean_up_removes_the_leftovers(tmp_path: 
     assert r.returncode == -signal.SIGKILL
     store = LocalStore(tmp_path / "killed" / "store")
 
-    again = compact(Repository(store, M), opts=KILL_OPTS)
+    again = compact(Repository(store, M), opts=dataclasses.replace(KILL_OPTS, max_chain=0))
 
     assert again.errors == []
     assert_restores(store, src, tmp_path / "out")
@@ -815,7 +836,8 @@ def _restored_after_expiry(tmp_path: Path) -> tuple[MemoryStore, float]:
     os.unlink(src / NOTES)
     sh.ship([NOTES.encode()])  # tombstone
     later = clock.t + KEEP + DAY
-    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP))
+    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP,
+                                                       max_chain=0))
     assert rep.expired == [NOTES]
     report, _ = restore_own(Repository(store, M), RestoreOptions(
         target=src, local_root=str(src), local_machine=M, at=T0 + 60), tmp_path / "st.db")
@@ -842,7 +864,7 @@ def test_a_prune_after_restoring_an_expired_generation_keeps_its_bytes(
     revived entry with no bytes must never make it look redundant)."""
     store, later = _restored_after_expiry(tmp_path)
     every = [k for _, _, k in current(Repository(store, M).snapshots())]
-    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP,
+    rep = compact(Repository(store, M), CompactOptions(now=later, tombstone_keep=KEEP, max_chain=0,
                                                        keep=every))
     assert rep.errors == []
     out = tmp_path / "out"

@@ -43,7 +43,7 @@ HOUR = 3600.0
 def day_of_snapshots(tmp_path: Path, store: Store, hours: int = 6) -> tuple[Path, Clock,
                                                                           list[dict[bytes,
                                                                                     bytes]]]:
-    """A snapshot an hour: a transcript that grows, a todo list rewritten each time (so
+    """A manifest an hour (never a delta): a transcript that grows, a todo list rewritten each time (so
     older snapshots hold generations the newest does not). Returns each hour's tree."""
     src, clock = tmp_path / "src", Clock()
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
@@ -53,7 +53,7 @@ def day_of_snapshots(tmp_path: Path, store: Store, hours: int = 6) -> tuple[Path
         write(src, TA, line(SA, h, 2000), "ab")
         write(src, TODO, todo(h, 2000))
         ship_all(sh, src)
-        compact(Repository(store, M), opts=CompactOptions(now=clock.t))
+        compact(Repository(store, M), opts=CompactOptions(now=clock.t, max_chain=0))
         trees.append(tree_bytes(src))
     return src, clock, trees
 

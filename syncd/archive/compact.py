@@ -276,7 +276,9 @@ def _rebase(repo: Repository, opts: CompactOptions, rep: CompactReport,
         tree.fold(key, ix, [point_of(ix)])
         rep.segments += 1
         rep.segment_bytes += size
-    changed = bool(segs) or bool(deltas)
+    # A prune writes a manifest only when it reclaims something (deltas alone are no
+    # reason: their points are kept as they are).
+    changed = bool(segs) or (bool(deltas) and opts.keep is None)
     for path, e in list(tree.live.items()):
         if e.deleted_at is not None and e.deleted_at < now - opts.tombstone_keep:
             del tree.live[path]

@@ -10,6 +10,7 @@ adopts it when it reads.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,10 +35,9 @@ def write_delta(repo: Repository, segs: Sequence[tuple[str, int, SegmentIndex]],
     lo, hi = segs[0][2].seq, segs[-1][2].seq
     key = layout.delta_key(repo.machine, lo, hi)
     blob = _build(repo, key, segs, level, spool_dir)
-    try:
+    # A taken key: left by a run that died before deleting the segments; read back below.
+    with contextlib.suppress(AlreadyExists):
         repo.put(key, blob)
-    except AlreadyExists:
-        pass  # left by a run that died before deleting the segments: read back below
     try:
         return repo.read_delta(key)
     except (FormatError, StoreError) as e:

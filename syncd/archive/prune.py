@@ -86,10 +86,6 @@ def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
         rep.forgotten = [s.key for s in now_forget]
         rep.deferred = [s.key for s in later]
         rep.dropped = drop
-        if not now_forget and not drop:
-            # Nothing to reclaim: the compaction the schedule would run anyway.
-            rep.compaction = _compact(repo, opts)
-            return rep
         keep = [v.snap.key for v in rep.verdicts if v.keep] + rep.deferred + unreadable
         keep += [d[2] for d in deltas if d[2] not in drop]
         pruned = dataclasses.replace(opts, keep=keep, drop=drop)

@@ -41,6 +41,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     checked_objects: int = 0
     snapshots: int = 0
+    deltas: int = 0
     segments: int = 0
     packs: int = 0
     # Frames fetched and checked (damaged ones included).
@@ -61,6 +62,7 @@ class VerifyReport:
     def as_dict(self) -> dict[str, Any]:
         return {"machine": self.machine, "ok": self.ok, "problems": self.problems,
                 "checked_objects": self.checked_objects, "snapshots": self.snapshots,
+                "deltas": self.deltas,
                 "segments": self.segments, "packs": self.packs,
                 "extents_read": self.extents_read, "bytes_read": self.bytes_read,
                 "sampled_share": self.sampled_share, "stopped_early": self.stopped_early,
@@ -105,7 +107,7 @@ def verify(repo: Repository, *, read_data: float = 0.0,
         if ref is not None:
             break
     if ref is None:
-        v.segments(-1)
+        v.segments(v.deltas(-1))
     else:
         m, groups = ref
         located, refs = v.check_reference(m, groups)
@@ -119,9 +121,11 @@ def verify(repo: Repository, *, read_data: float = 0.0,
                 k for k in listing
                 if k.startswith(layout.packs_prefix(machine)) and layout.pack_range(k) is not None
                 and k not in refs)
-        v.segments(m.seq)
+        v.segments(v.deltas(m.seq))
     if acknowledged is not None:
-        newest = max([seq for seq, _ in v.segment_keys(-1)] + [s[0] for s in snaps] + [-1])
+        newest = max([seq for seq, _ in v.segment_keys(-1)] + [s[0] for s in snaps] + [-1]
+                     + [r[1] for k in listing if (r := layout.delta_range(k)) is not None
+                        and k.startswith(layout.deltas_prefix(machine))])
         if newest < acknowledged:
             v.problem(layout.segment_key(machine, newest + 1),
                       f"missing: segments {newest + 1:016x}..{acknowledged:016x} were "
@@ -301,6 +305,30 @@ class _Verifier:
             if seq is not None and seq > after:
                 out.append((seq, key))
         return sorted(out)
+
+    def deltas(self, after: int) -> int:
+        """Every delta read and its frames added to the sample; returns the seq the chain
+        after ``after`` reaches (segments follow it)."""
+        rows = sorted((*rng, key) for key in self.listing
+                      if key.startswith(layout.deltas_prefix(self.machine))
+                      and (rng := layout.delta_range(key)) is not None)
+        top = after
+        for lo, hi, key in rows:
+            self.rep.deltas += 1
+            self.rep.checked_objects += 1
+            try:
+                d = self.repo.read_delta(key, self.listing[key])
+            except (FormatError, StoreError) as e:
+                self.rep.problems.append(_named(self.where(key), e))
+                continue
+            if d.index.machine != self.machine:
+                self.problem(key, f"written by machine {d.index.machine!r} (foreign or "
+                                  "renamed object)")
+                continue
+            self.add(key, self.inside(key, self.listing[key], d.index.extents))
+            if lo == top + 1:
+                top = hi
+        return top
 
     def segments(self, after: int) -> None:
         """The segments after the reference run without a gap and their indexes read."""

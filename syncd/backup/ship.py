@@ -144,6 +144,10 @@ class Shipper:
         if snaps and snaps[-1][0] >= self.state.next_seq:
             self._adopt_snapshot(snaps[-1][2])
             adopted += 1
+        folded = self.repo.folded(snaps)
+        if folded >= self.state.next_seq:
+            self._adopt_deltas(folded)
+            adopted += 1
         while self.repo.exists(layout.segment_key(self.machine, self.state.next_seq)):
             self._adopt(self.state.next_seq)
             adopted += 1
@@ -200,7 +204,7 @@ class Shipper:
         self.repair |= {m.path for m in marks}
         # The seqs lost at the end are written again by the next flushes; one lost
         # between two the store holds gets an empty stand-in.
-        newest = max(present | {snaps[-1][0] if snaps else -1})
+        newest = max(present | {self.repo.folded(snaps)})
         for seq in missing:
             if seq < newest:
                 self._fill(seq, self._time_near(seq, present))
@@ -218,7 +222,7 @@ class Shipper:
                  ) -> tuple[list[int], set[int]]:
         """The seqs up to ``last`` after the newest manifest that the store does not hold,
         and those it holds."""
-        base = snaps[-1][0] if snaps else -1
+        base = self.repo.folded(snaps)
         if base >= last:
             return [], set()
         present = {seq for key, _ in self.repo.segments(base)
@@ -307,6 +311,24 @@ class Shipper:
         self.state.commit(m.seq, updates)
         log.warning("adopted snapshot %s (%d files): the local state was behind the store",
                     key, len(updates))
+
+    def _adopt_deltas(self, folded: int) -> None:
+        # The same, when deltas after the newest snapshot folded the segments away.
+        if folded - self.state.next_seq > MAX_AHEAD:
+            raise FormatError(f"{self.repo.url}: deltas up to seq {folded:016x}, far beyond "
+                              f"this machine's seq {self.state.next_seq:016x}: refusing to "
+                              "adopt them (planted or foreign; remove them from the store)")
+        view = load_backup(self.repo)
+        if view.last_seq is None or view.last_seq < folded:
+            raise BackupError(f"{self.repo.url}: the deltas up to seq {folded:016x} do not "
+                              f"read ({'; '.join(view.errors[:2])})")
+        updates = [self._adopted_state(e.path, e.gen, e.size, e.mode, e.mtime_ns)
+                   for e in view.files.values()]
+        updates = [u if e.deleted_at is None else u.but(deleted_at=e.deleted_at)
+                   for u, e in zip(updates, view.files.values(), strict=True)]
+        self.state.commit(view.last_seq, updates)
+        log.warning("adopted the deltas up to seq %d (%d files): the local state was behind "
+                    "the store", view.last_seq, len(updates))
 
     def _adopted_state(self, path: bytes, gen: int, end: int, mode: int,
                        mtime_ns: int, extents: Iterable[Extent] = ()) -> FileState:
