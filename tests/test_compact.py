@@ -9,7 +9,6 @@ state, and a one-session load that reads only that session's groups.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import random

@@ -43,8 +43,9 @@ HOUR = 3600.0
 def day_of_snapshots(tmp_path: Path, store: Store, hours: int = 6) -> tuple[Path, Clock,
                                                                           list[dict[bytes,
                                                                                     bytes]]]:
-    """A manifest an hour (never a delta): a transcript that grows, a todo list rewritten each time (so
-    older snapshots hold generations the newest does not). Returns each hour's tree."""
+    """A manifest an hour (never a delta): a transcript that grows, a todo list rewritten
+    each time (so older snapshots hold generations the newest does not). Returns each
+    hour's tree."""
     src, clock = tmp_path / "src", Clock()
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
     trees = []

@@ -28,7 +28,8 @@ def _duration(name: str, text: str) -> float:
 def compact_options(settings: Settings, *, dry_run: bool = False) -> CompactOptions:
     return CompactOptions(
         level=settings.compact_level, pack_target=settings.pack_target_bytes,
-        max_chain=settings.max_deltas, tombstone_keep=_duration("tombstone_keep", settings.tombstone_keep),
+        max_chain=settings.max_deltas,
+        tombstone_keep=_duration("tombstone_keep", settings.tombstone_keep),
         dry_run=dry_run, spool_dir=settings.state_dir,
         lock=settings.state_dir / f"compact-{settings.machine_id}.lock",
         acknowledged=acknowledged_seq(settings))
