@@ -1,11 +1,12 @@
 """One compaction (or prune) of a local store that SIGKILLs itself right before its k-th
 store write.
 
-    python -m tests.compactkill STORE_DIR MACHINE KILL_AT LOG PACK_TARGET SMALL_PACK [prune]
+    python -m tests.compactkill STORE_DIR MACHINE KILL_AT LOG PACK_TARGET SMALL_PACK [MODE [NOW]]
 
-``prune`` runs a prune that keeps the newest snapshot only (keep_last 1) instead;
-``delta`` a compaction that may write a delta (without it, every compaction writes a
-manifest).
+MODE ``prune`` runs a prune that keeps the newest snapshot only (keep_last 1) instead;
+``prune-window`` a prune that keeps the flushes of the last second and 1 hourly point;
+``delta`` a compaction that may write a delta (without a mode, every compaction writes a
+manifest). NOW: the compaction's clock (seconds since the epoch).
 
 A store write is a ``put`` or a ``delete_many``. Each one is appended to LOG (``put <key>``
 or ``delete <n>``) and flushed before it is made (or the process killed instead), so the
@@ -57,13 +58,18 @@ class KillingStore(LocalStore):
 
 
 def main(argv: list[str]) -> int:
-    root, machine, kill_at, log, pack_target, small_pack, *mode = argv
+    root, machine, kill_at, log, pack_target, small_pack, *rest = argv
+    mode = rest[0] if rest else ""
     store = KillingStore(Path(root), int(kill_at), Path(log))
     opts = CompactOptions(pack_target=int(pack_target), small_pack=int(small_pack),
-                          max_chain=24 if mode == ["delta"] else 0)
-    if mode == ["prune"]:
-        repo = Repository(store, machine)
+                          max_chain=24 if mode in ("delta", "prune-window") else 0,
+                          now=float(rest[1]) if len(rest) > 1 else None)
+    repo = Repository(store, machine)
+    if mode == "prune":
         print(json.dumps(prune(repo, Policy(keep_last=1), opts=opts).as_dict()))
+    elif mode == "prune-window":
+        policy = Policy(keep_within=1.0, keep_hourly=1)
+        print(json.dumps(prune(repo, policy, opts=opts).as_dict()))
     else:
         print(json.dumps(compact(Repository(store, machine), opts=opts).as_dict()))
     return 0

@@ -207,7 +207,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     segs = _segments(repo, head, rep, opts.acknowledged)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
     entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
-    rebase = (not snaps or opts.keep is not None or len(chain) >= opts.max_chain
+    rebase = (not snaps or (opts.keep is not None and not segs) or len(chain) >= opts.max_chain
               or sum(d[3] for d in chain) > opts.pack_target
               or raw > opts.delta_max or entries > DELTA_ENTRIES or len(segs) > DELTA_SEGMENTS)
     if not rebase:

@@ -28,6 +28,7 @@ class PruneReport:
     deferred: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     compaction: CompactReport | None = None
+    folded: CompactReport | None = None
     errors: list[str] = field(default_factory=list)
     dry_run: bool = False
 
@@ -38,7 +39,8 @@ class PruneReport:
                               for v in self.verdicts],
                 "forgotten": self.forgotten, "deferred": self.deferred,
                 "dropped": self.dropped, "errors": self.errors,
-                "compaction": None if self.compaction is None else self.compaction.as_dict()}
+                "compaction": None if self.compaction is None else self.compaction.as_dict(),
+                "folded": None if self.folded is None else self.folded.as_dict()}
 
 
 def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
@@ -54,6 +56,10 @@ def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
     opts = opts or CompactOptions()
     rep = PruneReport(machine, policy.describe(), dry_run=opts.dry_run)
     with exclusive(opts.lock, "prune"):
+        # The flushes since the last compaction first, as any compaction folds them (a
+        # delta): the reclaiming below then writes a manifest only to reclaim something.
+        rep.folded = _compact(repo, opts)
+        rep.errors += rep.folded.errors
         snaps = repo.snapshots()
         refs: list[SnapRef] = []
         unreadable: list[str] = []

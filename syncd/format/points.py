@@ -155,18 +155,17 @@ class Locator:
     """Where the bytes of each generation are: extents from any number of objects.
 
     Several objects may hold the same bytes cut differently (a segment and the delta
-    that folded it, a pack and its rewrite); ``extents`` chains, from byte 0, the
-    extent that reaches furthest at each offset.
+    that folded it, a pack and its rewrite); ``extents`` finds a chain of extents from
+    byte 0, each starting where the one before ended, preferring what was added first.
     """
 
     def __init__(self) -> None:
-        self._by: dict[tuple[bytes, int], dict[int, tuple[str, Extent]]] = {}
+        # (path, gen) -> start -> end -> (object key, extent)
+        self._by: dict[tuple[bytes, int], dict[int, dict[int, tuple[str, Extent]]]] = {}
 
     def add(self, key: str, x: Extent) -> None:
-        starts = self._by.setdefault((x.path, x.gen), {})
-        held = starts.get(x.start)
-        if held is None or held[1].end < x.end:
-            starts[x.start] = (key, x)
+        ends = self._by.setdefault((x.path, x.gen), {}).setdefault(x.start, {})
+        ends.setdefault(x.end, (key, x))
 
     def add_all(self, items: Iterable[tuple[str, Extent]]) -> None:
         for key, x in items:
@@ -177,20 +176,38 @@ class Locator:
         starts = self._by.get((path, gen))
         if not starts:
             return None
-        x = max(starts.values(), key=lambda kx: kx[1].end)[1]
+        x = max((kx for ends in starts.values() for kx in ends.values()),
+                key=lambda kx: kx[1].end)[1]
         return x.mode, x.mtime_ns
 
     def extents(self, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
-        """The extents holding bytes [0, ``size``) of a generation, as far as they reach
-        without a gap (an empty file or revival: the one at 0)."""
+        """The extents holding bytes [0, ``size``) of a generation, or as far as they
+        reach without a gap (an empty file or a revival: the extent at 0)."""
         starts = self._by.get((path, gen), {})
+        if 0 not in starts:
+            return []
+        if size == 0:
+            ends = starts[0]
+            return [ends[min(ends)]]
+        # Breadth first over offsets: the fewest extents that reach ``size``.
+        came: dict[int, tuple[int, tuple[str, Extent]]] = {}
+        todo = [0]
+        reached = 0
+        for pos in todo:
+            for end, item in starts.get(pos, {}).items():
+                if end > pos and end not in came:
+                    came[end] = (pos, item)
+                    todo.append(end)
+                    reached = max(reached, end)
+                    if end >= size:
+                        reached = end
+                        break
+            if reached >= size:
+                break
         out: list[tuple[str, Extent]] = []
-        pos = 0
-        while True:
-            got = starts.get(pos)
-            if got is None or (out and pos >= size):
-                return out
-            out.append(got)
-            if got[1].end <= pos:
-                return out  # an empty extent: nothing follows it
-            pos = got[1].end
+        pos = reached
+        while pos > 0:
+            pos, item = came[pos]
+            out.append(item)
+        out.reverse()
+        return out
