@@ -12,7 +12,7 @@ import time
 import tomllib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlparse
@@ -114,6 +114,14 @@ def parse_time(text: str, now: float | None = None) -> float:
     except ValueError:
         raise ConfigError(f"cannot read time {text!r}: use ISO 8601 (2026-11-30T14:00) or "
                           "a duration ago (90m, 2h, 1d12h)") from None
+
+
+def format_time(t: float) -> str:
+    """A point in time as ISO 8601 UTC to the millisecond, rounded up: ``parse_time`` of
+    it is at or after ``t`` (so ``restore --at`` of a printed point takes that point)."""
+    ms = math.ceil(round(t * 1000, 3))
+    text = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return text[:-3] + "Z"
 
 
 def _xdg(var: str, fallback: str) -> Path:

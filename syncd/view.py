@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from syncd.config import format_time
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.delta import manifest_points
@@ -124,16 +124,11 @@ def load_backup(repo: Repository, at: float | None = None,
         walk.segments(keys, sessions)
     if b.point is None and at is not None:
         first = walk.later if walk.later is not None else _first_time(repo, snaps)
-        since = "" if first is None else f"; its first point in time is {_iso(first)}"
+        since = "" if first is None else f"; its first point in time is {format_time(first)}"
         raise NoBackup(f"machine {machine!r} has no backup at or before the requested time "
-                       f"{_iso(at)}{since}")
+                       f"{format_time(at)}{since}")
     _finish(b, locator)
     return b
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        ".000000Z", "Z")
 
 
 def _first_time(repo: Repository, snaps: list[tuple[int, int, str]]) -> float | None:

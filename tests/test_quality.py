@@ -46,7 +46,7 @@ RANKS: list[tuple[str, ...]] = [
     ("syncd.security",),
     ("syncd.format",),
     ("syncd.repository", "syncd.seen", "syncd.backup.state", "syncd.backup.errorlog"),
-    ("syncd.view",),
+    ("syncd.view", "syncd.timeline"),
     ("syncd.backup", "syncd.archive", "syncd.restore"),
     ("syncd.service",),
     ("syncd.cli", "syncd", "syncd.__main__"),

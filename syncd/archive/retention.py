@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from syncd.errors import PolicyError
 
@@ -103,6 +104,15 @@ class Policy:
             if n := self._count(name):
                 parts.append(f"{n} {label}")
         return ", ".join(parts) or "keep everything"
+
+
+class PointLike(Protocol):
+    """A point in time as ``retention_groups`` needs it (timeline.PointRow)."""
+
+    seq: int
+    time: float
+    kind: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -193,3 +203,30 @@ def format_duration(seconds: float) -> str:
     if secs or frac or not parts:
         parts.append(f"{secs + frac:g}s")
     return "".join(parts)
+
+
+def retention_groups(points: Iterable[PointLike], policy: Policy) -> dict[int, str]:
+    """How ``policy`` groups each point (by seq): every flush within its window, then
+    the compacted snapshots its rules keep (or "until the next prune")."""
+    given = list(points)
+    if not given:
+        return {}
+    newest = max(p.time for p in given)
+    window = math.inf if policy.empty else policy.window
+    out: dict[int, str] = {}
+    snaps = [SnapRef(p.key, p.seq, p.time) for p in given if p.kind == "snapshot"]
+    try:
+        verdicts = {v.snap.seq: v for v in plan(snaps, policy)}
+    except PolicyError:
+        verdicts = {}
+    label = "every flush, " + ("ever" if window == math.inf else
+                               f"the last {format_duration(window)}")
+    for p in given:
+        v = verdicts.get(p.seq)
+        if p.time > newest - window:
+            out[p.seq] = label
+        elif v is not None and v.keep:
+            out[p.seq] = ", ".join(r for r in v.reasons if r != "newest") or "newest"
+        else:
+            out[p.seq] = "until the next prune"
+    return out

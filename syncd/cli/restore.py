@@ -1,4 +1,4 @@
-"""Commands that read the store: machines, sessions, restore, resume."""
+"""Commands that read the store: machines, sessions, snapshots, restore, resume."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from syncd.archive.options import policy_of
+from syncd.archive.retention import retention_groups
 from syncd.backup.ship import open_provenance
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table, printable
@@ -23,7 +25,7 @@ from syncd.cli.util import (
     settings_of,
     time_option,
 )
-from syncd.config import Settings
+from syncd.config import Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
@@ -32,6 +34,7 @@ from syncd.restore.listing import find_session, load_all, machines_table, sessio
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
+from syncd.timeline import timeline
 from syncd.view import Backup
 
 
@@ -51,7 +54,7 @@ def _size(n: int) -> str:
 # titles come last, so that awk's fields before them are the same in every row.
 MACHINE_COLUMNS = (
     Column(""), Column("MACHINE"), Column("HOST", wrap=True), Column("LAST BACKUP"),
-    Column("SNAPSHOTS", right=True), Column("PACKS", right=True),
+    Column("SNAPSHOTS", right=True), Column("DELTAS", right=True), Column("PACKS", right=True),
     Column("SEGMENTS", right=True), Column("STORED", right=True), Column("HOME", wrap=True))
 SESSION_COLUMNS = (
     Column("SESSION"), Column("LAST ACTIVITY"), Column("LOCAL"), Column("SIZE", right=True),
@@ -74,7 +77,7 @@ def machines(ctx: click.Context, as_json: bool) -> None:
         Table(MACHINE_COLUMNS, rows, lambda r: (
             "*" if r["machine"] == settings.machine_id else "", _text(r["machine"]),
             _text(r["hostname"]), _when(r["last_backup"]), str(r["snapshots"]),
-            str(r["packs"]), str(r["segments"]), _size(r["stored_bytes"]),
+            str(r["deltas"]), str(r["packs"]), str(r["segments"]), _size(r["stored_bytes"]),
             _text(r["home"]))).echo()
     _problems(problems)
 
@@ -97,6 +100,36 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
             _text(r["session_id"]), _text(r["last_activity"])[:16],
             "yes" if r["local"] else "no", _size(r["size"]), _text(r["machine"]),
             _text(r["project"]), _text(r["title"] or "")[:60])).echo()
+    _problems(problems)
+
+
+POINT_COLUMNS = (
+    Column("TIME (UTC)"), Column("KIND"), Column("SEQ", right=True), Column("ADDED", right=True),
+    Column("KEPT AS"), Column("SESSIONS", wrap=True))
+
+
+@click.command()
+@click.option("--machine", default=None, help="Another machine's points (default: this one).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def snapshots(ctx: click.Context, machine: str | None, as_json: bool) -> None:
+    """The points in time a restore can reach, newest first: every flush within the
+    retention window, then the compacted snapshots the policy keeps. `restore --at`
+    takes any time printed here."""
+    settings = settings_of(ctx)
+    repo = repository_of(settings, machine)
+    points, problems = timeline(repo)
+    groups = retention_groups(points, policy_of(settings))
+    newest_first = list(reversed(points))
+    if as_json:
+        echo_json([{"time": p.time, "at": format_time(p.time), "seq": p.seq, "kind": p.kind,
+                    "sessions": p.sessions, "bytes_added": p.added, "kept_as": groups[p.seq],
+                    "object": p.key} for p in newest_first])
+    else:
+        Table(POINT_COLUMNS, newest_first, lambda p: (
+            format_time(p.time), p.kind, str(p.seq), "-" if p.added is None else _size(p.added),
+            groups[p.seq], " ".join(_text(s)[:8] for s in p.sessions[:6])
+            + (f" +{len(p.sessions) - 6}" if len(p.sessions) > 6 else ""))).echo()
     _problems(problems)
 
 
@@ -299,4 +332,4 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     click.echo(line)
 
 
-COMMANDS = (machines, sessions, restore_cmd, resume)
+COMMANDS = (machines, sessions, snapshots, restore_cmd, resume)

@@ -30,10 +30,14 @@ def machines_table(repo: Repository, seen: Seen | None = None
         kinds = [layout.kind_of(o.key) for o in objects]
         keys = [(o.key, o.size) for o, kind in zip(objects, kinds, strict=True)
                 if kind == "seg" and layout.segment_seq(o.key) is not None]
+        snaps = [sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
+                 and layout.kind_of(o.key) == "snap"]
+        deltas = sorted((rng[1], o.key, o.size) for o in objects
+                        if layout.kind_of(o.key) == "delta"
+                        and (rng := layout.delta_range(o.key)) is not None)
         if seen is not None:
-            seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + [
-                sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
-                and layout.kind_of(o.key) == "snap"]
+            seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + snaps + \
+                [d[0] for d in deltas]
             problem = seen.check(machine, max(seqs) if seqs else None)
             if problem:
                 problems.append(problem)
@@ -44,6 +48,11 @@ def machines_table(repo: Repository, seen: Seen | None = None
                 last = ix.time
                 if seen is not None and ix.seq == layout.segment_seq(keys[-1][0]):
                     seen.saw(machine, ix.seq)
+            elif deltas and deltas[-1][0] > max(snaps, default=-1):
+                d = m.read_delta(deltas[-1][1], deltas[-1][2])
+                last = d.time
+                if seen is not None:
+                    seen.saw(machine, d.hi)
             else:
                 snap = m.newest_manifest(problems)
                 last = None if snap is None else snap.time
@@ -54,7 +63,7 @@ def machines_table(repo: Repository, seen: Seen | None = None
         rows.append({"machine": machine, "hostname": info.get("hostname"),
                      "home": info.get("home"), "os": info.get("os"),
                      "segments": len(keys), "packs": kinds.count("pack"),
-                     "snapshots": kinds.count("snap"),
+                     "snapshots": kinds.count("snap"), "deltas": len(deltas),
                      "stored_bytes": sum(o.size for o in objects),
                      "last_backup": last})
     return rows, problems

@@ -31,6 +31,7 @@ from syncd.claude import (
     is_user_config,
     project_folder,
 )
+from syncd.config import format_time
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.segment import Extent
@@ -165,6 +166,10 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         raise RestoreError(str(e)) from None
     remap = build_remapper(backup, opts)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
+    if opts.at is not None and backup.point is not None:
+        seq, t = backup.point
+        report.notes.append(f"as of {format_time(t)} (flush {seq}), the last point in time "
+                            f"at or before {format_time(opts.at)}")
     files, history_sids = _select(backup, opts, report)
     for path in sorted(files):
         why = _refusal(path, remap, backup, opts)
