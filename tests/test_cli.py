@@ -380,6 +380,9 @@ Commands:
   run          The daemon: watch ~/.claude, back up every appended byte.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
+  snapshots    The points in time a restore can reach, newest first: every flush
+               within the retention window, then the compacted snapshots the
+               policy keeps.
   status       Health at a glance (--json for scripts).
   sync         Back up everything pending once; exit 0 when durable.
   verify       Check the backup is whole (exit 1 on any problem).

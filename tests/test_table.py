@@ -158,17 +158,17 @@ def test_sessions_plain_has_a_header_and_aligned_columns(world: dict[str, str]) 
 def test_machines_plain_has_a_header_and_marks_this_machine(world: dict[str, str]) -> None:
     lines = syncd(world, "machines")
     header = lines[0]
-    names = ["MACHINE", "HOST", "LAST BACKUP", "SNAPSHOTS", "PACKS", "SEGMENTS", "STORED",
-             "HOME"]
+    names = ["MACHINE", "HOST", "LAST BACKUP", "SNAPSHOTS", "DELTAS", "PACKS", "SEGMENTS",
+             "STORED", "HOME"]
     assert re.fullmatch(r"\s+" + r"\s+".join(names), header), header
     assert len(lines) == 3 and lines[1].split()[:2] == ["*", "desk"]
     assert lines[2].startswith(" ") and lines[2].split()[0] == "laptop-long-name"
     at = header.index("MACHINE")
     for line in lines[1:]:
         assert starts(line, at) and starts(line, header.index("HOST"))
-        # Counts are right-aligned under their headers: 0 snapshots, 0 packs, 1 segment.
-        counts = [line[header.index(n):header.index(n) + len(n)] for n in names[3:6]]
-        assert [c.strip() for c in counts] == ["0", "0", "1"], line
+        # Counts are right-aligned under their headers: 0 snapshots, deltas, packs, 1 segment.
+        counts = [line[header.index(n):header.index(n) + len(n)] for n in names[3:7]]
+        assert [c.strip() for c in counts] == ["0", "0", "0", "1"], line
         assert all(c[-1] != " " for c in counts), line
 
 
