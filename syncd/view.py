@@ -16,7 +16,7 @@ from syncd.config import format_time
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.delta import manifest_points
-from syncd.format.points import Locator, Point, apply, fold_catalog, point_of
+from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
 from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
 from syncd.repository import Repository
 from syncd.seen import Seen
@@ -173,6 +173,7 @@ class _Walk:
                 self.stopped, self.later = True, p.time
                 return
             apply(p, b.files, wanted=self.wanted, mode_of=self.locator.mode_of)
+            apply_catalog(p, b.sessions, b.machine, self.wanted)
             b.first_time = p.time if b.first_time is None else b.first_time
             b.last_time, b.last_seq, b.point = p.time, p.seq, (p.seq, p.time)
             self.cursor = p.seq
@@ -199,7 +200,7 @@ class _Walk:
                     self.cursor, got = hi, True
                     break
                 self.locator.add_all((key, x) for x in d.index.extents)
-                fold_catalog(d.index, b.sessions, b.projects, self.wanted)
+                b.projects.update(d.index.projects)
                 self._points(d.points)
                 self.cursor = hi if not self.stopped else self.cursor
                 if self.seen is not None:
@@ -245,7 +246,7 @@ class _Walk:
             if self.seen is not None and ix.seq == seq:
                 self.seen.saw(repo.machine, seq)
             self.locator.add_all((key, x) for x in ix.extents)
-            fold_catalog(ix, b.sessions, b.projects, self.wanted)
+            b.projects.update(ix.projects)
             self.cursor = seq - 1  # a gap is passed over: its files show it
             self._points([point_of(ix)])
 

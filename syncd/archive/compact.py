@@ -30,7 +30,7 @@ from syncd.errors import AlreadyExists, CompactError, FormatError, Locked, Store
 from syncd.format import points as pointfmt
 from syncd.format.catalog import Session, session_of
 from syncd.format.delta import manifest_points
-from syncd.format.points import Locator, Point, apply, fold_catalog, point_of
+from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
 from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, Extent, SegmentIndex
 from syncd.format.snapshot import HISTORY, Entry, Group, Manifest, build, current
 from syncd.progress import Meter, NullMeter
@@ -133,9 +133,10 @@ class _Tree:
 
     def fold(self, key: str, ix: SegmentIndex, points: list[Point]) -> None:
         self.locator.add_all((key, x) for x in ix.extents)
-        fold_catalog(ix, self.sessions, self.projects)
+        self.projects.update(ix.projects)
         for p in points:
             apply(p, self.live, retire=self.retire, mode_of=self.locator.mode_of)
+            apply_catalog(p, self.sessions, ix.machine)
             self.first_time = p.time if self.first_time is None else self.first_time
             self.time, self.seq = p.time, p.seq
 

@@ -2,9 +2,9 @@
 keeps every one of their points (docs/FORMAT.md, "Deltas").
 
 Each file generation's new bytes become frames of their own (history.jsonl cut at line
-ends), small ones compressed with the machine's trained dictionary; the deletions, the
-catalog and the projects of the segments come along, and the points say what each flush
-changed. A rerun after a crash finds the delta written (its key names its range) and
+ends), small ones compressed with the machine's trained dictionary; the deletions and
+the projects of the segments come along, and the points say what each flush changed and
+which catalog fields its lines named. A rerun after a crash finds the delta written (its key names its range) and
 adopts it when it reads.
 """
 
@@ -17,7 +17,6 @@ from pathlib import Path
 from syncd.archive.packer import Spool
 from syncd.errors import AlreadyExists, CompactError, FormatError, StoreError
 from syncd.format import points as pointfmt
-from syncd.format.catalog import Session, session_of
 from syncd.format.delta import KIND, Delta
 from syncd.format.segment import FRAME_MAX, Extent, SegmentIndex, SegmentWriter
 from syncd.format.snapshot import HISTORY
@@ -48,14 +47,13 @@ def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentInd
            level: int, spool_dir: Path | None) -> bytes:
     lo, hi = segs[0][2].seq, segs[-1][2].seq
     runs: dict[tuple[bytes, int], list[tuple[str, Extent]]] = {}
-    sessions: dict[bytes, Session] = {}
     projects: dict[str, dict[str, object]] = {}
     dict_id: str | None = None
     for skey, _, ix in segs:
         for x in ix.extents:
             runs.setdefault((x.path, x.gen), []).append((skey, x))
             dict_id = x.dict_id or dict_id
-        pointfmt.fold_catalog(ix, sessions, projects)
+        projects.update(ix.projects)
     dictionary = None
     if dict_id is not None:
         try:
@@ -82,9 +80,6 @@ def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentInd
     for _, _, ix in segs:
         for t in ix.tombstones:
             w.add_tombstone(t.path, t.gen, t.time)
-    for path, s in sessions.items():
-        if session_of(path) is not None:
-            w.add_session(path, s.gen, s.fields)
     for cwd, info in projects.items():
         w.add_project(cwd, dict(info))
     w.index.extra = {"kind": KIND, "lo": lo, "hi": hi,

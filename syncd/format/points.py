@@ -12,11 +12,12 @@ generation in whatever objects hold them (a newer manifest's packs, a delta, a s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.format.catalog import Session, session_of
+from syncd.format.catalog import FIELD_MAX, Session, session_of
 from syncd.format.segment import Extent, SegmentIndex, decode_path, encode_path
 from syncd.format.snapshot import Entry
 
@@ -38,11 +39,13 @@ class Change:
 
 @dataclass(slots=True)
 class Point:
-    """One flush: segment ``seq``, built at ``time``, and what it changed."""
+    """One flush: segment ``seq``, built at ``time``, what it changed, and the catalog
+    fields its new lines named (path, generation, fields)."""
 
     seq: int
     time: float
     changes: list[Change]
+    catalog: list[tuple[bytes, int, dict[str, str]]] = field(default_factory=list)
 
     @property
     def grown(self) -> int:
@@ -58,7 +61,8 @@ def point_of(ix: SegmentIndex) -> Point:
         sizes[(x.path, x.gen)] = max(sizes.get((x.path, x.gen), 0), x.end)
     changes = [Change(p, g, n) for (p, g), n in sizes.items()]
     changes += [Change(t.path, t.gen, None, t.time) for t in ix.tombstones]
-    return Point(ix.seq, ix.time, changes)
+    catalog = [(path, gen, fields) for path, (gen, fields) in ix.sessions.items()]
+    return Point(ix.seq, ix.time, changes, catalog)
 
 
 def encode(points: list[Point]) -> dict[str, Any]:
@@ -71,7 +75,11 @@ def encode(points: list[Point]) -> dict[str, Any]:
             pid = ids.setdefault(c.path, len(ids))
             changes.append([pid, c.gen, c.size] if c.size is not None
                            else [pid, c.gen, None, c.time])
-        docs.append([p.seq, p.time, changes])
+        doc: list[Any] = [p.seq, p.time, changes]
+        if p.catalog:
+            doc.append([[ids.setdefault(path, len(ids)), gen, fields]
+                        for path, gen, fields in p.catalog])
+        docs.append(doc)
     return {"paths": [encode_path(p) for p in ids], "points": docs}
 
 
@@ -85,8 +93,10 @@ def decode(extra: dict[str, Any], where: str) -> list[Point]:
     if len(docs) > MAX_POINTS:
         raise ValueError(f"{where}: {len(docs)} points, more than {MAX_POINTS}")
     out: list[Point] = []
-    for seq, t, changes in docs:
+    for seq, t, changes, *rest in docs:
         seq, t = _whole(seq), float(t)
+        if not math.isfinite(t) or len(rest) > 1:
+            raise ValueError(f"{where}: point {seq}: not a point")
         if out and seq <= out[-1].seq:
             raise ValueError(f"{where}: point {seq} after {out[-1].seq}")
         got = []
@@ -96,7 +106,10 @@ def decode(extra: dict[str, Any], where: str) -> list[Point]:
                 got.append(Change(path, gen, None, float(c[3])))
             else:
                 got.append(Change(path, gen, _whole(c[2])))
-        out.append(Point(seq, t, got))
+        catalog = [(paths[_whole(pid)], _whole(gen), {str(k): str(v)[:FIELD_MAX]
+                                                     for k, v in fields.items()})
+                   for pid, gen, fields in (rest[0] if rest else [])]
+        out.append(Point(seq, t, got, catalog))
     return out
 
 
@@ -137,18 +150,16 @@ def apply(point: Point, files: dict[bytes, Entry], *,
             cur.mode, cur.mtime_ns = got
 
 
-def fold_catalog(ix: SegmentIndex, sessions: dict[bytes, Session],
-                 projects: dict[str, dict[str, Any]],
-                 wanted: Callable[[bytes], bool] = lambda path: True) -> None:
-    """The catalog and project facts an index adds."""
-    for path, (gen, found) in ix.sessions.items():
+def apply_catalog(point: Point, sessions: dict[bytes, Session], machine: str,
+                  wanted: Callable[[bytes], bool] = lambda path: True) -> None:
+    """The catalog fields one flush's new lines named (``Session.fold``'s rules)."""
+    for path, gen, found in point.catalog:
         sid = session_of(path)
         if sid is None or not wanted(path):
             continue
-        s = sessions.setdefault(path, Session(sid, ix.machine, path))
+        s = sessions.setdefault(path, Session(sid, machine, path))
         s.fold(gen, found)
-        s.last_seq = ix.seq
-    projects.update(ix.projects)
+        s.last_seq = point.seq
 
 
 class Locator:

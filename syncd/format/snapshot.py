@@ -41,6 +41,7 @@ SID_PREFIX = 8
 # A reader's limit on one group's JSON (docs/FORMAT.md): ~800 000 files in one folder. A
 # writer refuses to write a bigger one (readers could not read it).
 GROUP_MAX = 256 << 20
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _HISTORY_SID = re.compile(rb'"sessionId"\s*:\s*"([^"]{1,100})"')
 
 
@@ -171,7 +172,8 @@ def build(machine: str, seq: int, rev: int, time: float, first_time: float,
 def _entry_doc(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
     d: dict[str, Any] = {**encode_path(e.path), "gen": e.gen, "size": e.size, "mode": e.mode,
                          "mtime_ns": e.mtime_ns,
-                         "x": [[objects[k], x.off, x.clen, x.start, x.end, x.sha256]
+                         "x": [[objects[k], x.off, x.clen, x.start, x.end, x.sha256,
+                                *([x.dict_id] if x.dict_id else [])]
                                for k, x in e.extents]}
     if e.deleted_at is not None:
         d["deleted_at"] = e.deleted_at
@@ -236,12 +238,13 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
         e = Entry(path, int(d["gen"]), int(d["size"]), int(d["mode"]), int(d["mtime_ns"]),
                   None if d.get("deleted_at") is None else float(d["deleted_at"]),
                   bool(d.get("retained", False)))
-        for obj, off, clen, start, end, sha in d["x"]:
+        for obj, off, clen, start, end, sha, *rest in d["x"]:
             if not 0 <= int(obj) < len(m.objects):  # -1 would name another object
                 raise IndexError(f"object {obj} of {len(m.objects)}")
+            dict_id = _dict_id(rest)
             e.extents.append((m.objects[int(obj)], Extent(
                 path, e.gen, int(start), int(end), int(off), int(clen), str(sha), e.mode,
-                e.mtime_ns)))
+                e.mtime_ns, dict_id=dict_id)))
         for (key, x), ids in zip(e.extents, d.get("sids") or [], strict=False):
             if ids is not None:
                 e.sids[(key, x.off)] = str(ids)
@@ -255,6 +258,16 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
                                   fields={str(k): str(v)[:FIELD_MAX]
                                           for k, v in d["fields"].items()}))
     return g
+
+
+def _dict_id(rest: list[Any]) -> str | None:
+    """The 7th element of an extent: the trained dictionary its frame needs (a frame of a
+    delta; packs use none), as its sha256 hex."""
+    if not rest:
+        return None
+    if len(rest) > 1 or not isinstance(rest[0], str) or not _HEX64.fullmatch(rest[0]):
+        raise ValueError(f"not a dictionary id: {rest!r}")
+    return rest[0]
 
 
 def current(snaps: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
