@@ -19,6 +19,10 @@ What it writes, under tests/golden/:
   dictionary training, flushes 3-4 (small frames with the dictionary, a torn line, a
   second rewrite), compaction, flushes 5-6 (the dictionary again, a new session, a
   deleted transcript). The tree is synthetic (a seeded generator), never a real one.
+  Each store compacts as the code of its time did (``STORIES``): v1-plain and
+  v2-encrypted wrote a manifest at every compaction; v1-deltas, written after deltas
+  came, writes a manifest, then a delta of segments 3-4, then (after flush 6, with a
+  chain of one delta allowed) a manifest of seq 6 that carries its own points.
 - ``expected/<store>/<point>.json``: for each point in time the test restores, every
   file of the restored tree (path, or ``path_b64`` for a name that is not UTF-8; sha256;
   size) and every session with its title. Worked out from the source tree as it was
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -70,6 +75,7 @@ from tests.test_golden import (
     GOLDEN,
     HOME,
     MACHINE,
+    OBJECTS,
     PASSPHRASE,
     POINTS,
     STEP,
@@ -291,7 +297,29 @@ def step(t: Tree, k: int) -> None:
 
 
 FLUSHES = 7
-COMPACT_AFTER = (2, 4)  # compaction (and, the first time, the dictionary) after these flushes
+
+
+@dataclass(frozen=True)
+class Compaction:
+    after: int               # the flush it follows (the first one also trains the dictionary)
+    options: CompactOptions  # ``now`` is set to half a step after that flush
+    writes: str              # what it must write: "snapshot" (a manifest) or "delta"
+
+
+# Before deltas, every compaction wrote a manifest: what max_chain=0 does today.
+MANIFEST_EVERY_TIME = CompactOptions(max_chain=0)
+OLD_STORY = (Compaction(2, MANIFEST_EVERY_TIME, "snapshot"),
+             Compaction(4, MANIFEST_EVERY_TIME, "snapshot"))
+STORIES = {
+    "v1-plain": OLD_STORY,
+    "v2-encrypted": OLD_STORY,
+    # Today's defaults: the first compaction writes a manifest (there is none yet), the
+    # second a delta of segments 3-4; after flush 6 a chain of one delta is enough, so a
+    # manifest of seq 6 folds the delta and segments 5-6 and keeps their points as its own.
+    "v1-deltas": (Compaction(2, CompactOptions(), "snapshot"),
+                  Compaction(4, CompactOptions(), "delta"),
+                  Compaction(6, CompactOptions(max_chain=1), "snapshot")),
+}
 
 
 # -- writing the store with the project's code ------------------------------------------------
@@ -321,9 +349,10 @@ class Built:
     sessions: list[dict[str, dict[str, Any]]]    # per flush: what `sessions` should list
 
 
-def build(work: Path, encrypted: bool) -> tuple[Path, Built]:
-    """Play the story into a new store under ``work``; the store's directory and what the
-    story did."""
+def build(work: Path, name: str) -> tuple[Path, Built]:
+    """Play store ``name``'s story into a new store under ``work``; the store's directory
+    and what the story did."""
+    encrypted, story = STORES[name], {c.after: c for c in STORIES[name]}
     src, store_dir = work / "src" / ".claude", work / "store"
     src.mkdir(parents=True)
     s: Settings = load_settings(config_file=work / "none.toml", source=src,
@@ -352,16 +381,18 @@ def build(work: Path, encrypted: bool) -> tuple[Path, Built]:
                   "deleted": next(x.path for x in (t.a, t.b, t.c, t.d) if x.id == sid).encode()
                   not in state}
             for sid, title in titles.items()})
-        if k in COMPACT_AFTER:
+        if (c := story.get(k)) is not None:
             repo = Repository(store, MACHINE, crypto)
-            rep = compact(repo, CompactOptions(now=clock.t + STEP / 2))
-            if rep.errors or rep.snapshot is None:
-                raise SystemExit(f"compaction after flush {k} failed: {rep.errors}")
+            rep = compact(repo, dataclasses.replace(c.options, now=clock.t + STEP / 2))
+            got = "snapshot" if rep.snapshot else "delta" if rep.delta else None
+            if rep.errors or got != c.writes:
+                raise SystemExit(f"compaction after flush {k} wrote {got} (wanted "
+                                 f"{c.writes}): {rep.errors or rep.note}")
             note = ensure_dictionary(s, repo, now=clock.t + STEP / 2)
-            if k == COMPACT_AFTER[0] and "adopted" not in note:
+            if k == min(story) and "adopted" not in note:
                 raise SystemExit(f"no dictionary: {note}")
     sh.state.close()
-    check_store(store, crypto)
+    check_store(store, crypto, OBJECTS[name])
     return store_dir, built
 
 
@@ -386,18 +417,19 @@ def _titles(t: Tree, k: int) -> dict[str, str]:
     return changes.get(k, {})
 
 
-def check_store(store: Store, crypto: Crypto | None) -> None:
-    """What the store must hold for the fixture to be worth anything."""
+def check_store(store: Store, crypto: Crypto | None, objects: dict[str, int]) -> None:
+    """What the store must hold for the fixture to be worth anything: ``objects`` (how many
+    manifests, deltas and segments), packs and one dictionary, which every segment and
+    delta uses."""
     keys = [o.key for o in store.list("")]
     prefix = f"machines/{MACHINE}/"
     kinds = {kind: [k for k in keys if k.startswith(prefix + kind + "/")]
-             for kind in ("seg", "pack", "snap", "dict")}
-    if not (len(kinds["snap"]) == len(COMPACT_AFTER) and kinds["pack"]
-            and len(kinds["dict"]) == 1
-            and len(kinds["seg"]) == FLUSHES - 1 - COMPACT_AFTER[-1]):
+             for kind in ("seg", "pack", "snap", "delta", "dict")}
+    if not (all(len(kinds[kind]) == n for kind, n in objects.items()) and kinds["pack"]
+            and len(kinds["dict"]) == 1):
         raise SystemExit(f"unexpected objects: {kinds}")
     dict_id = kinds["dict"][0].rsplit("/", 1)[1]
-    for k in kinds["seg"]:
+    for k in kinds["seg"] + kinds["delta"]:
         if dict_id not in {e.dict_id for e in read_index(store, k, crypto=crypto).extents}:
             raise SystemExit(f"{k} does not use the dictionary")
     if [k for k in keys if "/.tmp-" in k or "/.lock-" in k]:
@@ -430,10 +462,10 @@ def describe(files: dict[bytes, bytes]) -> list[dict[str, Any]]:
     return rows
 
 
-def check_restores(dest: Path, encrypted: bool, built: Built, work: Path) -> None:
+def check_restores(dest: Path, name: str, built: Built, work: Path) -> None:
     """Today's reader gives back exactly the expected tree and sessions at every point."""
-    for point in POINTS:
-        store, crypto = open_golden(dest, encrypted)
+    for point in POINTS[name]:
+        store, crypto = open_golden(dest, STORES[name])
         out = work / f"check-{point.name}"
         report = restore(Repository(store, MACHINE, crypto),
                          RestoreOptions(target=out, at=point.at, local_home=HOME))
@@ -455,7 +487,7 @@ def check_restores(dest: Path, encrypted: bool, built: Built, work: Path) -> Non
 
 def write_expected(name: str, built: Built, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for point in POINTS:
+    for point in POINTS[name]:
         doc = {"store": name, "machine": MACHINE, "home": HOME, "point": point.name,
                "at": point.at, "what": point.what,
                "files": describe(expected(built, point)),
@@ -481,8 +513,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: exists, left as it is (a golden store is never rewritten)")
             continue
         with tempfile.TemporaryDirectory(prefix="syncd-golden-") as tmp:
-            staged, built = build(Path(tmp), STORES[name])
-            check_restores(staged, STORES[name], built, Path(tmp))
+            staged, built = build(Path(tmp), name)
+            check_restores(staged, name, built, Path(tmp))
             shutil.rmtree(dest, ignore_errors=True)
             shutil.rmtree(exp, ignore_errors=True)
             shutil.copytree(staged, dest)
