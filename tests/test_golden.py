@@ -40,11 +40,7 @@ PASSPHRASE = "golden fixture passphrase, not a secret 4b1d"
 CHEAP_SCRYPT_N = 1 << 12  # the encrypted store's key file: unlocking costs ~5 ms
 T0 = 1_767_258_000.0  # 2026-01-01T09:00:00Z: flush k of the story is at T0 + k * STEP
 STEP = 600.0
-STORES = {"v1-plain": False, "v2-encrypted": True}  # name → encrypted
-# v1-deltas (its points and objects below, its story in make.py) joins STORES when it is
-# built. Not yet: its manifest of seq 6, folded onto the delta, names the delta's frames
-# without the dictionary they were compressed with, so today's reader does not restore it
-# and make.py refuses to write it.
+STORES = {"v1-plain": False, "v2-encrypted": True, "v1-deltas": False}  # name → encrypted
 
 
 @dataclass(frozen=True)
