@@ -172,7 +172,8 @@ class _Walk:
             if self.at is not None and p.time > self.at:
                 self.stopped, self.later = True, p.time
                 return
-            apply(p, b.files, wanted=self.wanted, mode_of=self.locator.mode_of)
+            apply(p, b.files, wanted=self.wanted, mode_of=self.locator.mode_of,
+                  held=self.locator.holds)
             apply_catalog(p, b.sessions, b.machine, self.wanted)
             b.first_time = p.time if b.first_time is None else b.first_time
             b.last_time, b.last_seq, b.point = p.time, p.seq, (p.seq, p.time)

@@ -908,14 +908,19 @@ def test_a_lost_revival_segment_is_noticed_by_the_audit(tmp_path: Path) -> None:
 def test_a_revival_of_a_generation_the_view_does_not_hold_starts_nothing() -> None:
     """An empty extent at [N, N] on no live entry (its tombstone expired) is no file
     of N bytes with none of them: a reader ignores it."""
-    from syncd.format.fold import fold_index
+    from syncd.format.points import Locator, apply, point_of
     from syncd.format.segment import Extent, SegmentIndex
     x = Extent(b"projects/-a/x.jsonl", 1, 100, 100, 16, 9, "0" * 64, mode=0o600,
                mtime_ns=0, reason="revived: restored as it was shipped")
-    ix = SegmentIndex(machine=M, seq=3, time=T0, extents=[x])
+    loc = Locator()
     files: dict[bytes, Entry] = {}
-    fold_index("k", ix, files, {}, {})
+
+    def fold(ix: SegmentIndex) -> None:
+        loc.add_all(("k", e) for e in ix.extents)
+        apply(point_of(ix), files, mode_of=loc.mode_of, held=loc.holds)
+
+    fold(SegmentIndex(machine=M, seq=3, time=T0, extents=[x]))
     assert files == {}
     empty = Extent(b"projects/-a/empty", 1, 0, 0, 16, 9, "0" * 64, mode=0o600, mtime_ns=0)
-    fold_index("k", SegmentIndex(machine=M, seq=4, time=T0, extents=[empty]), files, {}, {})
+    fold(SegmentIndex(machine=M, seq=4, time=T0, extents=[empty]))
     assert files[b"projects/-a/empty"].size == 0  # an empty file still is one

@@ -135,7 +135,8 @@ class _Tree:
         self.locator.add_all((key, x) for x in ix.extents)
         self.projects.update(ix.projects)
         for p in points:
-            apply(p, self.live, retire=self.retire, mode_of=self.locator.mode_of)
+            apply(p, self.live, retire=self.retire, mode_of=self.locator.mode_of,
+                  held=self.locator.holds)
             apply_catalog(p, self.sessions, ix.machine)
             self.first_time = p.time if self.first_time is None else self.first_time
             self.time, self.seq = p.time, p.seq

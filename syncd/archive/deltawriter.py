@@ -4,8 +4,8 @@ keeps every one of their points (docs/FORMAT.md, "Deltas").
 Each file generation's new bytes become frames of their own (history.jsonl cut at line
 ends), small ones compressed with the machine's trained dictionary; the deletions and
 the projects of the segments come along, and the points say what each flush changed and
-which catalog fields its lines named. A rerun after a crash finds the delta written (its key names its range) and
-adopts it when it reads.
+which catalog fields its lines named. A rerun after a crash finds the delta written (its
+key names its range) and adopts it when it reads.
 """
 
 from __future__ import annotations

@@ -122,13 +122,16 @@ def _whole(v: Any) -> int:
 def apply(point: Point, files: dict[bytes, Entry], *,
           retire: Callable[[Entry], None] = lambda e: None,
           wanted: Callable[[bytes], bool] = lambda path: True,
-          mode_of: Callable[[bytes, int], tuple[int, int] | None] = lambda p, g: None) -> None:
+          mode_of: Callable[[bytes, int], tuple[int, int] | None] = lambda p, g: None,
+          held: Callable[[bytes, int], bool] = lambda p, g: True) -> None:
     """Replay one flush onto ``files`` (extents are found later, by a ``Locator``).
 
     The rules of a segment's fold (docs/FORMAT.md, "Reading a file back"): a higher
     generation, or another one after a deletion, starts the file anew and the replaced
     entry goes to ``retire``; a size of a deleted generation revives it. ``mode_of``:
-    (mode, mtime_ns) of a generation, where known.
+    (mode, mtime_ns) of a generation, where known; ``held``: whether any object holds the
+    start of a generation (a revival of one no object holds, its tombstone expired,
+    has no bytes to start a file with, and starts nothing).
     """
     for c in point.changes:
         if not wanted(c.path):
@@ -139,6 +142,8 @@ def apply(point: Point, files: dict[bytes, Entry], *,
                 cur.deleted_at = c.time
             continue
         if cur is None or c.gen > cur.gen or (cur.deleted_at is not None and c.gen != cur.gen):
+            if c.size > 0 and not held(c.path, c.gen):
+                continue  # (an empty file needs no bytes: packs hold none of it)
             if cur is not None:
                 retire(cur)
             cur = files[c.path] = Entry(c.path, c.gen, 0)
@@ -181,6 +186,10 @@ class Locator:
     def add_all(self, items: Iterable[tuple[str, Extent]]) -> None:
         for key, x in items:
             self.add(key, x)
+
+    def holds(self, path: bytes, gen: int) -> bool:
+        """Whether an object holds the start (byte 0) of a generation."""
+        return 0 in self._by.get((path, gen), {})
 
     def mode_of(self, path: bytes, gen: int) -> tuple[int, int] | None:
         """(mode, mtime_ns) of a generation, from its furthest extent (None: unknown)."""
