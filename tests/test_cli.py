@@ -368,7 +368,7 @@ Options:
 
 Commands:
   check-store  Check that the store provider does what syncd needs.
-  compact      Fold segments into packs and a snapshot manifest.
+  compact      Fold segments into a delta, or packs and a manifest.
   init         Prepare the store (--encrypt: make it encrypted).
   key          Passphrases of an encrypted store: add, remove, list.
   machines     The machines that have a backup in the store.

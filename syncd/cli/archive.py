@@ -26,6 +26,9 @@ def _mb(n: int) -> str:
 
 
 def _summary(r: CompactReport) -> str:
+    if r.delta is not None:
+        return (f"{r.machine}: {r.segments} segments ({_mb(r.segment_bytes)}) folded into "
+                f"delta {r.delta}, every flush a point; {len(r.deleted)} objects deleted")
     if r.snapshot is None:
         return f"{r.machine}: {r.note or 'nothing written'}"
     packs = sum(s for _, s in r.packs_written)
@@ -34,12 +37,14 @@ def _summary(r: CompactReport) -> str:
             f"({_mb(packs)}); snapshot {r.snapshot}; {len(r.deleted)} objects deleted")
 
 
-@click.command("compact", short_help="Fold segments into packs and a snapshot manifest.")
+@click.command("compact", short_help="Fold segments into a delta, or packs and a manifest.")
 @click.option("--dry-run", is_flag=True, help="Say what would be compacted; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
-    """Fold this machine's segments into packs and write a snapshot manifest.
+    """Fold this machine's segments since the last compaction into a delta that keeps
+    every flush as a point in time; every max_deltas deltas, into packs and a snapshot
+    manifest instead.
 
     Exit 0 when done (or nothing to do), 1 when it could not run or stopped partway
     (nothing is deleted then).
