@@ -706,7 +706,8 @@ class Bench(BenchBase):
         ok, what = self.same_as(target, flush.sizes)
         first = ""
         if r.rc != 0:
-            problems = [ln for ln in r.err.splitlines() if ln.startswith("syncd: ")]
+            problems = [ln for ln in r.err.splitlines()
+                        if ln.startswith("syncd: ") and not ln.startswith("syncd: note: ")]
             first = f"; the first problem: {(problems or [r.err.strip()])[0][:400]}"
             ok, what = False, f"exit {r.rc}, {len(problems)} problems (notes); {what}"
         kinds: dict[str, int] = {}
