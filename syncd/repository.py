@@ -265,16 +265,33 @@ class Repository:
 
     def folded(self, snaps: list[tuple[int, int, str]]) -> int:
         """The last seq compaction has folded: the newest manifest's, then each delta that
-        starts where the one before ended (-1: none; one LIST)."""
-        by_lo = {d[0]: d[1] for d in self.deltas()}
+        starts where the one before ended and reads (-1: none; one LIST and a GET per
+        delta: a key alone says nothing)."""
+        by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
+        for row in self.deltas():
+            by_lo.setdefault(row[0], []).insert(0, row)
         top = snaps[-1][0] if snaps else -1
-        while (hi := by_lo.get(top + 1)) is not None:
-            top = hi
+        while rows := by_lo.get(top + 1):
+            for _, hi, key, size in rows:
+                try:
+                    d = self.read_delta(key, size)
+                except (FormatError, StoreError):
+                    continue
+                if d.index.machine == self.machine:
+                    top = hi
+                    break
+            else:
+                return top
         return top
 
     def read_delta(self, key: str, size: int | None = None) -> Delta:
         """A delta's index and points (one suffix GET, rarely two)."""
-        return delta_of(key, self.read_index(key, size), self.where(key))
+        if size is None:
+            info = self.store.head(key)
+            if info is None:
+                raise FormatError(f"{self.where(key)}: delta is missing")
+            size = info.size
+        return delta_of(key, self.read_index(key, size), self.where(key), size)
 
     # -- snapshot manifests ---------------------------------------------------------------
     def snapshots(self) -> list[tuple[int, int, str]]:

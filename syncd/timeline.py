@@ -90,11 +90,11 @@ def timeline(repo: Repository) -> tuple[list[PointRow], list[str]]:
 
 def _row(p: Point, key: str, sizes: dict[tuple[bytes, int], int]) -> PointRow:
     row = PointRow(p.seq, p.time, "flush", key, added=0)
-    sids: list[str] = []
+    sids: dict[str, None] = {}  # in the order the point names them
     for c in p.changes:
         sid = session_of(c.path)
-        if sid is not None and sid not in sids:
-            sids.append(sid)
+        if sid is not None:
+            sids[sid] = None
         if c.size is None:
             continue
         before = sizes.get((c.path, c.gen))
@@ -103,5 +103,5 @@ def _row(p: Point, key: str, sizes: dict[tuple[bytes, int], int]) -> PointRow:
         elif row.added is not None:
             row.added += max(0, c.size - before)
         sizes[(c.path, c.gen)] = c.size
-    row.sessions = sids
+    row.sessions = list(sids)
     return row

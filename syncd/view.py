@@ -118,10 +118,8 @@ def load_backup(repo: Repository, at: float | None = None,
         raise NoBackup(f"{repo.url}: no backup for machine {machine!r} "
                        f"(machines in this store: {', '.join(known) or 'none'})")
     walk = _Walk(repo, b, at, locator, wanted, seen if at is None else None)
-    walk.chain(base.seq if base is not None else -1, deltas,
-               [s for s in snaps if newest is not None and s[0] <= newest.seq])
-    if walk.cursor >= after and not walk.stopped:
-        walk.segments(keys, sessions)
+    walk.run(base.seq if base is not None else -1, after, deltas,
+             [s for s in snaps if newest is not None and s[0] <= newest.seq], keys)
     if b.point is None and at is not None:
         first = walk.later if walk.later is not None else _first_time(repo, snaps)
         since = "" if first is None else f"; its first point in time is {format_time(first)}"
@@ -153,8 +151,9 @@ def _wanted(names: set[str] | None,
 
 
 class _Walk:
-    """From a manifest (or the beginning), forward flush by flush up to ``at``: deltas
-    and the points of manifests built on them, then the segments after them."""
+    """From a manifest (or the beginning), forward flush by flush up to ``at``: deltas,
+    the points of manifests built on them, and segments, each starting at the seq after
+    the last one."""
 
     def __init__(self, repo: Repository, b: Backup, at: float | None, locator: Locator,
                  wanted: Callable[[bytes], bool], seen: Seen | None) -> None:
@@ -164,7 +163,7 @@ class _Walk:
         self.stopped = False  # a point after ``at`` was met
         self.later: float | None = None  # the time of that point
 
-    def _points(self, points: list[Point], seen_seq: int | None = None) -> None:
+    def _points(self, points: list[Point]) -> None:
         b = self.b
         for p in points:
             if p.seq <= self.cursor:
@@ -179,77 +178,95 @@ class _Walk:
             b.last_time, b.last_seq, b.point = p.time, p.seq, (p.seq, p.time)
             self.cursor = p.seq
 
-    def chain(self, cursor: int, deltas: list[tuple[int, int, str, int]],
-              manifests: list[tuple[int, int, str]]) -> None:
-        """Deltas and manifests' own points, each starting where the last one ended."""
+    def run(self, cursor: int, after: int, deltas: list[tuple[int, int, str, int]],
+            manifests: list[tuple[int, int, str]], keys: list[tuple[str, int]]) -> None:
+        """Walk from seq ``cursor``. Up to ``after`` (the newest manifest's seq) a step
+        that is missing ends the walk: the points after it were thinned by retention.
+        Past it, a missing seq is a loss: reported, and the walk goes on after it."""
         self.cursor = cursor
         by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
         for row in deltas:
             by_lo.setdefault(row[0], []).insert(0, row)  # the widest first
-        repo, b = self.repo, self.b
+        segs = {seq: (key, size) for key, size in keys
+                if (seq := layout.segment_seq(key)) is not None}
+        b = self.b
         while not self.stopped:
             nxt = self.cursor + 1
-            got = False
-            for i, (_, hi, key, size) in enumerate(by_lo.get(nxt, [])):
-                try:
-                    d = repo.read_delta(key, size)
-                except (FormatError, StoreError) as e:
-                    b.errors.append(str(e))
-                    if i + 1 < len(by_lo[nxt]):
-                        continue
-                    # Passed over like a lost segment: the files it changed show a gap.
-                    self.cursor, got = hi, True
-                    break
-                self.locator.add_all((key, x) for x in d.index.extents)
-                b.projects.update(d.index.projects)
-                self._points(d.points)
-                self.cursor = hi if not self.stopped else self.cursor
-                if self.seen is not None:
-                    self.seen.saw(repo.machine, hi)
-                got = True
-                break
-            if got:
+            if self._delta(by_lo.get(nxt, [])) or self._manifest(nxt, manifests, after) \
+                    or self._segment(nxt, segs):
                 continue
-            later = [s for s in manifests if s[0] > self.cursor]
-            if not later:
+            if self.cursor < after:
                 return
-            try:
-                m = repo.read_manifest(later[0][2])
-                own = manifest_points(m)
-            except (FormatError, StoreError) as e:
-                b.errors.append(str(e))
+            starts = [lo for lo in by_lo if lo > nxt] + [s for s in segs if s > nxt]
+            if not starts:
                 return
-            if own is None or own[0] != nxt:
-                return
-            self._points(own[1])
+            gap = min(starts)
+            b.errors.append(f"{self.repo.where(layout.segment_key(b.machine, nxt))}: segments "
+                            f"{nxt:016x}..{gap - 1:016x} are missing")
+            self.cursor = gap - 1  # passed over: the files they changed show a gap
 
-    def segments(self, keys: list[tuple[str, int]], sessions: Collection[str] | None) -> None:
-        """The segments after the chain, in order; a missing one is reported and the
-        ones after it still come (their files may then have a gap)."""
-        b, repo = self.b, self.repo
-        expected = self.cursor + 1
-        for key, size in keys:
-            seq = layout.segment_seq(key) or 0
-            if seq <= self.cursor:
-                continue  # folded into a delta already: left by an interrupted clean-up
-            if seq != expected:
-                b.errors.append(f"{repo.where(key)}: segments {expected:016x}..{seq - 1:016x} "
-                                "are missing")
-            expected = seq + 1
+    def _delta(self, rows: list[tuple[int, int, str, int]]) -> bool:
+        """The first delta of ``rows`` that reads, walked; False when none does."""
+        for _, hi, key, size in rows:
             try:
-                ix = repo.read_index(key, size)
+                d = self.repo.read_delta(key, size)
             except (FormatError, StoreError) as e:
-                b.errors.append(str(e))
+                self.b.errors.append(str(e))
                 continue
-            if self.at is not None and ix.time > self.at:
-                self.stopped, self.later = True, ix.time
-                return
-            if self.seen is not None and ix.seq == seq:
-                self.seen.saw(repo.machine, seq)
-            self.locator.add_all((key, x) for x in ix.extents)
-            b.projects.update(ix.projects)
-            self.cursor = seq - 1  # a gap is passed over: its files show it
-            self._points([point_of(ix)])
+            if d.index.machine != self.b.machine:
+                self.b.errors.append(f"{self.repo.where(key)}: written by machine "
+                                     f"{d.index.machine!r} (foreign or renamed object)")
+                continue
+            self.locator.add_all((key, x) for x in d.index.extents)
+            self.b.projects.update(d.index.projects)
+            self._points(d.points)
+            if not self.stopped:
+                self.cursor = hi
+            if self.seen is not None:
+                self.seen.saw(self.b.machine, hi)
+            return True
+        return False
+
+    def _manifest(self, nxt: int, manifests: list[tuple[int, int, str]], after: int) -> bool:
+        """The next manifest's own points, when they start at ``nxt``."""
+        later = [s for s in manifests if s[0] > self.cursor]
+        if not later or self.cursor >= after:
+            return False
+        try:
+            m = self.repo.read_manifest(later[0][2])
+            own = manifest_points(m)
+        except (FormatError, StoreError) as e:
+            self.b.errors.append(str(e))
+            return False
+        if own is None or own[0] != nxt:
+            return False
+        self._points(own[1])
+        return True
+
+    def _segment(self, seq: int, segs: dict[int, tuple[str, int]]) -> bool:
+        got = segs.get(seq)
+        if got is None:
+            return False
+        key, size = got
+        try:
+            ix = self.repo.read_index(key, size)
+        except (FormatError, StoreError) as e:
+            self.b.errors.append(str(e))
+            return False
+        if (ix.machine, ix.seq) != (self.b.machine, seq):
+            self.b.errors.append(f"{self.repo.where(key)}: index says machine {ix.machine!r} "
+                                 f"seq {ix.seq}, not what its key says (foreign or renamed "
+                                 "object)")
+            return False
+        if self.at is not None and ix.time > self.at:
+            self.stopped, self.later = True, ix.time
+            return True
+        if self.seen is not None:
+            self.seen.saw(self.b.machine, seq)
+        self.locator.add_all((key, x) for x in ix.extents)
+        self.b.projects.update(ix.projects)
+        self._points([point_of(ix)])
+        return True
 
 
 def _manifest_at(repo: Repository, snaps: list[tuple[int, int, str]], below: int, at: float,

@@ -29,7 +29,7 @@ from syncd.archive.packer import PackWriter, Spool
 from syncd.errors import AlreadyExists, CompactError, FormatError, Locked, StoreError
 from syncd.format import points as pointfmt
 from syncd.format.catalog import Session, session_of
-from syncd.format.delta import manifest_points
+from syncd.format.delta import Delta, manifest_points
 from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
 from syncd.format.segment import FRAME_MAX, HEADER, TRAILER, Extent, SegmentIndex
 from syncd.format.snapshot import HISTORY, Entry, Group, Manifest, build, current
@@ -205,12 +205,12 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                            "what an earlier run left; if it persists, the snapshot was "
                            "planted or is foreign)")
     chain = _chain(repo, top, rep, opts.acknowledged)
-    head = chain[-1][1] if chain else top
+    head = chain[-1].hi if chain else top
     segs = _segments(repo, head, rep, opts.acknowledged)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
     entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
     rebase = (not snaps or (opts.keep is not None and not segs) or len(chain) >= opts.max_chain
-              or sum(d[3] for d in chain) > opts.pack_target
+              or sum(d.size for d in chain) > opts.pack_target
               or raw > opts.delta_max or entries > DELTA_ENTRIES or len(segs) > DELTA_SEGMENTS)
     if not rebase:
         if not segs:
@@ -226,6 +226,11 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
             rep.note = "dry run: nothing written"
             return rep
         d = write_delta(repo, segs, level=opts.level, spool_dir=opts.spool_dir)
+        if d is None:
+            key = layout.delta_key(machine, segs[0][2].seq, segs[-1][2].seq)
+            rep.errors.append(f"{repo.where(key)}: taken by an object that is no delta of "
+                              "these segments; writing a manifest instead")
+            return _rebase(repo, opts, rep, snaps, chain, segs, now)
         rep.delta = d.key
         log.info("compacted %d segments of %s into %s", len(segs), machine, d.key)
         _delete(repo, [k for k, _ in repo.segments() if (layout.segment_seq(k) or 0) <= d.hi],
@@ -235,23 +240,42 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
 
 
 def _chain(repo: Repository, top: int, rep: CompactReport,
-           upto: int | None) -> list[tuple[int, int, str, int]]:
-    """The deltas after manifest seq ``top``, each starting where the one before ended."""
-    by_lo = {d[0]: d for d in repo.deltas()}
-    out: list[tuple[int, int, str, int]] = []
+           upto: int | None) -> list[Delta]:
+    """The deltas after manifest seq ``top``, each starting where the one before ended,
+    each read (a key alone never decides what is deleted); the first that does not read
+    ends the chain, with a line naming it."""
+    by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
+    for row in repo.deltas():
+        by_lo.setdefault(row[0], []).insert(0, row)  # the widest first
+    out: list[Delta] = []
     cursor = top
-    while (d := by_lo.get(cursor + 1)) is not None:
-        if upto is not None and d[1] > upto:
-            rep.errors.append(f"{repo.where(d[2])}: a delta beyond what this machine's state "
-                              "knows: not building on it")
+    while rows := by_lo.get(cursor + 1):
+        got = None
+        for _, hi, key, size in rows:
+            if upto is not None and hi > upto:
+                rep.errors.append(f"{repo.where(key)}: a delta beyond what this machine's "
+                                  "state knows: not building on it")
+                continue
+            try:
+                d = repo.read_delta(key, size)
+            except (FormatError, StoreError) as e:
+                rep.errors.append(f"{e}; not building on it")
+                continue
+            if d.index.machine != repo.machine:
+                rep.errors.append(f"{repo.where(key)}: written by machine "
+                                  f"{d.index.machine!r}; not building on it")
+                continue
+            got = d
             break
-        out.append(d)
-        cursor = d[1]
+        if got is None:
+            break
+        out.append(got)
+        cursor = got.hi
     return out
 
 
 def _rebase(repo: Repository, opts: CompactOptions, rep: CompactReport,
-            snaps: list[tuple[int, int, str]], chain: list[tuple[int, int, str, int]],
+            snaps: list[tuple[int, int, str]], deltas: list[Delta],
             segs: list[tuple[str, int, SegmentIndex]], now: float) -> CompactReport:
     """A new manifest: the newest one, the deltas after it and the segments after them."""
     machine = repo.machine
@@ -265,13 +289,6 @@ def _rebase(repo: Repository, opts: CompactOptions, rep: CompactReport,
             raise CompactError(f"the newest snapshot is unreadable, not building on it "
                                f"(run syncd verify): {err}") from err
         tree.start(newest, groups)
-    deltas = []
-    for _, _, key, size in chain:
-        try:
-            deltas.append(repo.read_delta(key, size))
-        except (FormatError, StoreError) as err:
-            raise CompactError(f"a delta is unreadable, not building on it (run syncd "
-                               f"verify): {err}") from err
     for d in deltas:
         tree.fold(d.key, d.index, d.points)
     for key, size, ix in segs:
@@ -365,6 +382,10 @@ def _segments(repo: Repository, after: int, rep: CompactReport,
             ix = repo.read_index(key, size)
         except (FormatError, StoreError) as e:
             rep.errors.append(f"{e}; compacting only up to it")
+            break
+        if (ix.machine, ix.seq) != (repo.machine, seq):
+            rep.errors.append(f"{repo.where(key)}: index says machine {ix.machine!r} seq "
+                              f"{ix.seq}, not what its key says; compacting only up to it")
             break
         out.append((key, size, ix))
         expected += 1

@@ -10,7 +10,6 @@ key names its range) and adopts it when it reads.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,18 +28,26 @@ HISTORY_FRAME = 256 << 10
 
 
 def write_delta(repo: Repository, segs: Sequence[tuple[str, int, SegmentIndex]], *,
-                level: int, spool_dir: Path | None) -> Delta:
-    """The delta of ``segs`` (consecutive segments), written and read back."""
+                level: int, spool_dir: Path | None) -> Delta | None:
+    """The delta of ``segs`` (consecutive segments), written and read back; None when
+    its key is taken by an object that is no delta of ours (planted, or damaged)."""
     lo, hi = segs[0][2].seq, segs[-1][2].seq
     key = layout.delta_key(repo.machine, lo, hi)
     blob = _build(repo, key, segs, level, spool_dir)
-    # A taken key: left by a run that died before deleting the segments; read back below.
-    with contextlib.suppress(AlreadyExists):
-        repo.put(key, blob)
+    taken = False
     try:
-        return repo.read_delta(key)
+        repo.put(key, blob)
+    except AlreadyExists:
+        taken = True  # left by a run that died before deleting the segments: read back
+    try:
+        d = repo.read_delta(key)
     except (FormatError, StoreError) as e:
+        if taken:
+            return None
         raise CompactError(f"the delta does not read back, nothing deleted: {e}") from e
+    if taken and (d.index.machine != repo.machine or len(d.points) != len(segs)):
+        return None
+    return d
 
 
 def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentIndex]],

@@ -9,10 +9,11 @@ is never deleted, and a policy that would keep nothing by its own rules is refus
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.archive.compact import CompactOptions, CompactReport, _compact, exclusive
+from syncd.archive.compact import CompactOptions, CompactReport, _chain, _compact, exclusive
 from syncd.archive.retention import Policy, SnapRef, Verdict, format_duration, plan
 from syncd.errors import CompactError, FormatError, PolicyError, StoreError
 from syncd.format.snapshot import current
@@ -79,7 +80,14 @@ def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
         except PolicyError as e:
             raise CompactError(str(e)) from None
         deltas = repo.deltas()
-        base = _window_base(repo, refs, deltas, policy, rep)
+        # The newest point: the newest manifest's, or the end of the deltas chained after
+        # it that read and that the writer confirmed (never a planted key's word), and
+        # never later than now.
+        probe = CompactReport(machine)
+        chain = _chain(repo, max(r.seq for r in refs), probe, opts.acknowledged)
+        newest = max([r.time for r in refs] + [d.time for d in chain[-1:]])
+        now = time.time() if opts.now is None else opts.now
+        base = _window_base(refs, min(newest, max(now, max(r.time for r in refs))), policy)
         rep.verdicts = [v if v.keep or v.snap.seq < base.seq else
                         Verdict(v.snap, True, (f"within {_window(policy)} (every flush)",))
                         for v in rep.verdicts]
@@ -93,7 +101,13 @@ def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
         rep.deferred = [s.key for s in later]
         rep.dropped = drop
         keep = [v.snap.key for v in rep.verdicts if v.keep] + rep.deferred + unreadable
-        keep += [d[2] for d in deltas if d[2] not in drop]
+        for _, _, key, size in [d for d in deltas if d[2] not in drop]:
+            try:
+                repo.read_delta(key, size)
+                keep.append(key)
+            except (FormatError, StoreError) as e:
+                # Its points are lost already; what it holds is no kept point's.
+                rep.errors.append(f"left as it is, unreadable: {e}")
         pruned = dataclasses.replace(opts, keep=keep, drop=drop)
         if opts.dry_run:
             rep.compaction = _compact(repo, pruned)
@@ -110,19 +124,13 @@ def _window(policy: Policy) -> str:
     return "the last " + (format_duration(policy.window) if not policy.empty else "ever")
 
 
-def _window_base(repo: Repository, refs: list[SnapRef], deltas: list[tuple[int, int, str, int]],
-                 policy: Policy, rep: PruneReport) -> SnapRef:
-    """The newest manifest at or before the start of the policy's window (the oldest one
-    when none is that old): every point after it stays."""
+def _window_base(refs: list[SnapRef], newest: float, policy: Policy) -> SnapRef:
+    """The newest manifest at or before the start of the policy's window, measured from
+    the ``newest`` point (the oldest manifest when none is that old): every point after
+    it stays."""
     ordered = sorted(refs, key=lambda r: r.seq)
     if policy.empty:
         return ordered[0]
-    newest = ordered[-1].time
-    if deltas and deltas[-1][1] > ordered[-1].seq:
-        try:
-            newest = max(newest, repo.read_delta(deltas[-1][2], deltas[-1][3]).time)
-        except (FormatError, StoreError) as e:
-            rep.errors.append(f"the newest delta is unreadable (its time not counted): {e}")
     start = newest - policy.window
     older = [r for r in ordered if r.time <= start]
     return older[-1] if older else ordered[0]

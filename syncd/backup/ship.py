@@ -322,6 +322,11 @@ class Shipper:
         if view.last_seq is None or view.last_seq < folded:
             raise BackupError(f"{self.repo.url}: the deltas up to seq {folded:016x} do not "
                               f"read ({'; '.join(view.errors[:2])})")
+        if view.last_time is not None and view.last_time > self.clock() + 86400:
+            raise FormatError(f"{self.repo.url}: deltas up to seq {folded:016x} made at "
+                              f"{view.last_time:.0f}, far beyond this machine's clock: "
+                              "refusing to adopt them (planted or foreign; remove them "
+                              "from the store)")
         updates = [self._adopted_state(e.path, e.gen, e.size, e.mode, e.mtime_ns)
                    for e in view.files.values()]
         updates = [u if e.deleted_at is None else u.but(deleted_at=e.deleted_at)

@@ -27,13 +27,14 @@ class Delta:
     hi: int
     index: SegmentIndex
     points: list[Point] = field(default_factory=list)
+    size: int = 0  # of the object, where known
 
     @property
     def time(self) -> float:
         return self.index.time
 
 
-def delta_of(key: str, ix: SegmentIndex, where: str) -> Delta:
+def delta_of(key: str, ix: SegmentIndex, where: str, size: int = 0) -> Delta:
     """The delta whose index is ``ix``, checked against its key and its points."""
     x = ix.extra
     if x.get("kind") != KIND:
@@ -49,7 +50,7 @@ def delta_of(key: str, ix: SegmentIndex, where: str) -> Delta:
                           "(renamed object)")
     if not points or points[0].seq < lo or points[-1].seq != hi:
         raise FormatError(f"{where}: its points do not span segments {lo}..{hi}")
-    return Delta(key, lo, hi, ix, points)
+    return Delta(key, lo, hi, ix, points, size)
 
 
 def manifest_points(m: Manifest) -> tuple[int, list[Point]] | None:

@@ -12,13 +12,12 @@ generation in whatever objects hold them (a newer manifest's packs, a delta, a s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from syncd.format.catalog import FIELD_MAX, Session, session_of
-from syncd.format.segment import Extent, SegmentIndex, decode_path, encode_path
+from syncd.format.segment import Extent, SegmentIndex, decode_path, encode_path, when
 from syncd.format.snapshot import Entry
 
 # A reader's limit on the points of one object: a delta folds at most MAX_SEGMENTS
@@ -94,8 +93,8 @@ def decode(extra: dict[str, Any], where: str) -> list[Point]:
         raise ValueError(f"{where}: {len(docs)} points, more than {MAX_POINTS}")
     out: list[Point] = []
     for seq, t, changes, *rest in docs:
-        seq, t = _whole(seq), float(t)
-        if not math.isfinite(t) or len(rest) > 1:
+        seq, t = _whole(seq), when(t)
+        if len(rest) > 1:
             raise ValueError(f"{where}: point {seq}: not a point")
         if out and seq <= out[-1].seq:
             raise ValueError(f"{where}: point {seq} after {out[-1].seq}")
@@ -103,7 +102,7 @@ def decode(extra: dict[str, Any], where: str) -> list[Point]:
         for c in changes:
             path, gen = paths[_whole(c[0])], _whole(c[1])
             if c[2] is None:
-                got.append(Change(path, gen, None, float(c[3])))
+                got.append(Change(path, gen, None, when(c[3])))
             else:
                 got.append(Change(path, gen, _whole(c[2])))
         catalog = [(paths[_whole(pid)], _whole(gen), {str(k): str(v)[:FIELD_MAX]
@@ -178,10 +177,15 @@ class Locator:
     def __init__(self) -> None:
         # (path, gen) -> start -> end -> (object key, extent)
         self._by: dict[tuple[bytes, int], dict[int, dict[int, tuple[str, Extent]]]] = {}
+        self._furthest: dict[tuple[bytes, int], Extent] = {}
 
     def add(self, key: str, x: Extent) -> None:
-        ends = self._by.setdefault((x.path, x.gen), {}).setdefault(x.start, {})
+        k = (x.path, x.gen)
+        ends = self._by.setdefault(k, {}).setdefault(x.start, {})
         ends.setdefault(x.end, (key, x))
+        far = self._furthest.get(k)
+        if far is None or far.end < x.end:
+            self._furthest[k] = x
 
     def add_all(self, items: Iterable[tuple[str, Extent]]) -> None:
         for key, x in items:
@@ -193,12 +197,8 @@ class Locator:
 
     def mode_of(self, path: bytes, gen: int) -> tuple[int, int] | None:
         """(mode, mtime_ns) of a generation, from its furthest extent (None: unknown)."""
-        starts = self._by.get((path, gen))
-        if not starts:
-            return None
-        x = max((kx for ends in starts.values() for kx in ends.values()),
-                key=lambda kx: kx[1].end)[1]
-        return x.mode, x.mtime_ns
+        x = self._furthest.get((path, gen))
+        return None if x is None else (x.mode, x.mtime_ns)
 
     def extents(self, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
         """The extents holding bytes [0, ``size``) of a generation, or as far as they

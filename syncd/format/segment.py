@@ -129,8 +129,20 @@ def encode_path(path: bytes) -> dict[str, str]:
 
 def decode_path(entry: dict[str, Any]) -> bytes:
     if "path_b64" in entry:
-        return base64.b64decode(entry["path_b64"])
+        return base64.b64decode(entry["path_b64"], validate=True)
     return str(entry["path"]).encode("utf-8")
+
+
+# The latest time a reader accepts (9999-12-31T23:59:59Z): every time can be printed.
+TIME_MAX = 253402300799.0
+
+
+def when(v: Any) -> float:
+    """A time from an index: a number of seconds since the epoch that a writer could have
+    written (not a string, not NaN or infinite, not before 1970 or after 9999)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= TIME_MAX:
+        raise ValueError(f"not a time: {v!r}")
+    return float(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,7 +477,7 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
             raise FormatError(f"{where}: unreadable segment index: not an object")
         if doc.get("v") != VERSION:
             raise FormatError(f"{where}: unsupported segment version {doc.get('v')!r}")
-        ix = SegmentIndex(str(doc["machine"]), int(doc["seq"]), float(doc["time"]))
+        ix = SegmentIndex(str(doc["machine"]), int(doc["seq"]), when(doc["time"]))
         dict_id = doc.get("dict")
         for d in doc["entries"]:
             if d["op"] == "data":
@@ -477,7 +489,7 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
                     int(d["off"]), int(d["clen"]), str(d["sha256"]), int(d["mode"]),
                     int(d["mtime_ns"]), d.get("reason"), dict_id if d.get("d") else None))
             elif d["op"] == "delete":
-                ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), float(d["time"])))
+                ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), when(d["time"])))
         for s in doc.get("sessions", []):
             ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
                                                            for k, v in s["fields"].items()})

@@ -26,6 +26,7 @@ from syncd.format.segment import (
     decode_path,
     encode_path,
     expansion_limit,
+    when,
 )
 from syncd.security.crypto import ObjectCipher
 from syncd.store import layout
@@ -190,7 +191,7 @@ def manifest_of(key: str, ix: SegmentIndex, where: str) -> Manifest:
     if x.get("kind") != KIND:
         raise FormatError(f"{where}: not a snapshot manifest")
     try:
-        m = Manifest(key, ix.machine, ix.seq, int(x["rev"]), ix.time, float(x["first_time"]),
+        m = Manifest(key, ix.machine, ix.seq, int(x["rev"]), ix.time, when(x["first_time"]),
                      [str(k) for k in x["objects"]], sids={str(k): str(v) for k, v in
                                                            x.get("sids", {}).items()},
                      projects=ix.projects,
