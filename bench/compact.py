@@ -110,6 +110,16 @@ def by_kind(counts: dict[str, int]) -> str:
     return " / ".join(str(counts.get(k, 0)) for k in KINDS)
 
 
+def wrote(rep: CompactReport | None) -> str:
+    """What one compaction wrote, in a few words."""
+    if rep is None:
+        return "not run"
+    if rep.snapshot is not None:
+        return (f"a manifest ({rep.segments} segments, {len(rep.packs_written)} packs "
+                "written)")
+    return "a delta" if rep.delta is not None else rep.note or "nothing"
+
+
 def run_rc(procs: Procs, cmd: list[str], env: dict[str, str], logs: Path, name: str) -> Run:
     """Like core.run_measured, but returns whatever the exit code (peak RSS from GNU time)."""
     out, err = logs / f"{name}.out", logs / f"{name}.err"
@@ -257,21 +267,27 @@ class Bench(BenchBase):
 
     def delta_index_parts(self) -> dict[str, int]:
         """Where the delta indexes' bytes go: each part of every delta index's JSON (data
-        and delete entries; points and their paths; catalog; the rest) compressed alone
-        as the writer compresses an index (their sum exceeds the index's size a little)."""
+        and delete entries; the paths the points name; the points themselves; the
+        catalog: sessions, projects and what each point carries after its changes; the
+        rest) compressed alone as the writer compresses an index."""
         repo = self.main_repo()
         zc = zstandard.ZstdCompressor(level=3)
-        groups = {"entries": ("entries",), "points+paths": ("points", "paths"),
-                  "catalog": ("sessions", "projects")}
-        out = dict.fromkeys([*groups, "rest"], 0)
+
+        def size(part: Any) -> int:
+            return len(zc.compress(json.dumps(part, separators=(",", ":")).encode()))
+
+        out = dict.fromkeys(("entries", "paths", "points", "catalog", "rest"), 0)
         for _, _, key, _ in repo.deltas():
             off, length = TRAILER.unpack(repo.read_range(key, -TRAILER.size))[:2]
             doc = json.loads(zstandard.ZstdDecompressor().decompress(
                 repo.read_range(key, off, length)))
-            for name, fields in groups.items():
-                part = {f: doc.pop(f) for f in fields if f in doc}
-                out[name] += len(zc.compress(json.dumps(part, separators=(",", ":")).encode()))
-            out["rest"] += len(zc.compress(json.dumps(doc, separators=(",", ":")).encode()))
+            points = doc.pop("points", [])
+            out["entries"] += size(doc.pop("entries", []))
+            out["paths"] += size(doc.pop("paths", []))
+            out["points"] += size([p[:3] for p in points])
+            out["catalog"] += size([doc.pop("sessions", []), doc.pop("projects", {}),
+                                    [p[3:] for p in points]])
+            out["rest"] += size(doc)
         return out if any(out.values()) else {}
 
     # -- steps --------------------------------------------------------------
@@ -597,11 +613,11 @@ class Bench(BenchBase):
         if parts_ix:
             res.add("3   delta indexes, each part compressed alone: "
                     + " / ".join(parts_ix), " / ".join(fmt_kb(v) for v in parts_ix.values()))
-        comp = pr.compaction
-        res.add("3 prune: snapshots kept / forgotten / deferred; deltas dropped",
-                f"{snaps_kept} / {len(pr.forgotten)} / {len(pr.deferred)}; {len(pr.dropped)} "
-                f"({day.prune_wall:.2f} s"
-                + (f"; {comp.note}" if comp is not None and comp.note else "") + ")")
+        res.add("3 prune: snapshots kept / forgotten / deferred; deltas dropped; wall s",
+                f"{snaps_kept} / {len(pr.forgotten)} / {len(pr.deferred)}; {len(pr.dropped)}; "
+                f"{day.prune_wall:.2f}")
+        res.add("3   its compactions wrote: the flushes since the last one; reclaiming",
+                f"{wrote(pr.folded)}; {wrote(pr.compaction)}")
         if pr.errors:
             res.notes.append(f"prune errors: {pr.errors}")
         errs = [e for c in day.compactions for e in c.errors]
