@@ -204,6 +204,12 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                            "building on it (run syncd sync first: it adopts "
                            "what an earlier run left; if it persists, the snapshot was "
                            "planted or is foreign)")
+    if snaps:
+        try:  # deltas build on it: one that no reader can start from is no base
+            repo.read_manifest(snaps[-1][2])
+        except (FormatError, StoreError) as err:
+            raise CompactError(f"the newest snapshot is unreadable, not building on it "
+                               f"(run syncd verify): {err}") from err
     chain = _chain(repo, top, rep, opts.acknowledged)
     head = chain[-1].hi if chain else top
     segs = _segments(repo, head, rep, opts.acknowledged)
