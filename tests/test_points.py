@@ -302,3 +302,26 @@ def test_the_locator_chains_extents_from_several_objects() -> None:
     assert loc.extents(b"f", 1, 5) == [("pack", x(0, 10))]
     assert [e.end for _, e in loc.extents(b"f", 1, 99)][-1] == 30  # as far as they reach
     assert loc.extents(b"g", 1, 5) == []
+
+
+def test_a_catalog_field_is_written_once_until_it_changes() -> None:
+    from syncd.format.catalog import Session
+    from syncd.format.points import apply_catalog
+    fields = [{"cwd": "/a", "git_branch": "main", "last_prompt": "one"},
+              {"cwd": "/a", "git_branch": "main", "last_prompt": "two"},
+              {"cwd": "/a", "git_branch": "dev", "last_prompt": "two"}]
+    path = f"projects/-a/{SA}.jsonl".encode()
+    pts = [Point(i, T0 + i, [Change(path, 1, 10 * (i + 1))], [(path, 1, f)])
+           for i, f in enumerate(fields)]
+    doc = encode(pts)
+    written = [p[3][0][2] if len(p) > 3 else {} for p in doc["points"]]
+    assert written == [fields[0], {"last_prompt": "two"}, {"git_branch": "dev"}]
+    back = decode(doc, "x")
+    for upto in range(1, 4):
+        got: dict[bytes, Session] = {}
+        want: dict[bytes, Session] = {}
+        for p in back[:upto]:
+            apply_catalog(p, got, M)
+        for p in pts[:upto]:
+            apply_catalog(p, want, M)
+        assert got[path].fields == want[path].fields

@@ -215,8 +215,12 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     segs = _segments(repo, head, rep, opts.acknowledged)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
     entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
-    rebase = (not snaps or (opts.keep is not None and not segs) or len(chain) >= opts.max_chain
-              or sum(d.size for d in chain) > opts.pack_target
+    # A long chain is rebased by the compaction that would lengthen it (max_chain 0: a
+    # manifest every time, as before deltas).
+    rebase = (not snaps or (opts.keep is not None and not segs)
+              or ((bool(segs) or not opts.max_chain)
+                  and (len(chain) >= opts.max_chain
+                       or sum(d.size for d in chain) > opts.pack_target))
               or raw > opts.delta_max or entries > DELTA_ENTRIES or len(segs) > DELTA_SEGMENTS)
     if not rebase:
         if not segs:

@@ -25,6 +25,9 @@ from syncd.store import layout
 # history.jsonl interleaves every session's lines: small frames let one session's
 # restore fetch only the frames that hold its lines.
 HISTORY_FRAME = 256 << 10
+# A delta's index (sha256s, paths, points) is most of its bytes and is kept for a day or
+# more: compressed hard (tens of kB: milliseconds).
+INDEX_LEVEL = 19
 
 
 def write_delta(repo: Repository, segs: Sequence[tuple[str, int, SegmentIndex]], *,
@@ -68,7 +71,7 @@ def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentInd
         except (FormatError, StoreError):
             dictionary = None  # frames are compressed without it
     w = SegmentWriter(repo.machine, hi, segs[-1][2].time, level=level,
-                      cipher=repo.cipher(key), dictionary=dictionary)
+                      cipher=repo.cipher(key), dictionary=dictionary, index_level=INDEX_LEVEL)
     try:
         spool = Spool(repo, spool_dir)
     except OSError as ex:

@@ -151,8 +151,9 @@ def _reach(e: Entry) -> tuple[int, int | None]:
     return pos, None
 
 
-def _ident(x: Extent) -> tuple[bytes, int, int, int, int, int, str]:
-    return x.path, x.gen, x.start, x.end, x.off, x.clen, x.sha256
+def _ident(x: Extent) -> tuple[bytes, int, int, int, int, int, str, str | None]:
+    # The dictionary too: a frame read without the one it was made with does not open.
+    return x.path, x.gen, x.start, x.end, x.off, x.clen, x.sha256, x.dict_id
 
 
 def _spans(exts: list[Extent]) -> Iterator[list[Extent]]:

@@ -65,9 +65,12 @@ def point_of(ix: SegmentIndex) -> Point:
 
 
 def encode(points: list[Point]) -> dict[str, Any]:
-    """The index keys ``paths`` and ``points`` (paths named once, by number)."""
+    """The index keys ``paths`` and ``points`` (paths named once, by number). A catalog
+    field is written only when it differs from what the object said of that generation
+    last (folding a repeat changes nothing)."""
     ids: dict[bytes, int] = {}
     docs: list[list[Any]] = []
+    said: dict[tuple[bytes, int], dict[str, str]] = {}
     for p in points:
         changes: list[list[Any]] = []
         for c in p.changes:
@@ -75,9 +78,15 @@ def encode(points: list[Point]) -> dict[str, Any]:
             changes.append([pid, c.gen, c.size] if c.size is not None
                            else [pid, c.gen, None, c.time])
         doc: list[Any] = [p.seq, p.time, changes]
-        if p.catalog:
-            doc.append([[ids.setdefault(path, len(ids)), gen, fields]
-                        for path, gen, fields in p.catalog])
+        catalog = []
+        for path, gen, fields in p.catalog:
+            last = said.setdefault((path, gen), {})
+            new = {k: v for k, v in fields.items() if last.get(k) != v}
+            last.update(new)
+            if new:
+                catalog.append([ids.setdefault(path, len(ids)), gen, new])
+        if catalog:
+            doc.append(catalog)
         docs.append(doc)
     return {"paths": [encode_path(p) for p in ids], "points": docs}
 

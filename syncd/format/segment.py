@@ -212,15 +212,17 @@ class SegmentWriter:
 
     def __init__(self, machine: str, seq: int, time: float, level: int = 3,
                  cipher: ObjectCipher | None = None,
-                 dictionary: tuple[str, zstandard.ZstdCompressionDict] | None = None) -> None:
+                 dictionary: tuple[str, zstandard.ZstdCompressionDict] | None = None,
+                 index_level: int = 3) -> None:
         self.index = SegmentIndex(machine, seq, time)
         self.cipher = cipher
         version, flags = (SEALED_VERSION, FLAG_SEALED) if cipher else (VERSION, 0)
         self._parts: list[bytes] = [HEADER.pack(MAGIC, version, flags, 0)]
         self._size = HEADER.size
         self._zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
-        # The index is small and read on every restore: always the fast level.
-        self._index_zstd = zstandard.ZstdCompressor(level=3, write_content_size=True)
+        # The index is small and read on every restore: the fast level, but for objects
+        # kept for long (a delta's index is most of its bytes).
+        self._index_zstd = zstandard.ZstdCompressor(level=index_level, write_content_size=True)
         self._dict_id = dictionary[0] if dictionary else None
         self._dict_zstd = zstandard.ZstdCompressor(
             level=level, write_content_size=True, dict_data=dictionary[1]) if dictionary else None
