@@ -40,6 +40,9 @@ from syncd.store import layout
 
 log = logging.getLogger("syncd.compact")
 
+# A manifest restates the tree (JSON, a few hundred kB at most) and is kept for long:
+# compressed hard, in well under a second.
+MANIFEST_LEVEL = 19
 # One delta folds at most this many segments and entries (its index stays small).
 DELTA_SEGMENTS = 4096
 DELTA_ENTRIES = 16384
@@ -522,7 +525,7 @@ def _write_manifest(repo: Repository, tree: _Tree, entries: list[Entry], rev: in
     for _ in range(16):
         key = layout.snapshot_key(machine, tree.seq, rev)
         blob = build(machine, tree.seq, rev, tree.time, tree.first_time, entries,
-                     tree.catalog(machine), tree.projects, level=opts.level,
+                     tree.catalog(machine), tree.projects, level=MANIFEST_LEVEL,
                      cipher=repo.cipher(key), chain=own)
         try:
             repo.put(key, blob)

@@ -146,7 +146,7 @@ def build(machine: str, seq: int, rev: int, time: float, first_time: float,
             objects.setdefault(key, len(objects))
     for s in sessions:
         groups.setdefault(group_of(s.path), Group()).sessions.append(s)
-    w = SegmentWriter(machine, seq, time, level=level, cipher=cipher)
+    w = SegmentWriter(machine, seq, time, level=level, cipher=cipher, index_level=level)
     sids: dict[str, str] = {}
     for name in sorted(groups):
         g = groups[name]
