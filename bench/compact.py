@@ -408,10 +408,11 @@ class Bench(BenchBase):
     # -- figure 3 -----------------------------------------------------------
     def settings(self) -> Settings:
         assert self.sw is not None
+        extra = {} if self.args.max_deltas is None else {"max_deltas": self.args.max_deltas}
         return load_settings(self.work / "no-config.toml", source=self.tree.root,
                              store=f"s3://syncd/{PREFIX}", machine_id=MACHINE,
                              state_dir=self.work / "state-main",
-                             s3_endpoint_url=self.sw.endpoint)
+                             s3_endpoint_url=self.sw.endpoint, **extra)
 
     def sizes(self) -> dict[str, int]:
         return tree_files(self.tree.root)
@@ -813,6 +814,10 @@ def main() -> int:
                     help="tree size for figure 2, GB (default 1; --quick: the small tree)")
     ap.add_argument("--appends", type=int, default=1000,
                     help="appends over the simulated day (figure 3)")
+    ap.add_argument("--max-deltas", type=int, default=None,
+                    help="figure 3's max_deltas (default: the setting's, 24; 23 makes the "
+                         "day's last compaction the manifest that follows 23 deltas, as on "
+                         "every later day)")
     args = ap.parse_args()
     args.size_mb = args.size_mb or (20 if args.quick else 200)
     for k in [k for k in os.environ if k.startswith("SYNCD_")]:
