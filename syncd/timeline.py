@@ -76,7 +76,7 @@ def timeline(repo: Repository) -> tuple[list[PointRow], list[str]]:
             rows.setdefault(m.seq, PointRow(m.seq, m.time, "snapshot", m.key))
         cursor = start
         while sources.get(cursor + 1):
-            hi, key, points, extents = sources[cursor + 1][0]
+            hi, key, points, extents = max(sources[cursor + 1], key=lambda s: s[0])
             for x in extents:  # where each generation stood before this object
                 sizes.setdefault((x.path, x.gen), x.start)
             for p in points:

@@ -63,6 +63,7 @@ def main(argv: list[str]) -> int:
     store = KillingStore(Path(root), int(kill_at), Path(log))
     opts = CompactOptions(pack_target=int(pack_target), small_pack=int(small_pack),
                           max_chain=24 if mode in ("delta", "prune-window") else 0,
+                          delta_target=0 if mode == "prune-window" else 64 << 10,
                           now=float(rest[1]) if len(rest) > 1 else None)
     repo = Repository(store, machine)
     if mode == "prune":

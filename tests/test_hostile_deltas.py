@@ -538,7 +538,8 @@ def test_a_segment_whose_index_names_a_far_seq_does_not_swallow_every_later_flus
 def test_sealed_deltas_swapped_between_keys_are_refused_and_named(tmp_path: Path) -> None:
     crypto = Crypto(new_master())
     w = world(tmp_path, 3, crypto)
-    opts = lambda: CompactOptions(acknowledged=w.acked, now=w.clock.t)  # noqa: E731
+    opts = lambda: CompactOptions(acknowledged=w.acked, now=w.clock.t,  # noqa: E731
+                                  delta_target=0)
     compact(w.repo, opts())
     for i in range(3, 6):
         w.flush(i)

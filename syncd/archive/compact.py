@@ -74,6 +74,9 @@ class CompactOptions:
     # or when the segments are too big for one delta.
     max_chain: int = 24
     delta_max: int = 16 << 20
+    # A last delta smaller than this (stored bytes) is extended by the next compaction
+    # rather than followed by another.
+    delta_target: int = 64 << 10
     # Prune: deltas whose points no kept point needs; their data moves into packs.
     drop: Collection[str] = ()
 
@@ -230,7 +233,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
             rep.note = "nothing to compact"
             if not opts.dry_run:  # leftovers of a run that died before deleting them
                 _delete(repo, [k for k, _ in repo.segments() if (layout.segment_seq(k) or 0)
-                               <= head], rep)
+                               <= head] + _narrower(repo, chain), rep)
             return rep
         rep.segments = len(segs)
         rep.segment_bytes = sum(size for _, size, _ in segs)
@@ -238,18 +241,29 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
         if opts.dry_run:
             rep.note = "dry run: nothing written"
             return rep
-        d = write_delta(repo, segs, level=opts.level, spool_dir=opts.spool_dir)
+        # A small last delta grows instead of being followed by another: fewer objects
+        # to read, one run of frames per file, and a chain that reaches further.
+        last = chain[-1] if chain and chain[-1].size < opts.delta_target else None
+        d = write_delta(repo, segs, level=opts.level, spool_dir=opts.spool_dir, extend=last)
         if d is None:
-            key = layout.delta_key(machine, segs[0][2].seq, segs[-1][2].seq)
+            key = layout.delta_key(machine, segs[0][2].seq if last is None else last.lo,
+                                   segs[-1][2].seq)
             rep.errors.append(f"{repo.where(key)}: taken by an object that is no delta of "
                               "these segments; writing a manifest instead")
             return _rebase(repo, opts, rep, snaps, chain, segs, now)
         rep.delta = d.key
         log.info("compacted %d segments of %s into %s", len(segs), machine, d.key)
-        _delete(repo, [k for k, _ in repo.segments() if (layout.segment_seq(k) or 0) <= d.hi],
-                rep)
+        _delete(repo, [k for k, _ in repo.segments() if (layout.segment_seq(k) or 0) <= d.hi]
+                + _narrower(repo, [*chain[:-1], d] if last is not None else [*chain, d]), rep)
         return rep
     return _rebase(repo, opts, rep, snaps, chain, segs, now)
+
+
+def _narrower(repo: Repository, chain: list[Delta]) -> list[str]:
+    """Deltas that a delta of the chain replaced (same start, an earlier end): left by a
+    run that died between writing the wider one and deleting them."""
+    ends = {d.lo: d.hi for d in chain}
+    return [key for lo, hi, key, _ in repo.deltas() if lo in ends and hi < ends[lo]]
 
 
 def _chain(repo: Repository, top: int, rep: CompactReport,

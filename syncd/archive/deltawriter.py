@@ -31,12 +31,20 @@ INDEX_LEVEL = 19
 
 
 def write_delta(repo: Repository, segs: Sequence[tuple[str, int, SegmentIndex]], *,
-                level: int, spool_dir: Path | None) -> Delta | None:
+                level: int, spool_dir: Path | None, extend: Delta | None = None) -> Delta | None:
     """The delta of ``segs`` (consecutive segments), written and read back; None when
-    its key is taken by an object that is no delta of ours (planted, or damaged)."""
-    lo, hi = segs[0][2].seq, segs[-1][2].seq
+    its key is taken by an object that is no delta of ours (planted, or damaged).
+
+    ``extend``: a small delta that ends where ``segs`` start; the new one holds it and
+    them (its range from ``extend.lo``), so the caller then deletes it with the segments.
+    A file's new bytes of both become one run of frames."""
+    lo, hi = (segs[0][2].seq if extend is None else extend.lo), segs[-1][2].seq
     key = layout.delta_key(repo.machine, lo, hi)
-    blob = _build(repo, key, segs, level, spool_dir)
+    sources = ([] if extend is None else [(extend.key, extend.index)]) + \
+        [(k, ix) for k, _, ix in segs]
+    points = ([] if extend is None else extend.points) + \
+        [pointfmt.point_of(ix) for _, _, ix in segs]
+    blob = _build(repo, key, sources, points, level, spool_dir)
     taken = False
     try:
         repo.put(key, blob)
@@ -48,18 +56,18 @@ def write_delta(repo: Repository, segs: Sequence[tuple[str, int, SegmentIndex]],
         if taken:
             return None
         raise CompactError(f"the delta does not read back, nothing deleted: {e}") from e
-    if taken and (d.index.machine != repo.machine or len(d.points) != len(segs)):
+    if taken and (d.index.machine != repo.machine or len(d.points) != len(points)):
         return None
     return d
 
 
-def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentIndex]],
-           level: int, spool_dir: Path | None) -> bytes:
-    lo, hi = segs[0][2].seq, segs[-1][2].seq
+def _build(repo: Repository, key: str, sources: Sequence[tuple[str, SegmentIndex]],
+           points: list[pointfmt.Point], level: int, spool_dir: Path | None) -> bytes:
+    lo, hi = layout.delta_range(key) or (0, 0)
     runs: dict[tuple[bytes, int], list[tuple[str, Extent]]] = {}
     projects: dict[str, dict[str, object]] = {}
     dict_id: str | None = None
-    for skey, _, ix in segs:
+    for skey, ix in sources:
         for x in ix.extents:
             runs.setdefault((x.path, x.gen), []).append((skey, x))
             dict_id = x.dict_id or dict_id
@@ -70,7 +78,7 @@ def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentInd
             dictionary = (dict_id, repo.dictionary(dict_id).zdict)
         except (FormatError, StoreError):
             dictionary = None  # frames are compressed without it
-    w = SegmentWriter(repo.machine, hi, segs[-1][2].time, level=level,
+    w = SegmentWriter(repo.machine, hi, sources[-1][1].time, level=level,
                       cipher=repo.cipher(key), dictionary=dictionary, index_level=INDEX_LEVEL)
     try:
         spool = Spool(repo, spool_dir)
@@ -87,13 +95,12 @@ def _build(repo: Repository, key: str, segs: Sequence[tuple[str, int, SegmentInd
                            f"{ex.filename or ''}: {ex.strerror}") from ex
     finally:
         spool.close()
-    for _, _, ix in segs:
+    for _, ix in sources:
         for t in ix.tombstones:
             w.add_tombstone(t.path, t.gen, t.time)
     for cwd, info in projects.items():
         w.add_project(cwd, dict(info))
-    w.index.extra = {"kind": KIND, "lo": lo, "hi": hi,
-                     **pointfmt.encode([pointfmt.point_of(ix) for _, _, ix in segs])}
+    w.index.extra = {"kind": KIND, "lo": lo, "hi": hi, **pointfmt.encode(points)}
     return w.finish()
 
 

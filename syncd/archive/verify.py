@@ -327,7 +327,7 @@ class _Verifier:
                                   "renamed object)")
                 continue
             self.add(key, self.inside(key, self.listing[key], d.index.extents))
-            if lo == top + 1:
+            if lo <= top + 1 < hi + 1:  # the chain's next one (the widest of a start)
                 top = hi
         return top
 
