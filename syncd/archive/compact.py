@@ -243,7 +243,8 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
             return rep
         # A small last delta grows instead of being followed by another: fewer objects
         # to read, one run of frames per file, and a chain that reaches further.
-        last = chain[-1] if chain and chain[-1].size < opts.delta_target else None
+        last = chain[-1] if chain and chain[-1].size < opts.delta_target \
+            and len(chain[-1].points) + len(segs) <= DELTA_SEGMENTS else None
         d = write_delta(repo, segs, level=opts.level, spool_dir=opts.spool_dir, extend=last)
         if d is None:
             key = layout.delta_key(machine, segs[0][2].seq if last is None else last.lo,

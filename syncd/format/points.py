@@ -20,8 +20,8 @@ from syncd.format.catalog import FIELD_MAX, Session, session_of
 from syncd.format.segment import Extent, SegmentIndex, decode_path, encode_path, when
 from syncd.format.snapshot import Entry
 
-# A reader's limit on the points of one object: a delta folds at most MAX_SEGMENTS
-# segments, and a segment changes at most MAX_ENTRIES files.
+# A reader's limit on the points of one object (a writer folds at most 4096 segments
+# into one delta, a point per segment).
 MAX_POINTS = 1 << 16
 
 
