@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -27,10 +28,11 @@ from syncd.archive.retention import Policy
 from syncd.archive.verify import verify
 from syncd.errors import NoBackup
 from syncd.repository import Repository
+from syncd.restore import restorer
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import MemoryStore
 from syncd.timeline import timeline
-from syncd.view import load_backup
+from syncd.view import Backup, load_backup
 from tests.helpers import tree_bytes
 from tests.test_compact import T0, Clock, M, history, line, make_shipper, todo
 
@@ -42,6 +44,7 @@ SETTINGS = "settings.json"
 HIST = "history.jsonl"
 
 Tree = dict[bytes, bytes]
+Point = tuple[int, float] | None
 
 # One step of a history: ("write", path, data, mode, what) | ("delete", path) |
 # ("flush", seconds) | ("compact", max_chain) | ("prune", policy fields, max_chain).
@@ -221,7 +224,7 @@ def _fresh(base: Path) -> Iterator[Path]:
         yield base / f"o{n}"
 
 
-def play(steps: list[Step], tmp: Path, checks: bool = True) -> Played:
+def play(steps: list[Step], tmp: Path) -> Played:
     """Play ``steps`` against a memory store; the checks run after each prune and at the
     end (an AssertionError says what failed). A step that cannot be done (deleting what
     is not there, a flush with nothing to ship) is passed over."""
@@ -275,17 +278,26 @@ def play(steps: list[Step], tmp: Path, checks: bool = True) -> Played:
             pr = prune(repo, policy, opts=CompactOptions(max_chain=step[2], now=clock.t))
             assert pr.errors == [], pr.errors
             got.pruned = (got.flushes[-1].time, policy.window, got.flushes[-1].seq, alive)
-            if checks:
-                check(repo, got, next(out), f"after the prune {step}")
-    if checks and got.flushes:
+            check(repo, got, next(out), f"after the prune {step}")
+    if got.flushes:
         check(repo, got, next(out), "at the end", final=True)
     return got
 
 
-def restored(repo: Repository, at: float | None, out: Path) -> Tree:
-    r = restore(repo, RestoreOptions(target=out, at=at, local_machine=M, config=True))
+def restored(repo: Repository, at: float | None, out: Path) -> tuple[Tree, Point]:
+    """The tree a restore as of ``at`` writes into the fresh ``out``, and the point of the
+    view it restored (``load_backup(repo, at).point``, as the restore itself loaded it)."""
+    views: list[Backup] = []
+
+    def load(*args: Any, **kwargs: Any) -> Backup:
+        views.append(load_backup(*args, **kwargs))
+        return views[-1]
+
+    with mock.patch.object(restorer, "load_backup", load):
+        r = restore(repo, RestoreOptions(target=out, at=at, local_machine=M, config=True))
     assert r.errors == [], r.errors
-    return tree_bytes(out)
+    (view,) = views
+    return tree_bytes(out), view.point
 
 
 def _diff(got: Tree, want: Tree) -> str:
@@ -318,27 +330,28 @@ def check(repo: Repository, got: Played, out: Path, when: str, final: bool = Fal
     between: list[tuple[float, Flush]] = []
     for i, r in enumerate(rows):
         want = by_seq[r.seq].tree
-        b = load_backup(repo, at=r.time)
-        assert b.point == (r.seq, r.time), (when, r, b.point)
         n += 1
-        have = restored(repo, r.time, out / f"p{n}")
+        have, point = restored(repo, r.time, out / f"p{n}")
+        assert point == (r.seq, r.time), (when, r, point)
         assert have == want, (when, f"point {r.seq} at {r.time}", _diff(have, want))
         nxt = rows[i + 1].time if i + 1 < len(rows) else r.time + 1000
         if nxt - r.time > 1:
             # Half way to the next point, or just before it.
-            at = nxt - 0.5 if i % 2 else r.time + (nxt - r.time) / 2
-            b = load_backup(repo, at=at)
-            assert b.point == (r.seq, r.time), (when, f"between {r.seq} and the next, at {at}",
-                                                b.point)
-            between.append((at, by_seq[r.seq]))
-    if final:
-        # Restored in full too (a sample: each is the same view as its point's).
-        pick = random.Random(repr([r.seq for r in rows]))
-        for at, f in pick.sample(between, min(8, len(between))):
-            n += 1
-            have = restored(repo, at, out / f"p{n}")
-            assert have == f.tree, (when, f"between {f.seq} and the next, at {at}",
-                                    _diff(have, f.tree))
+            between.append((nxt - 0.5 if i % 2 else r.time + (nxt - r.time) / 2, by_seq[r.seq]))
+    # Between two points: the earlier one. Every such time loads as it at the end, a
+    # sample after a prune; a sample restores in full (the same view as its point's).
+    pick = random.Random(repr([r.seq for r in rows]))
+    for at, f in between if final else pick.sample(between, min(8, len(between))):
+        b = load_backup(repo, at=at)
+        assert b.point == (f.seq, f.time), (when, f"between {f.seq} and the next, at {at}",
+                                            b.point)
+    for at, f in pick.sample(between, min(8 if final else 2, len(between))):
+        n += 1
+        have, point = restored(repo, at, out / f"p{n}")
+        assert point == (f.seq, f.time), (when, f"between {f.seq} and the next, at {at}",
+                                          point)
+        assert have == f.tree, (when, f"between {f.seq} and the next, at {at}",
+                                _diff(have, f.tree))
     # A thinned flush: the newest listed point before it, or no backup at all.
     for f in got.flushes:
         if f.seq in listed:
@@ -353,8 +366,9 @@ def check(repo: Repository, got: Played, out: Path, when: str, final: bool = Fal
                                                               b.point)
     if final:
         n += 1
-        have = restored(repo, None, out / f"p{n}")
+        have, point = restored(repo, None, out / f"p{n}")
         want = got.flushes[-1].tree
+        assert point == (got.flushes[-1].seq, got.flushes[-1].time), (when, "now", point)
         assert have == want, (when, "as of now", _diff(have, want))
         v = verify(repo, read_data=100)
         assert v.ok, (when, v.problems)
