@@ -21,7 +21,7 @@ import zstandard
 from syncd import untrusted
 from syncd.config import MACHINE_ID
 from syncd.errors import AlreadyExists, CryptoError, FormatError, NotFound, StoreError
-from syncd.format.delta import Delta, delta_of
+from syncd.format.delta import Delta, by_start, delta_of
 from syncd.format.dictionary import DICT_SIZE, Dictionary
 from syncd.format.segment import (
     HEADER,
@@ -264,25 +264,45 @@ class Repository:
             layout.deltas_prefix(self.machine)) if (rng := layout.delta_range(o.key)) is not None)
 
     def folded(self, snaps: list[tuple[int, int, str]]) -> int:
-        """The last seq compaction has folded: the newest manifest's, then each delta that
-        starts where the one before ended and reads (-1: none; one LIST and a GET per
-        delta: a key alone says nothing)."""
-        by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
-        for row in self.deltas():
-            by_lo.setdefault(row[0], []).insert(0, row)
+        """The last seq compaction has folded: the newest manifest's, then the deltas
+        chained after it (-1: none)."""
         top = snaps[-1][0] if snaps else -1
-        while rows := by_lo.get(top + 1):
+        chain = self.delta_chain(top)
+        return chain[-1].hi if chain else top
+
+    def delta_chain(self, top: int, upto: int | None = None,
+                    errors: list[str] | None = None) -> list[Delta]:
+        """The deltas after seq ``top``, each starting where the one before ended, each
+        read (a key alone says nothing; one LIST and a GET per delta): of a start, the
+        widest that reads, is this machine's and ends by ``upto`` (the newest seq the
+        writer confirmed, when known). ``errors`` hears of each one passed over; the
+        first start without one ends the chain."""
+        said = errors if errors is not None else []
+        starts = by_start(self.deltas())
+        out: list[Delta] = []
+        while rows := starts.get(top + 1):
+            got = None
             for _, hi, key, size in rows:
+                if upto is not None and hi > upto:
+                    said.append(f"{self.where(key)}: a delta beyond what this machine's "
+                                "state knows: not building on it")
+                    continue
                 try:
                     d = self.read_delta(key, size)
-                except (FormatError, StoreError):
+                except (FormatError, StoreError) as e:
+                    said.append(f"{e}; not building on it")
                     continue
-                if d.index.machine == self.machine:
-                    top = hi
-                    break
-            else:
-                return top
-        return top
+                if d.index.machine != self.machine:
+                    said.append(f"{self.where(key)}: written by machine "
+                                f"{d.index.machine!r}; not building on it")
+                    continue
+                got = d
+                break
+            if got is None:
+                break
+            out.append(got)
+            top = got.hi
+        return out
 
     def read_delta(self, key: str, size: int | None = None) -> Delta:
         """A delta's index and points (one suffix GET, rarely two)."""

@@ -15,7 +15,7 @@ from typing import Any
 from syncd.config import format_time
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
 from syncd.format.catalog import Session, session_of
-from syncd.format.delta import manifest_points
+from syncd.format.delta import by_start, manifest_points
 from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
 from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
 from syncd.repository import Repository
@@ -184,9 +184,7 @@ class _Walk:
         that is missing ends the walk: the points after it were thinned by retention.
         Past it, a missing seq is a loss: reported, and the walk goes on after it."""
         self.cursor = cursor
-        by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
-        for row in deltas:
-            by_lo.setdefault(row[0], []).insert(0, row)  # the widest first
+        by_lo = by_start(deltas)
         segs = {seq: (key, size) for key, size in keys
                 if (seq := layout.segment_seq(key)) is not None}
         b = self.b

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from syncd.archive.deltawriter import HISTORY_FRAME, write_delta
-from syncd.archive.packer import PackWriter, Spool
+from syncd.archive.packer import PackWriter, spooled
 from syncd.errors import AlreadyExists, CompactError, FormatError, Locked, StoreError
 from syncd.format import points as pointfmt
 from syncd.format.catalog import Session, session_of
@@ -216,7 +216,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
         except (FormatError, StoreError) as err:
             raise CompactError(f"the newest snapshot is unreadable, not building on it "
                                f"(run syncd verify): {err}") from err
-    chain = _chain(repo, top, rep, opts.acknowledged)
+    chain = repo.delta_chain(top, opts.acknowledged, rep.errors)
     head = chain[-1].hi if chain else top
     segs = _segments(repo, head, rep, opts.acknowledged)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
@@ -265,41 +265,6 @@ def _narrower(repo: Repository, chain: list[Delta]) -> list[str]:
     run that died between writing the wider one and deleting them."""
     ends = {d.lo: d.hi for d in chain}
     return [key for lo, hi, key, _ in repo.deltas() if lo in ends and hi < ends[lo]]
-
-
-def _chain(repo: Repository, top: int, rep: CompactReport,
-           upto: int | None) -> list[Delta]:
-    """The deltas after manifest seq ``top``, each starting where the one before ended,
-    each read (a key alone never decides what is deleted); the first that does not read
-    ends the chain, with a line naming it."""
-    by_lo: dict[int, list[tuple[int, int, str, int]]] = {}
-    for row in repo.deltas():
-        by_lo.setdefault(row[0], []).insert(0, row)  # the widest first
-    out: list[Delta] = []
-    cursor = top
-    while rows := by_lo.get(cursor + 1):
-        got = None
-        for _, hi, key, size in rows:
-            if upto is not None and hi > upto:
-                rep.errors.append(f"{repo.where(key)}: a delta beyond what this machine's "
-                                  "state knows: not building on it")
-                continue
-            try:
-                d = repo.read_delta(key, size)
-            except (FormatError, StoreError) as e:
-                rep.errors.append(f"{e}; not building on it")
-                continue
-            if d.index.machine != repo.machine:
-                rep.errors.append(f"{repo.where(key)}: written by machine "
-                                  f"{d.index.machine!r}; not building on it")
-                continue
-            got = d
-            break
-        if got is None:
-            break
-        out.append(got)
-        cursor = got.hi
-    return out
 
 
 def _rebase(repo: Repository, opts: CompactOptions, rep: CompactReport,
@@ -466,14 +431,9 @@ def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int
     machine = repo.machine
     meter = opts.progress or NullMeter()
     meter.start(rep.raw_bytes)
-    try:
-        spool = Spool(repo, opts.spool_dir)
-    except OSError as ex:
-        raise CompactError(f"compaction of {machine}: cannot create a spool directory in "
-                           f"{opts.spool_dir or 'the temp dir'}: {ex.strerror}") from ex
     out = PackWriter(repo, lo, tree.seq, tree.time, level=opts.level,
                      target=opts.pack_target, written=rep.packs_written)
-    try:
+    with spooled(repo, opts.spool_dir) as spool:
         for e in sorted(entries, key=lambda e: (e.path, e.gen)):
             if opts.should_stop():
                 raise CompactError(f"compaction of {machine} stopped (the daemon is stopping); "
@@ -502,13 +462,6 @@ def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int
             e.sids = {k: v for k, v in e.sids.items() if k[0] not in move}
         out.drain()
         out.flush()
-    except (FormatError, StoreError) as ex:
-        raise CompactError(f"compaction of {machine} stopped, nothing deleted: {ex}") from ex
-    except OSError as ex:
-        raise CompactError(f"compaction of {machine} stopped, nothing deleted: spool "
-                           f"{ex.filename or ''}: {ex.strerror}") from ex
-    finally:
-        spool.close()
 
 
 def _pack_lo(key: str) -> int:

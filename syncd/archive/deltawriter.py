@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from syncd.archive.packer import Spool
+from syncd.archive.packer import Spool, spooled
 from syncd.errors import AlreadyExists, CompactError, FormatError, StoreError
 from syncd.format import points as pointfmt
 from syncd.format.delta import KIND, Delta
@@ -80,21 +80,9 @@ def _build(repo: Repository, key: str, sources: Sequence[tuple[str, SegmentIndex
             dictionary = None  # frames are compressed without it
     w = SegmentWriter(repo.machine, hi, sources[-1][1].time, level=level,
                       cipher=repo.cipher(key), dictionary=dictionary, index_level=INDEX_LEVEL)
-    try:
-        spool = Spool(repo, spool_dir)
-    except OSError as ex:
-        raise CompactError(f"compaction of {repo.machine}: cannot create a spool directory in "
-                           f"{spool_dir or 'the temp dir'}: {ex.strerror}") from ex
-    try:
+    with spooled(repo, spool_dir) as spool:
         for (path, gen), run in runs.items():
             _add_run(w, spool, path, gen, run)
-    except (FormatError, StoreError) as ex:
-        raise CompactError(f"compaction of {repo.machine} stopped, nothing deleted: {ex}") from ex
-    except OSError as ex:
-        raise CompactError(f"compaction of {repo.machine} stopped, nothing deleted: spool "
-                           f"{ex.filename or ''}: {ex.strerror}") from ex
-    finally:
-        spool.close()
     for _, ix in sources:
         for t in ix.tombstones:
             w.add_tombstone(t.path, t.gen, t.time)

@@ -6,15 +6,17 @@ container whose index says ``"kind": "pack"``: docs/FORMAT.md.)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import zstandard
 
-from syncd.errors import FormatError
+from syncd.errors import CompactError, FormatError, StoreError
 from syncd.format.segment import (
     PACK_KIND,
     THREADS,
@@ -79,6 +81,27 @@ class Spool:
         for fd, _ in self._files.values():
             os.close(fd)
         self._dir.cleanup()
+
+
+@contextlib.contextmanager
+def spooled(repo: Repository, where: Path | None) -> Iterator[Spool]:
+    """A spool for one compaction's reads; what fails while it is used (a damaged or
+    missing object, the spool's own files) stops the compaction, nothing deleted."""
+    machine = repo.machine
+    try:
+        spool = Spool(repo, where)
+    except OSError as ex:
+        raise CompactError(f"compaction of {machine}: cannot create a spool directory in "
+                           f"{where or 'the temp dir'}: {ex.strerror}") from ex
+    try:
+        yield spool
+    except (FormatError, StoreError) as ex:
+        raise CompactError(f"compaction of {machine} stopped, nothing deleted: {ex}") from ex
+    except OSError as ex:
+        raise CompactError(f"compaction of {machine} stopped, nothing deleted: spool "
+                           f"{ex.filename or ''}: {ex.strerror}") from ex
+    finally:
+        spool.close()
 
 
 class PackWriter:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.archive.compact import CompactOptions, CompactReport, _chain, _compact, exclusive
+from syncd.archive.compact import CompactOptions, CompactReport, _compact, exclusive
 from syncd.archive.retention import Policy, SnapRef, Verdict, format_duration, plan
 from syncd.errors import CompactError, FormatError, PolicyError, StoreError
 from syncd.format.snapshot import current
@@ -83,8 +83,7 @@ def prune(repo: Repository, policy: Policy, *, max_share: float = 0.5,
         # The newest point: the newest manifest's, or the end of the deltas chained after
         # it that read and that the writer confirmed (never a planted key's word), and
         # never later than now.
-        probe = CompactReport(machine)
-        chain = _chain(repo, max(r.seq for r in refs), probe, opts.acknowledged)
+        chain = repo.delta_chain(max(r.seq for r in refs), opts.acknowledged)
         newest = max([r.time for r in refs] + [d.time for d in chain[-1:]])
         now = time.time() if opts.now is None else opts.now
         base = _window_base(refs, min(newest, max(now, max(r.time for r in refs))), policy)

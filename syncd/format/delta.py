@@ -34,6 +34,16 @@ class Delta:
         return self.index.time
 
 
+def by_start(rows: list[tuple[int, int, str, int]]) -> dict[int, list[tuple[int, int, str, int]]]:
+    """Deltas ``(lo, hi, key, size)`` by ``lo``, the widest of each start first (a wider
+    one replaced the others: those are leftovers of a run that died before deleting
+    them)."""
+    out: dict[int, list[tuple[int, int, str, int]]] = {}
+    for row in sorted(rows):
+        out.setdefault(row[0], []).insert(0, row)
+    return out
+
+
 def delta_of(key: str, ix: SegmentIndex, where: str, size: int = 0) -> Delta:
     """The delta whose index is ``ix``, checked against its key and its points."""
     x = ix.extra
