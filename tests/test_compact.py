@@ -652,6 +652,9 @@ class Recording:
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
         return self.inner.list(prefix, start_after)
 
+    def prefixes(self, prefix: str) -> Iterator[str]:
+        return self.inner.prefixes(prefix)
+
     def delete_many(self, keys: Iterable[str]) -> None:
         self.inner.delete_many(keys)
 

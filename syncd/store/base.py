@@ -25,7 +25,9 @@ class Store(Protocol):
     raises ``PreconditionFailed`` otherwise, a missing object included. ``put`` returns
     the etag of what it wrote. ``get`` reads ``length`` bytes from ``start`` (a negative
     ``start`` reads that many bytes from the end); ``list`` yields keys under ``prefix``
-    in byte order, after ``start_after``.
+    in byte order, after ``start_after``; ``prefixes`` yields, in byte order, the
+    distinct ``prefix + name + "/"`` under which keys lie one level down (a delimited
+    LIST: one request per 1,000 names, whatever the keys below them).
     """
 
     url: str
@@ -38,6 +40,8 @@ class Store(Protocol):
     def head(self, key: str) -> ObjectInfo | None: ...
 
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]: ...
+
+    def prefixes(self, prefix: str) -> Iterator[str]: ...
 
     def delete_many(self, keys: Iterable[str]) -> None: ...
 
@@ -65,3 +69,10 @@ def slice_range(data: bytes, start: int, length: int | None) -> bytes:
     if start < 0:
         return data[start:] if length is None else data[start:][:length]
     return data[start:] if length is None else data[start : start + length]
+
+
+def common_prefixes(keys: Iterable[str], prefix: str) -> list[str]:
+    """``Store.prefixes`` for stores that hold their keys in a list."""
+    return sorted({prefix + rest.partition("/")[0] + "/" for k in keys
+                   if k.startswith(prefix) and "/" in (rest := k[len(prefix):])},
+                  key=str.encode)

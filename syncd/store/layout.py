@@ -49,6 +49,10 @@ def machine_key(machine: str) -> str:
     return f"{machine_prefix(machine)}machine.json"
 
 
+def head_key(machine: str) -> str:
+    return f"{machine_prefix(machine)}head"
+
+
 def lease_key(machine: str) -> str:
     return f"{machine_prefix(machine)}lease.json"
 

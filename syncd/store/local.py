@@ -161,6 +161,20 @@ class LocalStore:
                         found.append(ObjectInfo(key, st.st_size, _etag(st)))
         yield from sorted(found, key=lambda o: o.key.encode())
 
+    def prefixes(self, prefix: str) -> Iterator[str]:
+        # A directory is a prefix when a key lies below it (S3 has no empty ones).
+        base, _, part = prefix.rpartition("/")
+        top = self.root / base if base else self.root
+        try:
+            names = [e.name for e in os.scandir(top) if e.name.startswith(part)
+                     and not e.name.startswith(_HIDDEN) and e.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in sorted(names, key=str.encode):
+            if any(not f.startswith(_HIDDEN) for _, _, files in os.walk(top / name)
+                   for f in files):
+                yield f"{base}/{name}/" if base else f"{name}/"
+
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:
             path = self._path(key)

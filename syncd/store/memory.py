@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from syncd.errors import AlreadyExists, NotFound, PreconditionFailed
-from syncd.store.base import ObjectInfo, check_key, slice_range
+from syncd.store.base import ObjectInfo, check_key, common_prefixes, slice_range
 
 
 class MemoryStore:
@@ -60,6 +60,11 @@ class MemoryStore:
             found = [ObjectInfo(k, len(v), self._etag(k)) for k, v in self.objects.items()
                      if k.startswith(prefix) and k > start_after]
         yield from sorted(found, key=lambda o: o.key.encode())
+
+    def prefixes(self, prefix: str) -> Iterator[str]:
+        with self._lock:
+            keys = list(self.objects)
+        yield from common_prefixes(keys, prefix)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         with self._lock:

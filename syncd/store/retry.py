@@ -90,6 +90,9 @@ class RetryStore:
         found = self._call(f"list {prefix}", lambda: list(self.inner.list(prefix, start_after)))
         return iter(found)
 
+    def prefixes(self, prefix: str) -> Iterator[str]:
+        return iter(self._call(f"list {prefix}", lambda: list(self.inner.prefixes(prefix))))
+
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = list(keys)
         self._call("delete", lambda: self.inner.delete_many(batch))

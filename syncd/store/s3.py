@@ -175,6 +175,15 @@ class S3Store:
         except Exception as e:
             raise self._error(prefix, e) from e
 
+    def prefixes(self, prefix: str) -> Iterator[str]:
+        kw = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "Delimiter": "/"}
+        try:
+            for page in self._s3.get_paginator("list_objects_v2").paginate(**kw):  # type: ignore[arg-type]
+                for p in page.get("CommonPrefixes", []):
+                    yield p["Prefix"][len(self.prefix):]
+        except Exception as e:
+            raise self._error(prefix, e) from e
+
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = [self._key(k) for k in keys]
         for i in range(0, len(batch), 1000):
