@@ -196,6 +196,9 @@ class Settings(BaseSettings):
     # after its first unshipped change instead of waiting for the max delay; 0 = off.
     flush_busy_interval: float = Field(4.0, ge=0)
     reconcile_interval: float = Field(3600.0, gt=0)
+    # The machine's head (what `machines`, `sessions` and `resume` read) is rewritten at
+    # most this often while flushes come (seconds), and at once when a session appears.
+    head_interval: float = Field(300.0, ge=0)
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
     exclude: list[str] = Field(default_factory=list)
     # Restore: extra path prefixes to map (old → new), and where local clones live

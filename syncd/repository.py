@@ -23,6 +23,9 @@ from syncd.config import MACHINE_ID
 from syncd.errors import AlreadyExists, CryptoError, FormatError, NotFound, StoreError
 from syncd.format.delta import Delta, by_start, delta_of
 from syncd.format.dictionary import DICT_SIZE, Dictionary
+from syncd.format.head import HEAD_MAX, Head
+from syncd.format.head import decode as head_decode
+from syncd.format.head import encode as head_encode
 from syncd.format.segment import (
     HEADER,
     INDEX_MAX,
@@ -57,6 +60,7 @@ MACHINE_JSON_MAX = 64 << 10
 DICTIONARY_MAX = DICT_SIZE + 1024
 _MACHINE_JSON = "machine.json"
 _DICT = "dict"
+_HEAD = "head"
 
 # Dictionaries by (store URL, key): a store's indexes can name any number of them, the
 # cache keeps the last few.
@@ -93,11 +97,11 @@ class Repository:
 
     # -- the store ------------------------------------------------------------------------
     def machines(self) -> list[str]:
-        """Every machine with an object in the store (names no machine id can have, as a
-        store may hold anything, are not machines: never printed, never read)."""
-        return sorted({m for o in self.store.list(layout.MACHINES_PREFIX)
-                       if (m := layout.machine_of(o.key)) is not None
-                       and MACHINE_ID.fullmatch(m)})
+        """Every machine with an object in the store, in name order: one delimited LIST per
+        1,000 machines (names no machine id can have, as a store may hold anything, are
+        not machines: never printed, never read)."""
+        return [m for p in self.store.prefixes(layout.MACHINES_PREFIX)
+                if (m := p[len(layout.MACHINES_PREFIX):-1]) and MACHINE_ID.fullmatch(m)]
 
     def objects(self) -> list[ObjectInfo]:
         """Every object under this machine's prefix (one LIST)."""
@@ -172,6 +176,28 @@ class Repository:
             raise CryptoError(f"{where}: encrypted, but no key is loaded (the store has no "
                               "keys/, or it was removed)")
         return blob
+
+    # -- the head ------------------------------------------------------------------------
+    def head(self) -> Head | None:
+        """The machine's head (one GET; None: it has none, an older writer's machine)."""
+        key = layout.head_key(self.machine)
+        try:
+            blob = get_small(self.store, key, HEAD_MAX)
+        except NotFound:
+            return None
+        try:
+            raw = self._open_box(key, _HEAD, blob)
+        except CryptoError as e:
+            raise FormatError(str(e)) from None
+        return head_decode(raw, self.machine, self.where(key))
+
+    def write_head(self, h: Head) -> None:
+        """Replace the machine's head (the one object a writer rewrites in place)."""
+        key = layout.head_key(self.machine)
+        blob = head_encode(h)
+        if self.crypto is not None:
+            blob = self.crypto.seal_box(key, _HEAD, blob)
+        self.store.put(key, blob, if_none_match=False)
 
     # -- segments (and packs and manifests, which share their container) -------------------
     def segments(self, after: int = -1) -> list[tuple[str, int]]:

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +32,7 @@ class Seen:
         self.url = store_url
         self._marks: dict[str, tuple[int, float]] = {}
         self._changed = False
+        self._lock = threading.Lock()  # machines are read concurrently
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             raw = json.loads(self.path.read_bytes()[: 1 << 20])
             self._marks = {str(m): (int(v[0]), float(v[1])) for m, v in raw.items()}
@@ -38,7 +40,8 @@ class Seen:
     def check(self, machine: str, newest: int | None) -> str | None:
         """A problem when ``newest`` (the machine's newest seq the store lists now, None:
         nothing) is below the newest seen here before."""
-        seen = self._marks.get(machine)
+        with self._lock:
+            seen = self._marks.get(machine)
         now = -1 if newest is None else newest
         if seen is None or now >= seen[0]:
             return None
@@ -51,10 +54,11 @@ class Seen:
     def saw(self, machine: str, seq: int) -> None:
         """Remember ``seq``, one whose object was read whole (a name alone, which anyone
         who can write the bucket can plant, never raises the mark)."""
-        seen = self._marks.get(machine)
-        if seen is None or seq > seen[0]:
-            self._marks[machine] = (seq, time.time())
-            self._changed = True
+        with self._lock:
+            seen = self._marks.get(machine)
+            if seen is None or seq > seen[0]:
+                self._marks[machine] = (seq, time.time())
+                self._changed = True
 
     def save(self) -> None:
         if not self._changed:

@@ -4,12 +4,14 @@ pending."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
 
 from syncd.backup.errorlog import record_error
+from syncd.backup.headwriter import HeadWriter
 from syncd.backup.scan import scan
 from syncd.backup.ship import FlushResult, Shipper, ship_with_restart
 from syncd.backup.state import State, key_hint
@@ -23,6 +25,8 @@ from syncd.security.keys import open_crypto, passphrase_configured
 from syncd.security.lease import Lease
 from syncd.security.lock import ProcessLock
 from syncd.store import RetryStore, open_store
+
+log = logging.getLogger("syncd.engine")
 
 
 class Engine:
@@ -73,6 +77,9 @@ class Engine:
                                revive_within=_revive_within(settings))
         if progress is not None:
             self.shipper.progress = progress
+        self.head = HeadWriter(self.repo, self.state, self.root,
+                               interval=settings.head_interval,
+                               tombstone_keep=_tombstone_keep(settings))
         if connect:
             try:
                 self.connect()
@@ -92,7 +99,7 @@ class Engine:
         lease = self._take_lease(self.state, self.takeover)
         lease.start(self.on_lease_lost)
         self.repo.crypto, self.lease = crypto, lease
-        self.shipper.lease = lease
+        self.shipper.lease = self.head.lease = lease
         self.connected = True
 
     @property
@@ -140,6 +147,13 @@ class Engine:
         return lease
 
     def close(self) -> None:
+        """Write the head if it is behind (a clean stop leaves it current), release the
+        lease, the state and the lock."""
+        try:
+            if self.connected:
+                self.head.write_if_due(now=True)
+        except SyncdError as e:
+            log.warning("head not written at stop: %s", e)
         if self.lease is not None:
             self.lease.release()
         self.state.close()
@@ -156,6 +170,7 @@ class Engine:
         if result.problems:
             first = next(iter(result.problems.values()))
             record_error(self.state, first)
+        self.head.shipped(result)
         return result
 
 
@@ -208,8 +223,11 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
         engine.close()
 
 
+def _tombstone_keep(settings: Settings) -> float:
+    return parse_duration(settings.tombstone_keep) if settings.tombstone_keep.strip() else 0.0
+
+
 def _revive_within(settings: Settings) -> float:
     """How long after a deletion a restored generation may be revived: a day less than
     compaction keeps its tombstone (none when it keeps none)."""
-    keep = parse_duration(settings.tombstone_keep) if settings.tombstone_keep.strip() else 0.0
-    return max(0.0, keep - 86400.0)
+    return max(0.0, _tombstone_keep(settings) - 86400.0)

@@ -82,6 +82,12 @@ class FlushResult:
     requeue: set[bytes] = field(default_factory=set)
 
 
+def machine_facts(root: bytes) -> dict[str, str]:
+    """Who this machine is, as machine.json and the head say it."""
+    return {"hostname": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
+            "home": str(Path.home()), "claude_root": os.fsdecode(root)}
+
+
 class _Batch:
     """One segment being filled, with the state rows it will commit."""
 
@@ -257,9 +263,8 @@ class Shipper:
             self.repo.put(key, w.finish())
 
     def _write_machine_json(self) -> None:
-        doc = {"machine": self.machine, "hostname": socket.gethostname(),
-               "os": f"{platform.system()} {platform.release()}", "home": str(Path.home()),
-               "claude_root": os.fsdecode(self.root), "created": self.clock(), "format": 1}
+        doc = {"machine": self.machine, **machine_facts(self.root), "created": self.clock(),
+               "format": 1}
         if self.lease is not None:
             self.lease.check()
         self.repo.write_info(doc)  # one written by an earlier run stays
@@ -283,7 +288,7 @@ class Shipper:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
                            .but(deleted_at=t.time))
-        self.state.commit(seq, updates)
+        self.state.commit(seq, updates, ix.sessions)
         log.warning("adopted segment %s already in the store (%d files): a previous run "
                     "stopped between upload and commit", key, len(updates))
 
@@ -302,13 +307,15 @@ class Shipper:
                               f"{self.state.next_seq:016x}: refusing to adopt it (planted "
                               "or foreign; remove it from the store)")
         updates: list[FileState] = []
+        catalog: dict[bytes, tuple[int, dict[str, str]]] = {}
         for g in self.repo.read_groups(m).values():
+            catalog.update((s.path, (s.gen, s.fields)) for s in g.sessions)
             for e in g.entries:
                 if e.retained:
                     continue
                 st = self._adopted_state(e.path, e.gen, e.size, e.mode, e.mtime_ns)
                 updates.append(st if e.deleted_at is None else st.but(deleted_at=e.deleted_at))
-        self.state.commit(m.seq, updates)
+        self.state.commit(m.seq, updates, catalog)
         log.warning("adopted snapshot %s (%d files): the local state was behind the store",
                     key, len(updates))
 
@@ -331,7 +338,8 @@ class Shipper:
                    for e in view.files.values()]
         updates = [u if e.deleted_at is None else u.but(deleted_at=e.deleted_at)
                    for u, e in zip(updates, view.files.values(), strict=True)]
-        self.state.commit(view.last_seq, updates)
+        self.state.commit(view.last_seq, updates,
+                          {s.path: (s.gen, s.fields) for s in view.sessions.values()})
         log.warning("adopted the deltas up to seq %d (%d files): the local state was behind "
                     "the store", view.last_seq, len(updates))
 
@@ -450,7 +458,7 @@ class Shipper:
                 self.lease.verify()
             self._adopt(seq)
             raise _Restart() from None
-        self.state.commit(seq, batch.updates.values())
+        self.state.commit(seq, batch.updates.values(), batch.writer.index.sessions)
         result.segments.append(seq)
         result.raw_bytes += batch.writer.raw_bytes
         result.stored_bytes += size

@@ -7,15 +7,17 @@ adopted from the segment already in the store) or the new one, never a mix.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from syncd.errors import StateError
+from syncd.format.catalog import Session, session_of
 from syncd.private import FILE_MODE, create_private, private_dir
 from syncd.security.keys import KeyHint
 
@@ -35,6 +37,13 @@ CREATE TABLE IF NOT EXISTS files (
 -- Files a restore is writing here that hold exactly a generation of this machine's
 -- backup (provenance), recorded before each appears: those bytes are in the store
 -- already, and are never shipped again.
+-- Each session's catalog as its shipped lines named it (Session.fold's rules), for the
+-- machine's head.
+CREATE TABLE IF NOT EXISTS catalog (
+    path BLOB PRIMARY KEY,
+    gen INTEGER NOT NULL,
+    fields TEXT NOT NULL     -- JSON object
+);
 CREATE TABLE IF NOT EXISTS restored (
     path BLOB PRIMARY KEY,
     gen INTEGER NOT NULL,    -- the generation the file's bytes are
@@ -182,14 +191,68 @@ class State:
         """Record metadata that needs no upload (a file looked at, nothing new in it)."""
         self._write(list(updates), [])
 
-    def commit(self, seq: int, updates: Iterable[FileState], **meta: str) -> None:
-        """Record that segment ``seq`` is durable and what it shipped, atomically."""
+    def commit(self, seq: int, updates: Iterable[FileState],
+               catalog: Mapping[bytes, tuple[int, Mapping[str, Any]]] | None = None,
+               **meta: str) -> None:
+        """Record that segment ``seq`` is durable and what it shipped (the files, and the
+        catalog fields its lines named), atomically."""
         self._write(list(updates), [("next_seq", str(seq + 1)), ("last_flush_seq", str(seq)),
-                                    ("last_flush_time", repr(time.time())), *meta.items()])
+                                    ("last_flush_time", repr(time.time())), *meta.items()],
+                    catalog or {})
 
-    def _write(self, rows: list[FileState], meta: list[tuple[str, str]]) -> None:
+    # -- the catalog --------------------------------------------------------
+    def catalog(self) -> dict[bytes, tuple[int, dict[str, str]]]:
+        """Each session's catalog fields of its newest generation that named any."""
+        return {bytes(p): (g, json.loads(f)) for p, g, f in
+                self._read("SELECT path, gen, fields FROM catalog")}
+
+    def fill_catalog(self, catalog: Mapping[bytes, tuple[int, Mapping[str, Any]]]) -> None:
+        """Replace the catalog by a whole one (a state from before the table)."""
         try:
             with self._db:
+                self._db.execute("DELETE FROM catalog")
+                self._fold(catalog)
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
+
+    def _fold(self, catalog: Mapping[bytes, tuple[int, Mapping[str, Any]]]) -> bool:
+        """Fold a segment's catalog into the table; True when it names a new session."""
+        new = False
+        for path, (gen, found) in catalog.items():
+            sid = session_of(path)
+            if sid is None:
+                continue
+            row = self._db.execute("SELECT gen, fields FROM catalog WHERE path=?",
+                                   (path,)).fetchone()
+            s = Session(sid, "", path)
+            if row is None:
+                new = True
+            else:
+                s.gen, s.fields = int(row[0]), json.loads(row[1])
+            s.fold(gen, dict(found))
+            self._db.execute("INSERT OR REPLACE INTO catalog VALUES (?, ?, ?)",
+                             (path, s.gen, json.dumps(s.fields)))
+        return new
+
+    def _membership(self, rows: list[FileState]) -> bool:
+        """Whether ``rows`` add, delete or bring back a session transcript."""
+        for f in rows:
+            if session_of(f.path) is None:
+                continue
+            old = self._db.execute("SELECT deleted_at FROM files WHERE path=?",
+                                   (f.path,)).fetchone()
+            if old is None or (old[0] is None) != (f.deleted_at is None):
+                return True
+        return False
+
+    def _write(self, rows: list[FileState], meta: list[tuple[str, str]],
+               catalog: Mapping[bytes, tuple[int, Mapping[str, Any]]] | None = None) -> None:
+        try:
+            with self._db:
+                # The machine's head is rewritten right after a flush that changes which
+                # sessions it has (a reader finds a new session there at once).
+                if self._membership(rows) | self._fold(catalog or {}):
+                    meta = [*meta, ("head_due", "now")]
                 self._db.executemany(
                     "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(f.path, f.gen, f.offset, f.dev, f.ino, f.mtime_ns, f.mode, f.check_hash,

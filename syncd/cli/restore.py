@@ -18,6 +18,7 @@ from syncd.claude import Selection
 from syncd.cli.table import Column, Table, printable
 from syncd.cli.util import (
     echo_json,
+    echo_json_rows,
     repository_of,
     resume_line,
     session_ids,
@@ -29,17 +30,19 @@ from syncd.config import Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.repository import Repository
-from syncd.restore.listing import find_session, load_all, machines_table, sessions_table
+from syncd.restore.listing import find_session, machines_table, session_rows
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
 from syncd.timeline import timeline
-from syncd.view import Backup
 
 
 def _when(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
 
 
 def _size(n: int) -> str:
@@ -55,7 +58,8 @@ def _size(n: int) -> str:
 MACHINE_COLUMNS = (
     Column(""), Column("MACHINE"), Column("HOST", wrap=True), Column("LAST BACKUP"),
     Column("SNAPSHOTS", right=True), Column("DELTAS", right=True), Column("PACKS", right=True),
-    Column("SEGMENTS", right=True), Column("STORED", right=True), Column("HOME", wrap=True))
+    Column("SEGMENTS", right=True), Column("STORED", right=True), Column("SESSIONS", right=True),
+    Column("HOME", wrap=True))
 SESSION_COLUMNS = (
     Column("SESSION"), Column("LAST ACTIVITY"), Column("LOCAL"), Column("SIZE", right=True),
     Column("MACHINE"), Column("PROJECT", wrap=True), Column("TITLE", wrap=True))
@@ -76,9 +80,10 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     else:
         Table(MACHINE_COLUMNS, rows, lambda r: (
             "*" if r["machine"] == settings.machine_id else "", _text(r["machine"]),
-            _text(r["hostname"]), _when(r["last_backup"]), str(r["snapshots"]),
-            str(r["deltas"]), str(r["packs"]), str(r["segments"]), _size(r["stored_bytes"]),
-            _text(r["home"]))).echo()
+            _text(r.get("hostname")), _when(r.get("last_backup")), _count(r.get("snapshots")),
+            _count(r.get("deltas")), _count(r.get("packs")), _count(r.get("segments")),
+            _size(r["stored_bytes"]) if r.get("stored_bytes") is not None else "-",
+            _count(r.get("sessions")), _text(r.get("home")))).echo()
     _problems(problems)
 
 
@@ -91,15 +96,19 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool) -> None:
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
     settings = settings_of(ctx)
-    _, backups, problems = _backups(settings, machine)
-    rows = sessions_table(backups, settings.source, project)
+    repo = repository_of(settings)
+    seen = Seen(settings.state_dir, repo.url)
+    problems: list[str] = []
+    stream = session_rows(repo, settings.source, machine, project, problems, seen)
     if as_json:
-        echo_json(rows)
+        echo_json_rows(stream)  # row by row: memory holds a few machines' catalogs
     else:
+        rows = sorted(stream, key=lambda r: r["last_activity"] or "", reverse=True)
         Table(SESSION_COLUMNS, rows, lambda r: (
             _text(r["session_id"]), _text(r["last_activity"])[:16],
             "yes" if r["local"] else "no", _size(r["size"]), _text(r["machine"]),
             _text(r["project"]), _text(r["title"] or "")[:60])).echo()
+    seen.save()
     _problems(problems)
 
 
@@ -131,17 +140,6 @@ def snapshots(ctx: click.Context, machine: str | None, as_json: bool) -> None:
             groups[p.seq], " ".join(_text(s)[:8] for s in p.sessions[:6])
             + (f" +{len(p.sessions) - 6}" if len(p.sessions) > 6 else ""))).echo()
     _problems(problems)
-
-
-def _backups(settings: Settings, machine: str | None
-             ) -> tuple[Repository, list[Backup], list[str]]:
-    """Every machine's backup (or ``machine``'s), what could not be read, and the
-    repository they came from; what this host saw of the store is kept up to date."""
-    repo = repository_of(settings)
-    seen = Seen(settings.state_dir, repo.url)
-    backups, problems = load_all(repo, machine, seen=seen)
-    seen.save()
-    return repo, backups, problems
 
 
 def _text(value: object) -> str:
@@ -309,23 +307,28 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
            worktrees: str) -> None:
     """Restore one session from any machine's backup and print how to resume it."""
     settings = settings_of(ctx)
-    repo, backups, problems = _backups(settings, machine)
-    for line in problems:  # a machine that cannot be read may hold the session too
-        click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
-    backup, session = find_session(backups, session_id)
-    opts = _options(settings, target=None, sessions=(session.session_id,), projects=(),
+    repo = repository_of(settings)
+    seen = Seen(settings.state_dir, repo.url)
+    problems: list[str] = []
+    try:
+        where, sid = find_session(repo, session_id, machine, problems, seen)
+    finally:
+        seen.save()
+        for line in problems:  # a machine that cannot be read may hold the session too
+            click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
+    opts = _options(settings, target=None, sessions=(sid,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
     notes: list[str] = []
     with _provenance(settings, opts, notes):
-        report = restore(repo.for_machine(backup.machine), opts)
+        report = restore(repo.for_machine(where), opts)
     report.notes += notes
     _report(report, False, False)
     if report.errors:
         sys.exit(1)
-    cwd = report.sessions.get(session.session_id)
+    cwd = report.sessions.get(sid)
     if cwd is None:
-        raise RestoreError(f"session {session.session_id} has no recorded project path")
-    line = resume_line(cwd, session.session_id, settings.source)
+        raise RestoreError(f"session {sid} has no recorded project path")
+    line = resume_line(cwd, sid, settings.source)
     if not Path(cwd).is_dir():
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)

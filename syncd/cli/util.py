@@ -7,7 +7,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,16 @@ duration_option = _parsed(parse_duration)
 
 def echo_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def echo_json_rows(rows: Iterable[Any]) -> None:
+    """A JSON list as ``echo_json`` prints it, written row by row as the rows come."""
+    first = True
+    for row in rows:
+        text = json.dumps(row, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        click.echo(("[\n  " if first else ",\n  ") + text, nl=False)
+        first = False
+    click.echo("[]" if first else "\n]")
 
 
 # C0 and C1 controls and the bidi overrides that make a line read otherwise than it runs.

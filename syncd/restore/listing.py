@@ -3,70 +3,114 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from syncd.errors import BackupError, CryptoError, FormatError, LookupFailed, NoBackup, StoreError
 from syncd.format.catalog import Session
+from syncd.format.head import Head
 from syncd.repository import Repository
 from syncd.seen import Seen
 from syncd.store import layout
 from syncd.view import Backup, load_backup
+from syncd.worker import each
 
 
 def machines_table(repo: Repository, seen: Seen | None = None
                    ) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per machine of ``repo``'s store, and one line per object that could not be
-    read (that machine's row then lacks what it would have told)."""
+    read (that machine's row then lacks what it would have told).
+
+    A machine's row is what its head says (one GET, the machines read concurrently); a
+    machine without one (written by an older syncd), or whose head does not read, is
+    listed from its objects as before.
+    """
     rows, problems = [], []
-    for machine in repo.machines():
-        m = repo.for_machine(machine)
-        try:
-            info = m.info()
-        except (StoreError, CryptoError) as e:
-            info = {}
-            problems.append(str(e))
-        objects = m.objects()
-        kinds = [layout.kind_of(o.key) for o in objects]
-        keys = [(o.key, o.size) for o, kind in zip(objects, kinds, strict=True)
-                if kind == "seg" and layout.segment_seq(o.key) is not None]
-        snaps = [sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
-                 and layout.kind_of(o.key) == "snap"]
-        deltas = sorted((rng[1], o.key, o.size) for o in objects
-                        if layout.kind_of(o.key) == "delta"
-                        and (rng := layout.delta_range(o.key)) is not None)
-        if seen is not None:
-            seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + snaps + \
-                [d[0] for d in deltas]
-            problem = seen.check(machine, max(seqs) if seqs else None)
-            if problem:
-                problems.append(problem)
-        last: float | None = None
-        try:
-            if keys:
-                ix = m.read_index(keys[-1][0], keys[-1][1])
-                last = ix.time
-                if seen is not None and ix.seq == layout.segment_seq(keys[-1][0]):
-                    seen.saw(machine, ix.seq)
-            elif deltas and deltas[-1][0] > max(snaps, default=-1):
-                d = m.read_delta(deltas[-1][1], deltas[-1][2])
-                last = d.time
-                if seen is not None:
-                    seen.saw(machine, d.hi)
-            else:
-                snap = m.newest_manifest(problems)
-                last = None if snap is None else snap.time
-                if seen is not None and snap is not None:
-                    seen.saw(machine, snap.seq)
-        except (FormatError, StoreError) as e:
-            problems.append(str(e))
-        rows.append({"machine": machine, "hostname": info.get("hostname"),
-                     "home": info.get("home"), "os": info.get("os"),
-                     "segments": len(keys), "packs": kinds.count("pack"),
-                     "snapshots": kinds.count("snap"), "deltas": len(deltas),
-                     "stored_bytes": sum(o.size for o in objects),
-                     "last_backup": last})
+    for _, (row, lines) in each(repo.machines(), lambda m: _machine_row(repo, m, seen)):
+        rows.append(row)
+        problems += lines
     return rows, problems
+
+
+def _head_of(repo: Repository) -> tuple[Head | None, list[str]]:
+    """The machine's head, or None and why (none: an older writer's machine)."""
+    try:
+        return repo.head(), []
+    except (FormatError, StoreError) as e:
+        return None, [f"{e} (its backup is read instead)"]
+
+
+def _machine_row(repo: Repository, machine: str, seen: Seen | None
+                 ) -> tuple[dict[str, Any], list[str]]:
+    m = repo.for_machine(machine)
+    h, problems = _head_of(m)
+    if h is None:
+        try:
+            row, more = _objects_row(m, seen)
+        except StoreError as e:  # this machine's row stays, empty, with the reason
+            row, more = {"machine": machine}, [str(e)]
+        return row, problems + more
+
+    def count(kind: str) -> int:
+        return h.objects.get(kind, (0, 0))[0]
+
+    return {"machine": machine, "hostname": h.info.get("hostname"), "home": h.info.get("home"),
+            "os": h.info.get("os"), "segments": count("seg"), "packs": count("pack"),
+            "snapshots": count("snap"), "deltas": count("delta"),
+            "stored_bytes": sum(size for _, size in h.objects.values()),
+            "last_backup": h.time, "sessions": sum(s.deleted_at is None for s in h.sessions),
+            "as_of": h.written}, problems
+
+
+def _objects_row(m: Repository, seen: Seen | None) -> tuple[dict[str, Any], list[str]]:
+    """A machine's row from its objects: one LIST of its prefix and an index read."""
+    machine = m.machine
+    problems = []
+    try:
+        info = m.info()
+    except (StoreError, CryptoError) as e:
+        info = {}
+        problems.append(str(e))
+    objects = m.objects()
+    kinds = [layout.kind_of(o.key) for o in objects]
+    keys = [(o.key, o.size) for o, kind in zip(objects, kinds, strict=True)
+            if kind == "seg" and layout.segment_seq(o.key) is not None]
+    snaps = [sid[0] for o in objects if (sid := layout.snapshot_id(o.key)) is not None
+             and layout.kind_of(o.key) == "snap"]
+    deltas = sorted((rng[1], o.key, o.size) for o in objects
+                    if layout.kind_of(o.key) == "delta"
+                    and (rng := layout.delta_range(o.key)) is not None)
+    if seen is not None:
+        seqs = [layout.segment_seq(k) or 0 for k, _ in keys] + snaps + \
+            [d[0] for d in deltas]
+        problem = seen.check(machine, max(seqs) if seqs else None)
+        if problem:
+            problems.append(problem)
+    last: float | None = None
+    try:
+        if keys:
+            ix = m.read_index(keys[-1][0], keys[-1][1])
+            last = ix.time
+            if seen is not None and ix.seq == layout.segment_seq(keys[-1][0]):
+                seen.saw(machine, ix.seq)
+        elif deltas and deltas[-1][0] > max(snaps, default=-1):
+            d = m.read_delta(deltas[-1][1], deltas[-1][2])
+            last = d.time
+            if seen is not None:
+                seen.saw(machine, d.hi)
+        else:
+            snap = m.newest_manifest(problems)
+            last = None if snap is None else snap.time
+            if seen is not None and snap is not None:
+                seen.saw(machine, snap.seq)
+    except (FormatError, StoreError) as e:
+        problems.append(str(e))
+    return {"machine": machine, "hostname": info.get("hostname"), "home": info.get("home"),
+            "os": info.get("os"), "segments": len(keys), "packs": kinds.count("pack"),
+            "snapshots": kinds.count("snap"), "deltas": len(deltas),
+            "stored_bytes": sum(o.size for o in objects), "last_backup": last,
+            "sessions": None, "as_of": None}, problems
 
 
 def _local_sessions(root: Path) -> set[str]:
@@ -105,20 +149,50 @@ def load_all(repo: Repository, machine: str | None = None, at: float | None = No
 
 def sessions_table(backups: list[Backup], local_root: Path,
                    project: str | None = None) -> list[dict[str, Any]]:
+    """The rows of ``backups``' sessions (loaded whole, e.g. as of a point in time)."""
     local = _local_sessions(local_root)
-    rows = []
-    for b in backups:
-        for s in b.sessions.values():
-            if project and not _matches(s, b, project):
-                continue
-            rows.append(_row(s, local))
+    rows = [_row(s, local) for b in backups for s in b.sessions.values()
+            if not project or _matches(s, b.info.get("home"), project)]
     rows.sort(key=lambda r: r["last_activity"] or "", reverse=True)
     return rows
 
 
-def _matches(s: Session, b: Backup, project: str) -> bool:
+def session_rows(repo: Repository, local_root: Path, machine: str | None = None,
+                 project: str | None = None, problems: list[str] | None = None,
+                 seen: Seen | None = None) -> Iterator[dict[str, Any]]:
+    """Every session of the store (or of ``machine``), machine by machine in name order,
+    each machine's newest first: from each machine's head (read concurrently), or its
+    backup when it has none. Memory holds a few machines' catalogs, whatever the store
+    holds; ``problems`` hears of what could not be read."""
+    said = problems if problems is not None else []
+    local = _local_sessions(local_root)
+    names = [machine] if machine else repo.machines()
+    for _, (sessions, home, lines) in each(
+            names, lambda m: _sessions_of(repo.for_machine(m), machine is not None, seen)):
+        said += lines
+        rows = [_row(s, local) for s in sessions if not project or _matches(s, home, project)]
+        rows.sort(key=lambda r: r["last_activity"] or "", reverse=True)
+        yield from rows
+
+
+def _sessions_of(m: Repository, strict: bool, seen: Seen | None
+                 ) -> tuple[list[Session], str | None, list[str]]:
+    """A machine's sessions and home: its head's, or its backup's (``strict``: a backup
+    that does not read raises; otherwise it is a line, and no sessions)."""
+    h, problems = _head_of(m)
+    if h is not None:
+        return [s.session(m.machine) for s in h.sessions], h.info.get("home"), problems
+    try:
+        b = load_backup(m, seen=seen)
+    except (BackupError, FormatError, StoreError, CryptoError) as e:
+        if strict:
+            raise
+        return [], None, problems + ([] if isinstance(e, NoBackup) else [str(e)])
+    return list(b.sessions.values()), b.info.get("home"), problems + b.errors
+
+
+def _matches(s: Session, home: str | None, project: str) -> bool:
     cwd = s.project or ""
-    home = str(b.info.get("home") or "")
     here = str(Path.home())
     candidates = [cwd]
     if home and (cwd == home or cwd.startswith(home + "/")):
@@ -127,19 +201,31 @@ def _matches(s: Session, b: Backup, project: str) -> bool:
     return any(c == want or c.startswith(want.rstrip("/") + "/") for c in candidates)
 
 
-def find_session(backups: list[Backup], session_id: str) -> tuple[Backup, Session]:
-    found = [(b, s) for b in backups for s in b.sessions.values()
-             if s.session_id == session_id or (s.session_id.startswith(session_id)
-             and len(session_id) >= 8)]
+def find_session(repo: Repository, session_id: str, machine: str | None = None,
+                 problems: list[str] | None = None, seen: Seen | None = None
+                 ) -> tuple[str, str]:
+    """``(machine, session id)`` of the one session ``session_id`` names (its id, or a
+    prefix of 8 characters or more), from the machines' heads read concurrently (a
+    machine without one: from its backup). ``LookupFailed`` when none has it, when it
+    names several sessions, or when several machines have it."""
+    said = problems if problems is not None else []
+    names = [machine] if machine else repo.machines()
+    found: list[tuple[str, Session]] = []
+    for name, (sessions, _, lines) in each(
+            names, lambda m: _sessions_of(repo.for_machine(m), machine is not None, seen)):
+        said += lines
+        found += [(name, s) for s in sessions if s.session_id == session_id
+                  or (s.session_id.startswith(session_id) and len(session_id) >= 8)]
     if not found:
-        where = ", ".join(b.machine for b in backups) or "no machines"
+        where = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
+                                         else "") if names else "no machines"
         raise LookupFailed(f"session {session_id} is in no backup ({where})")
     ids = {s.session_id for _, s in found}
     if len(ids) > 1:
         raise LookupFailed(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
     if len(found) > 1:
-        listing = ", ".join(f"{b.machine} (last activity {s.fields.get('last_activity', '?')})"
-                            for b, s in found)
+        listing = ", ".join(f"{m} (last activity {s.fields.get('last_activity', '?')})"
+                            for m, s in found)
         raise LookupFailed(f"session {session_id} is in several machines' backups: {listing}; "
                            "pick one with --machine")
-    return found[0]
+    return found[0][0], found[0][1].session_id

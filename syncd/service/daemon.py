@@ -74,6 +74,8 @@ class Daemon:
         self._scan_due = True
         self._retry_at = 0.0
         self._backoff = 1.0
+        self._stored_changed = False  # an archive job ran: the head lists objects again
+        self._head_at: float | None = None  # when the head is due (monotonic)
 
     # -- called from the watcher thread -------------------------------------
     def mark(self, rel: bytes) -> None:
@@ -171,7 +173,7 @@ class Daemon:
         from syncd.service.schedule import Archiver  # APScheduler: only the daemon needs it
 
         archiver = Archiver(self.settings, lambda: engine.repo if engine.connected else None,
-                            self.stop)
+                            self.stop, on_stored=self._on_stored)
         metrics = MetricsServer.start_for(self.settings)
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
@@ -206,6 +208,7 @@ class Daemon:
                     self._flush(engine, force=True)
                     _release_memory()  # the scan's garbage, and start-up's
                 self._flush(engine)
+                self._write_head(engine)
                 if not self._ready and not self.stop.is_set():
                     # The first reconcile scan and its flush are done: we are up.
                     self._ready = True
@@ -273,9 +276,28 @@ class Daemon:
                          f"(seq {seq})")
         return "; ".join(parts)
 
+    def _on_stored(self) -> None:
+        """An archive job changed what the machine stores (the scheduler's thread)."""
+        self._stored_changed = True
+        self.wake.set()
+
+    def _write_head(self, engine: Engine) -> None:
+        self._head_at = None
+        if not engine.connected:
+            return
+        if self._stored_changed:
+            self._stored_changed = False
+            engine.head.stored_changed()
+        engine.head.write_if_due()
+        due = engine.head.due()
+        if due is not None:
+            self._head_at = time.monotonic() + max(0.0, due - time.time())
+
     def _timeout(self, next_scan: float) -> float:
         now = time.monotonic()
         deadline = next_scan
+        if self._head_at is not None:
+            deadline = min(deadline, self._head_at)
         with self._lock:
             d = self._dirty
             if d.first is not None and d.last is not None:

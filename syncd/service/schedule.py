@@ -69,10 +69,11 @@ class Archiver:
 
     def __init__(self, settings: Settings,
                  connected: Callable[[], Repository | None],
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, on_stored: Callable[[], None] = lambda: None) -> None:
         self.settings = settings
         self.connected = connected
         self.stop = stop
+        self.on_stored = on_stored  # told when a job changed what the machine stores
         self.triggers = {
             "compaction": trigger("compact_schedule", settings.compact_schedule),
             "prune": trigger("prune_schedule", settings.prune_schedule),
@@ -140,6 +141,8 @@ class Archiver:
                 self._record(error=f"{name}: {e}")
                 return None
             log.info("%s done in %.1f s", name, time.time() - started)
+            if name != "verify":
+                self.on_stored()
             record_job(s, name)
             self._record()
             return result
