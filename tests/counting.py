@@ -33,6 +33,8 @@ PAGE = 1000  # keys per LIST response (S3's ListObjectsV2 maximum)
 def kind_of(method: str) -> str:
     """The request kind a method name stands for: LIST, GET, HEAD, PUT, DELETE, or the
     name itself for a method none of those begin."""
+    if method == "prefixes":  # a delimited LIST
+        return "LIST"
     for prefix in ("list", "get", "head", "put", "delete"):
         if method.startswith(prefix):
             return prefix.upper()
