@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from syncd.store.check import check_store
 from tests.seaweed import Seaweed
 
 FEATURES = ["PUT, GET and HEAD", "conditional create", "conditional replace (If-Match, current",
-            "conditional replace refused", "ranged GET", "LIST order", "DELETE"]
+            "conditional replace refused", "ranged GET", "LIST order", "delimited LIST",
+            "DELETE"]
 
 
 @pytest.mark.parametrize("kind", ["memory", "local"])
@@ -67,6 +69,16 @@ def test_a_provider_that_drops_conditional_replace_fails() -> None:
 
     verdicts = {v.feature: v for v in check_store(NoIfMatch())}
     assert not verdicts["conditional replace (If-Match, current etag)"].ok
+
+
+def test_a_provider_that_ignores_the_delimiter_fails() -> None:
+    class NoDelimiter(MemoryStore):
+        def prefixes(self, prefix: str) -> Iterator[str]:
+            return iter([])  # what a provider that drops CommonPrefixes answers
+
+    verdicts = {v.feature: v for v in check_store(NoDelimiter())}
+    assert not verdicts["delimited LIST (common prefixes)"].ok
+    assert verdicts["LIST order and start-after"].ok
 
 
 def test_cli_on_seaweedfs(tmp_path: Path, seaweed: Seaweed, bucket: str) -> None:

@@ -137,6 +137,22 @@ def test_list_order_prefix_and_start_after(store: Store) -> None:
     assert [o.size for o in store.list("m/o")] == [len(b"m/other")]
 
 
+def test_prefixes_are_the_names_one_level_down_that_hold_a_key(store: Store) -> None:
+    for k in ["machines/b/seg/0001", "machines/a/machine.json", "machines/a/seg/0000",
+              "machines/loose", "machines/ab/x", "other/c/d", "machinesx/e/f"]:
+        store.put(k, b"x")
+    assert list(store.prefixes("machines/")) == ["machines/a/", "machines/ab/", "machines/b/"]
+    assert list(store.prefixes("machines/a")) == ["machines/a/", "machines/ab/"]
+    assert list(store.prefixes("")) == ["machines/", "machinesx/", "other/"]
+    assert list(store.prefixes("nothing/")) == []
+    store.delete_many(["machines/b/seg/0001"])
+    # A name with nothing left below it is gone (SeaweedFS keeps the emptied folder as a
+    # prefix: readers pass over a machine without objects).
+    left = list(store.prefixes("machines/"))
+    assert left == ["machines/a/", "machines/ab/"] or \
+        (isinstance(store, S3Store) and left == ["machines/a/", "machines/ab/", "machines/b/"])
+
+
 def test_delete_many_ignores_missing(store: Store) -> None:
     for k in ["d/1", "d/2", "d/3"]:
         store.put(k, b"x")

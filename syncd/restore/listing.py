@@ -28,7 +28,8 @@ def machines_table(repo: Repository, seen: Seen | None = None
     """
     rows, problems = [], []
     for _, (row, lines) in each(repo.machines(), lambda m: _machine_row(repo, m, seen)):
-        rows.append(row)
+        if row is not None:
+            rows.append(row)
         problems += lines
     return rows, problems
 
@@ -42,7 +43,7 @@ def _head_of(repo: Repository) -> tuple[Head | None, list[str]]:
 
 
 def _machine_row(repo: Repository, machine: str, seen: Seen | None
-                 ) -> tuple[dict[str, Any], list[str]]:
+                 ) -> tuple[dict[str, Any] | None, list[str]]:
     m = repo.for_machine(machine)
     h, problems = _head_of(m)
     if h is None:
@@ -63,16 +64,20 @@ def _machine_row(repo: Repository, machine: str, seen: Seen | None
             "as_of": h.written}, problems
 
 
-def _objects_row(m: Repository, seen: Seen | None) -> tuple[dict[str, Any], list[str]]:
-    """A machine's row from its objects: one LIST of its prefix and an index read."""
+def _objects_row(m: Repository, seen: Seen | None
+                 ) -> tuple[dict[str, Any] | None, list[str]]:
+    """A machine's row from its objects: one LIST of its prefix and an index read (None:
+    it has no objects, a name some stores keep listing once emptied)."""
     machine = m.machine
+    objects = m.objects()
+    if not objects:
+        return None, []
     problems = []
     try:
         info = m.info()
     except (StoreError, CryptoError) as e:
         info = {}
         problems.append(str(e))
-    objects = m.objects()
     kinds = [layout.kind_of(o.key) for o in objects]
     keys = [(o.key, o.size) for o, kind in zip(objects, kinds, strict=True)
             if kind == "seg" and layout.segment_seq(o.key) is not None]

@@ -128,6 +128,14 @@ class _Checker:
         _expect(after == want[2:], f"start-after listed {after}, expected {want[2:]}")
         return "byte order under a prefix, start-after"
 
+    def delimited_list(self) -> str:
+        # The machines of a store are the common prefixes under machines/.
+        for n in ("dl/b/1", "dl/a/x/2", "dl/a/3", "dl/c"):
+            self.store.put(self.k(n), b"x")
+        got = [p[len(self.prefix):] for p in self.store.prefixes(self.k("dl/"))]
+        _expect(got == ["dl/a/", "dl/b/"], f"listed {got}, expected ['dl/a/', 'dl/b/']")
+        return "common prefixes one level down, in byte order"
+
     def delete(self) -> str:
         keys = [o.key for o in self.store.list(self.prefix)]
         self.store.delete_many([*keys, self.k("never-existed")])
@@ -153,6 +161,7 @@ def check_store(store: Store) -> list[Verdict]:
                       c.stale_etag)
         c.run("ranged GET (range, open-ended, suffix)", c.ranged_get)
         c.run("LIST order and start-after", c.list_order)
+        c.run("delimited LIST (common prefixes)", c.delimited_list)
         c.run("DELETE (batch, missing keys ignored)", c.delete)
     finally:
         try:
