@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.counting import Counts, patch_open_store
 from tests.seaweed import Seaweed, start_seaweed
 
 SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "claude-samples"
@@ -60,3 +61,12 @@ def derives(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
 
     monkeypatch.setattr(scrypt, "Scrypt", counting)
     return calls
+
+
+@pytest.fixture
+def store_counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
+    """The requests of every store syncd opens while the test runs (``open_store``
+    patched, tests/counting.py): by method, and the bytes read."""
+    counts = Counts()
+    patch_open_store(counts, setattr_=monkeypatch.setattr)
+    return counts

@@ -27,7 +27,8 @@ from syncd.config import Settings, load_settings
 from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
-from tests.helpers import write
+from tests.counting import Counts
+from tests.helpers import shipper, write
 
 SID = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -305,6 +306,30 @@ def test_the_resume_line_refuses_a_cwd_inside_the_claude_tree(tmp_path: Path) ->
             resume_line(str(cwd), SID, root)
     assert resume_line(str(tmp_path / "code"), SID, root).startswith("cd ")
     assert resume_line(str(tmp_path / ".claude-other"), SID, root).startswith("cd ")
+
+
+# -- what the read commands ask of the store ------------------------------------------------------
+
+def test_read_commands_only_read_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           store_counts: Counts) -> None:
+    """machines, sessions and resume list and get; none writes or deletes an object."""
+    cwd = "/home/a/app"
+    rel = f"projects/-home-a-app/{SID}.jsonl"
+    write(tmp_path / "desk", rel, json.dumps({
+        "type": "user", "uuid": "u1", "cwd": cwd, "sessionId": SID,
+        "timestamp": "2026-11-01T10:00:00.000Z",
+        "message": {"role": "user", "content": "hi"}}, separators=(",", ":")).encode() + b"\n")
+    shipper(tmp_path / "desk", LocalStore(tmp_path / "store"), tmp_path / "desk.db",
+            machine="desk").ship([rel.encode()])
+    for k, v in env_of(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    for args in (["machines", "--json"], ["sessions", "--json"], ["resume", SID]):
+        store_counts.calls.clear()
+        r = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        kinds = store_counts.by_kind()
+        assert kinds["LIST"] >= 1 and kinds["GET"] >= 1, (args, kinds)
+        assert kinds["PUT"] == kinds["DELETE"] == 0, (args, kinds)
 
 
 # -- secrets in messages ------------------------------------------------------------------------
