@@ -160,7 +160,7 @@ def test_round_trip_and_nothing_in_clear(tmp_path: Path, seaweed: Seaweed,
     objs = box.objects()
     keys = sorted(objs)
     assert keys[:1] == [k for k in keys if k.startswith("keys/")]
-    assert keys[1:] == [MACHINE_JSON, SEG0, SEG1]
+    assert keys[1:] == [f"machines/{MACHINE}/head", MACHINE_JSON, SEG0, SEG1]
     plain = b"".join(tree(box.s.source).values())
     for key, blob in objs.items():
         for word in PATH_WORDS:
