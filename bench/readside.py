@@ -399,7 +399,7 @@ def main() -> int:
             if r.rc != 0:
                 notes.append(f"N={n} {what}: exit {r.rc}: {r.err.strip()[-300:]}")
             odd = {m: c for m, c in r.calls.items()
-                   if m not in ("list", "get", "head", "put", "delete_many")}
+                   if m not in ("list", "prefixes", "get", "head", "put", "delete_many")}
             if odd:
                 notes.append(f"N={n} {what}: other store methods called: {odd}")
             log(f"  {r.wall:.2f} s, {sum(k.values())} requests, process {r.process_wall:.2f} s")
