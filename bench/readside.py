@@ -4,7 +4,7 @@
 
 Prints figures; asserts nothing.
 
-    .venv/bin/python bench/readside.py                   # N = 1, 10, 100, 1000
+    .venv/bin/python bench/readside.py                   # N = 1, 10, 100, 1000, 10000
     .venv/bin/python bench/readside.py --quick           # N = 1, 10, 100
     # also: --machines 1,10,..., --latency-ms MS, --workdir DIR, --rebuild
 
@@ -14,6 +14,10 @@ for every other machine) in worker processes, and kept under ``--workdir`` (defa
 to what the writer stores builds it again. Every command runs in a fresh process
 (bench/readrunner.py) that wraps each store syncd opens in tests/counting.py's counting
 store, with ``--latency-ms`` of sleep per request.
+
+A store of more than REAL_MAX (1000) machines is the 1000-machine store plus head-only
+machines (``build_wide``): each a copy of a real machine's head and machine.json under a
+new machine id, which is all these commands read of a machine that has a head.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from syncd.archive.options import compact_options
 from syncd.backup.engine import sync_once
 from syncd.claude import project_folder
 from syncd.config import Settings, load_settings
+from syncd.format import head as headfmt
 from syncd.repository import Repository
-from syncd.store import open_store
+from syncd.store import layout, open_store
 
 MB = 1_000_000
 SESSIONS = 12
@@ -55,13 +60,17 @@ WRITER = ("syncd/backup", "syncd/format", "syncd/archive", "syncd/security",
           "syncd/repository.py", "syncd/store", "syncd/config.py")
 RECIPE = "1"
 READER_ID = "reader.bench-00000000"
+# Machines built by the writer at most; a larger N adds head-only machines to these.
+REAL_MAX = 1000
 # The issue's targets at N=1000: (wall s, requests, peak RSS MB); None: no target.
+# At N=10,000: requests linear in N (at most 10 times N=1000's) and peak RSS < 200 MB.
 TARGETS: dict[str, tuple[float | None, int | None, int | None]] = {
     "machines": (5.0, 1100, None),
     "sessions": (10.0, None, 150),
     "resume": (3.0, None, None),
     "resume --machine": (None, None, None),
 }
+WIDE_RSS = 200
 
 
 # -- building the store -------------------------------------------------------------------
@@ -181,7 +190,13 @@ class Built:
     url: str
     machines: list[str]
     build_s: float  # wall time of the build (as recorded when it was built)
-    session: str    # a session of the last machine by name order
+    session: str    # a session of the target machine
+    target: str = ""    # the machine resumed from: the last real machine by name ("": the last)
+    head_only: int = 0  # machines that hold only a head and machine.json (build_wide)
+
+    @property
+    def resume_machine(self) -> str:
+        return self.target or self.machines[-1]
 
 
 def build_store(cache: Path, n: int, tag: str, rebuild: bool) -> Built:
@@ -212,6 +227,48 @@ def build_store(cache: Path, n: int, tag: str, rebuild: bool) -> Built:
     from syncd.view import load_backup
     session = min(s.session_id for s in load_backup(last).sessions.values())
     built = Built(url, machines, build_s, session)
+    meta.write_text(json.dumps(built.__dict__))
+    log(f"N={n}: built in {build_s:.1f} s")
+    return built
+
+
+def build_wide(cache: Path, n: int, tag: str, rebuild: bool, real: Built) -> Built:
+    """A store of ``n`` > REAL_MAX machines: ``real`` (the REAL_MAX-machine store) copied,
+    plus n - REAL_MAX head-only machines ``machine_name(REAL_MAX ...)``, which sort after
+    the real ones. Each holds two objects: the head of real machine ``(i - REAL_MAX) %
+    (REAL_MAX - 1)`` (never the last one, the resume target, whose sessions so stay on
+    one machine), decoded, its ``machine`` set to the new id, encoded again; and that
+    machine's machine.json with its ``machine`` field set likewise. Written straight into
+    the ``file://`` store's directory tree."""
+    where = cache / f"n{n}-{tag}"
+    meta = where / "built.json"
+    if meta.exists() and not rebuild:
+        doc = json.loads(meta.read_text())
+        log(f"N={n}: reusing {where} (built in {doc['build_s']:.1f} s)")
+        return Built(**doc)
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    store = where / "store"
+    src = Path(real.url.removeprefix("file://"))
+    log(f"N={n}: copying the {len(real.machines)}-machine store, adding "
+        f"{n - len(real.machines)} head-only machines")
+    t0 = time.perf_counter()
+    shutil.copytree(src, store)
+    sources = real.machines[:-1]
+    added = []
+    for i in range(len(real.machines), n):
+        name, was = machine_name(i), sources[(i - len(real.machines)) % len(sources)]
+        h = headfmt.decode((src / layout.head_key(was)).read_bytes(), was, was)
+        h.machine = name
+        info = json.loads((src / layout.machine_key(was)).read_bytes())
+        info["machine"] = name
+        (store / layout.machine_prefix(name)).mkdir(mode=0o700)
+        (store / layout.head_key(name)).write_bytes(headfmt.encode(h))
+        (store / layout.machine_key(name)).write_bytes(json.dumps(info, indent=1).encode())
+        added.append(name)
+    build_s = time.perf_counter() - t0
+    built = Built(store.as_uri(), real.machines + added, build_s, real.session,
+                  target=real.resume_machine, head_only=len(added))
     meta.write_text(json.dumps(built.__dict__))
     log(f"N={n}: built in {build_s:.1f} s")
     return built
@@ -271,10 +328,15 @@ def commands(built: Built) -> list[tuple[str, list[str]]]:
     return [("machines", ["machines", "--json"]),
             ("sessions", ["sessions", "--json"]),
             ("resume", ["resume", built.session]),
-            ("resume --machine", ["resume", built.session, "--machine", built.machines[-1]])]
+            ("resume --machine", ["resume", built.session, "--machine", built.resume_machine])]
 
 
-def target_cells(n: int, what: str) -> tuple[str, str, str]:
+def target_cells(n: int, what: str, at_1000: dict[str, int]) -> tuple[str, str, str]:
+    """Targets at N=1000 (TARGETS); at N=10,000 requests at most 10 times N=1000's
+    (when that was measured) and WIDE_RSS."""
+    if n == 10 * REAL_MAX:
+        reqs = at_1000.get(what)
+        return "", "" if reqs is None else f"<= {10 * reqs}", f"< {WIDE_RSS}"
     if n != 1000:
         return "", "", ""
     wall, reqs, rss = TARGETS[what]
@@ -285,7 +347,9 @@ def target_cells(n: int, what: str) -> tuple[str, str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="N up to 100")
-    ap.add_argument("--machines", default=None, help="comma-separated N (default 1,10,100,1000)")
+    ap.add_argument("--machines", default=None,
+                    help="comma-separated N (default 1,10,100,1000,10000); an N above "
+                    f"{REAL_MAX}: the {REAL_MAX}-machine store plus head-only machines")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="sleep per request")
     ap.add_argument("--workdir", type=Path,
                     default=Path.home() / ".cache" / "syncd-bench" / "readside",
@@ -293,11 +357,12 @@ def main() -> int:
     ap.add_argument("--rebuild", action="store_true", help="build the stores again")
     args = ap.parse_args()
     sizes = [int(x) for x in args.machines.split(",")] if args.machines else \
-        [1, 10, 100] if args.quick else [1, 10, 100, 1000]
+        [1, 10, 100] if args.quick else [1, 10, 100, 1000, 10 * REAL_MAX]
     tag = store_tag()
     args.workdir.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
     rows: list[tuple[str, ...]] = []
+    at_1000: dict[str, int] = {}  # requests per command at N=1000, for N=10,000's targets
     notes = [f"syncd under test: {git_describe()}",
              f"latency injected: {args.latency_ms:g} ms per request (LIST: per page of "
              "1000 keys), slept by the calling thread",
@@ -305,17 +370,26 @@ def main() -> int:
              "every other machine (index 0, 2, ...) compacted after the second flush",
              f"store tag {tag} (writer source and recipe); stores under {args.workdir}"]
     for n in sizes:
-        built = build_store(args.workdir, n, tag, args.rebuild)
-        notes.append(f"N={n}: store built in {built.build_s:.1f} s "
-                     f"({os.cpu_count()} worker processes); resume target {built.session} "
-                     f"on {built.machines[-1]} "
-                     f"({'compacted' if (n - 1) % 2 == 0 else 'not compacted'})")
+        if n <= REAL_MAX:
+            built = build_store(args.workdir, n, tag, args.rebuild)
+            how = f"store built in {built.build_s:.1f} s ({os.cpu_count()} worker processes)"
+        else:
+            real = build_store(args.workdir, REAL_MAX, tag, args.rebuild)
+            built = build_wide(args.workdir, n, tag, args.rebuild, real)
+            how = (f"the N={REAL_MAX} store plus {built.head_only} head-only machines "
+                   f"(head and machine.json), added in {built.build_s:.1f} s")
+        target = built.resume_machine
+        compacted = built.machines.index(target) % 2 == 0
+        notes.append(f"N={n}: {how}; resume target {built.session} on {target} "
+                     f"({'compacted' if compacted else 'not compacted'})")
         for what, cmd in commands(built):
             log(f"N={n}: syncd {' '.join(cmd)}")
             r = run_command(built, args.latency_ms / 1000, cmd)
             k = r.by_kind
             other = sum(v for key, v in k.items() if key not in ("LIST", "GET", "HEAD", "PUT"))
-            t_wall, t_req, t_rss = target_cells(n, what)
+            t_wall, t_req, t_rss = target_cells(n, what, at_1000)
+            if n == REAL_MAX:
+                at_1000[what] = sum(k.values())
             rows.append((str(n), what, f"{r.wall:.2f}", t_wall,
                          str(sum(k.values())), t_req,
                          f"{k.get('LIST', 0)} / {k.get('GET', 0)} / {k.get('HEAD', 0)} / "
@@ -325,7 +399,7 @@ def main() -> int:
             if r.rc != 0:
                 notes.append(f"N={n} {what}: exit {r.rc}: {r.err.strip()[-300:]}")
             odd = {m: c for m, c in r.calls.items()
-                   if m not in ("list", "get", "head", "put", "delete_many")}
+                   if m not in ("list", "prefixes", "get", "head", "put", "delete_many")}
             if odd:
                 notes.append(f"N={n} {what}: other store methods called: {odd}")
             log(f"  {r.wall:.2f} s, {sum(k.values())} requests, process {r.process_wall:.2f} s")
