@@ -30,7 +30,7 @@ from syncd.config import Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import find_session, machines_table, session_rows
+from syncd.restore.listing import find_session, machine_rows, session_rows
 from syncd.restore.remap import Rule
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
@@ -73,17 +73,18 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     settings = settings_of(ctx)
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
-    rows, problems = machines_table(repo, seen)
-    seen.save()
+    problems: list[str] = []
+    rows = machine_rows(repo, seen, problems)
     if as_json:
-        echo_json(rows)
+        echo_json_rows(rows)  # row by row, as they come
     else:
-        Table(MACHINE_COLUMNS, rows, lambda r: (
+        Table(MACHINE_COLUMNS, list(rows), lambda r: (
             "*" if r["machine"] == settings.machine_id else "", _text(r["machine"]),
             _text(r.get("hostname")), _when(r.get("last_backup")), _count(r.get("snapshots")),
             _count(r.get("deltas")), _count(r.get("packs")), _count(r.get("segments")),
             _size(r["stored_bytes"]) if r.get("stored_bytes") is not None else "-",
             _count(r.get("sessions")), _text(r.get("home")))).echo()
+    seen.save()
     _problems(problems)
 
 

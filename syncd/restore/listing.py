@@ -19,19 +19,25 @@ from syncd.worker import each
 
 def machines_table(repo: Repository, seen: Seen | None = None
                    ) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per machine of ``repo``'s store, and one line per object that could not be
-    read (that machine's row then lacks what it would have told).
+    """``machine_rows``, all of them, and one line per object that could not be read."""
+    problems: list[str] = []
+    return list(machine_rows(repo, seen, problems)), problems
+
+
+def machine_rows(repo: Repository, seen: Seen | None = None,
+                 problems: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """One row per machine of ``repo``'s store, in name order; ``problems`` hears of each
+    object that could not be read (that machine's row then lacks what it would have told).
 
     A machine's row is what its head says (one GET, the machines read concurrently); a
     machine without one (written by an older syncd), or whose head does not read, is
     listed from its objects as before.
     """
-    rows, problems = [], []
+    said = problems if problems is not None else []
     for _, (row, lines) in each(repo.machines(), lambda m: _machine_row(repo, m, seen)):
+        said += lines
         if row is not None:
-            rows.append(row)
-        problems += lines
-    return rows, problems
+            yield row
 
 
 def _head_of(repo: Repository) -> tuple[Head | None, list[str]]:
