@@ -34,9 +34,6 @@ CREATE TABLE IF NOT EXISTS files (
     check_hash BLOB,         -- sha256 of the shipped head and tail (rewrite detection)
     deleted_at REAL          -- set when the file left the tree (tombstone shipped)
 );
--- Files a restore is writing here that hold exactly a generation of this machine's
--- backup (provenance), recorded before each appears: those bytes are in the store
--- already, and are never shipped again.
 -- Each session's catalog as its shipped lines named it (Session.fold's rules), for the
 -- machine's head.
 CREATE TABLE IF NOT EXISTS catalog (
@@ -44,6 +41,9 @@ CREATE TABLE IF NOT EXISTS catalog (
     gen INTEGER NOT NULL,
     fields TEXT NOT NULL     -- JSON object
 );
+-- Files a restore is writing here that hold exactly a generation of this machine's
+-- backup (provenance), recorded before each appears: those bytes are in the store
+-- already, and are never shipped again.
 CREATE TABLE IF NOT EXISTS restored (
     path BLOB PRIMARY KEY,
     gen INTEGER NOT NULL,    -- the generation the file's bytes are
