@@ -26,7 +26,7 @@ from syncd.restore.listing import (
 )
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, MemoryStore, layout
-from tests.helpers import write
+from tests.helpers import running, wait_for, write
 from tests.hostile import line
 
 A = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -43,6 +43,15 @@ def settings(tmp_path: Path, machine: str = "m1", **kw: object) -> Settings:
                                    state_dir=tmp_path / machine / "state", machine_id=machine)
     base.update(kw)
     return load_settings(config_file=tmp_path / "none.toml", **base)
+
+
+def shipped(s: Settings, rel: str) -> int:
+    st = State(s.state_file, readonly=True)
+    try:
+        f = st.get(rel.encode())
+        return -1 if f is None else f.offset
+    finally:
+        st.close()
 
 
 def head_of(s: Settings) -> Head | None:
@@ -178,12 +187,48 @@ def test_the_head_follows_new_sessions_at_once_and_growth_at_the_interval(
         write(s.source, PC, line(C, "/home/u/app", 0))
         engine.flush({PC.encode()})
         assert engine.head.due() == 0.0
-        write(s.source, PA, line(A, "/home/u/app", 2), "ab")
-        engine.flush({PA.encode()})
+        assert engine.head.write_if_due()
+        h = head_of(s)
+        assert h is not None and h.seq == 2 and {x.session_id for x in h.sessions} == {A, C}
     finally:
-        engine.close()  # a clean stop leaves the head current
+        engine.close()
+
+
+def test_the_daemon_writes_the_head_for_a_new_session_and_leaves_it_current_at_stop(
+        tmp_path: Path) -> None:
+    s = settings(tmp_path, flush_quiet=0.2, flush_max_delay=1.0)
+    write(s.source, PA, line(A, "/home/u/app", 0))
+    with running(s):
+        wait_for(lambda: (h := head_of(s)) is not None and len(h.sessions) == 1,
+                 what="the head listing the session")
+        write(s.source, PB, line(B, "/home/u/lib", 0))
+        wait_for(lambda: (h := head_of(s)) is not None and len(h.sessions) == 2,
+                 what="the head listing the new session")
+        written = head_of(s)
+        write(s.source, PA, line(A, "/home/u/app", 1), "ab")
+        wait_for(lambda: shipped(s, PA) == (s.source / PA).stat().st_size,
+                 what="the append shipped")
+        assert head_of(s) == written  # grown only: not before head_interval
+    h = head_of(s)  # a clean stop wrote it
+    assert h is not None and h.seq > written.seq  # type: ignore[union-attr]
+    assert {x.session_id: x.size for x in h.sessions}[A] == (s.source / PA).stat().st_size
+
+
+def test_a_sync_that_only_appends_is_one_put(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    write(s.source, PA, line(A, "/home/u/app", 0))
+    sync_once(s)
+    store = LocalStore(tmp_store(s))
+    before = {o.key for o in store.list("")}
+    write(s.source, PA, line(A, "/home/u/app", 1), "ab")
+    sync_once(s)
+    assert {o.key for o in store.list("")} - before == {layout.segment_key("m1", 1)}
     h = head_of(s)
-    assert h is not None and h.seq == 3 and {x.session_id for x in h.sessions} == {A, C}
+    assert h is not None and h.seq == 0  # the head waits for head_interval
+    write(s.source, PC, line(C, "/home/u/app", 0))
+    sync_once(s)  # a new session: the head at once
+    h = head_of(s)
+    assert h is not None and h.seq == 2 and len(h.sessions) == 2
 
 
 def test_a_state_from_before_the_catalog_gets_its_titles_from_the_store(

@@ -4,7 +4,6 @@ pending."""
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -25,8 +24,6 @@ from syncd.security.keys import open_crypto, passphrase_configured
 from syncd.security.lease import Lease
 from syncd.security.lock import ProcessLock
 from syncd.store import RetryStore, open_store
-
-log = logging.getLogger("syncd.engine")
 
 
 class Engine:
@@ -147,13 +144,6 @@ class Engine:
         return lease
 
     def close(self) -> None:
-        """Write the head if it is behind (a clean stop leaves it current), release the
-        lease, the state and the lock."""
-        try:
-            if self.connected:
-                self.head.write_if_due(now=True)
-        except SyncdError as e:
-            log.warning("head not written at stop: %s", e)
         if self.lease is not None:
             self.lease.release()
         self.state.close()
@@ -213,6 +203,9 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
             pending = result.requeue
             if not pending:
                 break
+        # The head when it is due (a session came or went, or head_interval passed): a
+        # pass that only appended is one PUT, as a flush is.
+        engine.head.write_if_due()
         problems = {**found.problems, **total.problems}
         if problems:
             first = next(iter(problems.values()))

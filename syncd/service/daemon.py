@@ -219,6 +219,8 @@ class Daemon:
         finally:
             archiver.shutdown()
             watcher.stop()
+            if engine.connected and self.fatal is None:
+                engine.head.write_if_due(now=True)  # a clean stop leaves the head current
             if metrics is not None:
                 metrics.stop()
             engine.close()
