@@ -92,9 +92,10 @@ class HeadWriter:
             if session_of(f.path) is None or (f.deleted_at is not None and keep
                                               and f.deleted_at < written - keep):
                 continue
-            gen, fields = catalog.get(f.path, (0, {}))
-            sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at,
-                                        fields if gen == f.gen else {}))
+            # The fields of the newest generation that named any, as a reader of the
+            # backup folds them (a generation that names none yet keeps the last ones).
+            _, fields = catalog.get(f.path, (0, {}))
+            sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at, fields))
         h = Head(self.repo.machine, written, seq, float(flushed) if flushed else None,
                  machine_facts(self.root), dict(self._objects), sessions)
         if self.lease is not None:
