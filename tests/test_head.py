@@ -17,7 +17,6 @@ from syncd.config import Settings, load_settings
 from syncd.errors import FormatError
 from syncd.format.head import HEAD_MAX, Head, HeadSession, decode, encode
 from syncd.repository import Repository
-from syncd.security.keys import init_encryption
 from syncd.restore.listing import (
     find_session,
     load_all,
@@ -25,9 +24,10 @@ from syncd.restore.listing import (
     session_rows,
     sessions_table,
 )
+from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, MemoryStore, layout
-from tests.hostile import line
 from tests.helpers import write
+from tests.hostile import line
 
 A = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 B = "1b1eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
