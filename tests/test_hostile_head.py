@@ -4,14 +4,29 @@ never take more of a reader than one head's worth; a head rolled back is reporte
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+import uuid
 from pathlib import Path
 
+import pytest
+import zstandard
+
+from syncd import repository
 from syncd.archive.compact import compact
 from syncd.archive.options import compact_options
 from syncd.backup.engine import sync_once
+from syncd.format.head import HEAD_RAW_MAX, Head
 from syncd.repository import Repository
-from syncd.restore.listing import load_all, session_rows, sessions_table
-from syncd.store import LocalStore
+from syncd.restore.listing import (
+    find_session,
+    load_all,
+    machines_table,
+    session_rows,
+    sessions_table,
+)
+from syncd.store import LocalStore, MemoryStore, layout
 from tests.helpers import write
 from tests.hostile import line
 from tests.test_head import PA, PB, A, B, settings
@@ -63,3 +78,43 @@ def test_heads_list_what_the_backup_lists_through_deletion_recreation_and_compac
     same_listing(tmp_path)
     compact(repo, compact_options(s))
     same_listing(tmp_path)
+
+
+def big_head(machine: str, n: int) -> bytes:
+    sessions = [{"path": f"projects/-x/{uuid.UUID(int=i)}.jsonl", "gen": 1, "size": i,
+                 "fields": {"ai_title": f"title {i}"}} for i in range(n)]
+    doc = {"format": 1, "machine": machine, "written": 1.0, "seq": 0, "time": 1.0,
+           "sessions": sessions}
+    return zstandard.ZstdCompressor().compress(json.dumps(doc).encode())
+
+
+def test_large_heads_are_decoded_one_at_a_time_never_by_the_reading_threads(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    store = MemoryStore()
+    names = [f"m{i:02d}" for i in range(12)]
+    for name in names:  # each a catalog of 12,000 sessions (1.4 MiB of JSON)
+        store.put(layout.head_key(name), big_head(name, 12_000))
+    live, most, threads = [0], [0], set()
+    lock = threading.Lock()
+    real = repository.head_decode
+
+    def counted(blob: bytes, machine: str, where: str, raw_max: int = HEAD_RAW_MAX) -> Head:
+        h = real(blob, machine, where, raw_max)
+        with lock:
+            threads.add(threading.current_thread().name)
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.01)
+        with lock:
+            live[0] -= 1
+        return h
+
+    monkeypatch.setattr(repository, "head_decode", counted)
+    repo = Repository(store, "m00")
+    said: list[str] = []
+    rows = list(session_rows(repo, tmp_path / "none", problems=said))
+    assert said == [] and len(rows) == 12 * 12_000
+    assert most[0] == 1 and threads == {threading.current_thread().name}
+    rows2, said = machines_table(repo)
+    assert said == [] and [r["sessions"] for r in rows2] == [12_000] * 12
+    assert find_session(repo, str(uuid.UUID(int=7)), "m03") == ("m03", str(uuid.UUID(int=7)))
