@@ -5,6 +5,7 @@ never take more of a reader than one head's worth; a head rolled back is reporte
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -26,9 +27,10 @@ from syncd.restore.listing import (
     session_rows,
     sessions_table,
 )
-from syncd.store import LocalStore, MemoryStore, layout
+from syncd.store import LocalStore, MemoryStore, S3Store, layout
 from tests.helpers import write
 from tests.hostile import line
+from tests.seaweed import Seaweed
 from tests.test_head import PA, PB, A, B, settings
 
 
@@ -118,3 +120,22 @@ def test_large_heads_are_decoded_one_at_a_time_never_by_the_reading_threads(
     rows2, said = machines_table(repo)
     assert said == [] and [r["sessions"] for r in rows2] == [12_000] * 12
     assert find_session(repo, str(uuid.UUID(int=7)), "m03") == ("m03", str(uuid.UUID(int=7)))
+
+
+def test_an_s3_store_reads_heads_over_kept_connections_and_skips_planted_prefixes(
+        seaweed: Seaweed, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = S3Store(bucket, "team", endpoint_url=seaweed.endpoint)
+    names = [f"m{i:02d}" for i in range(40)]
+    for name in names:
+        store.put(layout.head_key(name), big_head(name, 3))
+    for planted in ("machines/-x/head", "machines/a b/head", "machines/x%2f/head",
+                    "machines/" + "y" * 70 + "/head"):
+        store.put(planted, b"planted")
+    repo = Repository(store, "m00")
+    assert repo.machines() == names
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        rows, said = machines_table(repo)
+        assert said == [] and [r["sessions"] for r in rows] == [3] * 40
+    # Each of the 32 reading threads keeps its connection: none is opened and dropped.
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from syncd.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientError
 from syncd.store.base import ObjectInfo, check_key
+from syncd.worker import EACH_WIDTH
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -49,6 +50,9 @@ class S3Store:
                 # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
                 # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
                 retries={"total_max_attempts": 1, "mode": "standard"},
+                # As many connections kept as reads in flight (heads are read 32 at a
+                # time): beyond the default 10, each is opened and dropped per request.
+                max_pool_connections=EACH_WIDTH,
                 connect_timeout=connect_timeout,
                 read_timeout=timeout,
             )
