@@ -27,6 +27,7 @@ from syncd.restore.listing import (
     session_rows,
     sessions_table,
 )
+from syncd.seen import Seen
 from syncd.store import LocalStore, MemoryStore, S3Store, layout
 from tests.helpers import write
 from tests.hostile import line
@@ -139,3 +140,26 @@ def test_an_s3_store_reads_heads_over_kept_connections_and_skips_planted_prefixe
         assert said == [] and [r["sessions"] for r in rows] == [3] * 40
     # Each of the 32 reading threads keeps its connection: none is opened and dropped.
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
+
+
+def test_a_head_rolled_back_is_reported_by_every_reader_of_heads(tmp_path: Path) -> None:
+    store = MemoryStore()
+    repo = Repository(store, "m1")
+    seen = Seen(tmp_path / "state", store.url)
+    newer, older = big_head("m1", 2), big_head("m1", 2)
+    doc = json.loads(zstandard.ZstdDecompressor().decompress(newer))
+    doc["seq"] = 9
+    newer = zstandard.ZstdCompressor().compress(json.dumps(doc).encode())
+    store.put(layout.head_key("m1"), newer)
+    said: list[str] = []
+    assert len(list(session_rows(repo, tmp_path / "none", problems=said, seen=seen))) == 2
+    assert said == []
+    seen.save()
+    seen = Seen(tmp_path / "state", store.url)  # and from what the last run kept
+    store.put(layout.head_key("m1"), older, if_none_match=False)  # seq 0: rolled back
+    list(session_rows(repo, tmp_path / "none", problems=said, seen=seen))
+    assert len(said) == 1 and "machines/m1/head" in said[0] and "rolled back" in said[0]
+    assert any("rolled back" in p for p in machines_table(repo, seen)[1])
+    said = []
+    assert find_session(repo, str(uuid.UUID(int=1)), problems=said, seen=seen)[0] == "m1"
+    assert len(said) == 1 and "rolled back" in said[0]

@@ -54,21 +54,26 @@ def machines_table(repo: Repository, seen: Seen | None = None
     return rows, problems
 
 
-def _head_of(repo: Repository, raw_max: int) -> tuple[Head | None, list[str]]:
+def _head_of(repo: Repository, raw_max: int, seen: Seen | None
+             ) -> tuple[Head | None, list[str]]:
     """The machine's head, or None and why (none: an older writer's machine);
-    ``HeadTooLarge`` beyond ``raw_max``."""
+    ``HeadTooLarge`` beyond ``raw_max``. ``seen``: a head older than one read here
+    before is a line (it is listed all the same)."""
     try:
-        return repo.head(raw_max), []
+        h = repo.head(raw_max)
     except HeadTooLarge:  # read again alone (never at HEAD_RAW_MAX)
         raise
     except (FormatError, StoreError) as e:
         return None, [f"{e} (its backup is read instead)"]
+    problem = None if seen is None or h is None or h.seq < 0 else \
+        seen.check_head(repo.machine, h.seq)
+    return h, [problem] if problem else []
 
 
 def _machine_row(repo: Repository, machine: str, seen: Seen | None, raw_max: int
                  ) -> tuple[dict[str, Any], list[str]]:
     m = repo.for_machine(machine)
-    h, problems = _head_of(m, raw_max)
+    h, problems = _head_of(m, raw_max, seen)
     if h is None:
         try:
             row, more = _objects_row(m, seen)
@@ -203,7 +208,7 @@ def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
                  ) -> tuple[list[Session], str | None, list[str]]:
     """A machine's sessions and home: its head's, or its backup's (``strict``: a backup
     that does not read raises; otherwise it is a line, and no sessions)."""
-    h, problems = _head_of(m, raw_max)
+    h, problems = _head_of(m, raw_max, seen)
     if h is not None:
         return [s.session(m.machine) for s in h.sessions], h.info.get("home"), problems
     try:
