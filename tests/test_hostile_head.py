@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from syncd.restore.listing import (
     session_rows,
     sessions_table,
 )
+from syncd.security.crypto import Crypto, new_master
 from syncd.seen import Seen
 from syncd.store import LocalStore, MemoryStore, S3Store, layout
 from tests.helpers import write
@@ -163,3 +165,27 @@ def test_a_head_rolled_back_is_reported_by_every_reader_of_heads(tmp_path: Path)
     said = []
     assert find_session(repo, str(uuid.UUID(int=1)), problems=said, seen=seen)[0] == "m1"
     assert len(said) == 1 and "rolled back" in said[0]
+
+
+def test_an_encrypted_stores_ciphers_are_shared_safely_by_the_reading_threads() -> None:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can
+    crypto = Crypto(new_master())
+    errors: list[BaseException] = []
+
+    def read(i: int) -> None:  # more objects than the ciphers kept, as for many machines
+        try:
+            for n in range(1500):
+                crypto.cipher(f"machines/m{(n * 7 + i) % 300}/head")
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
