@@ -19,6 +19,9 @@ from syncd import repository
 from syncd.archive.compact import compact
 from syncd.archive.options import compact_options
 from syncd.backup.engine import sync_once
+from syncd.backup.headwriter import HeadWriter
+from syncd.backup.state import State
+from syncd.errors import StoreError
 from syncd.format.head import HEAD_RAW_MAX, Head
 from syncd.repository import Repository
 from syncd.restore.listing import (
@@ -189,3 +192,26 @@ def test_an_encrypted_stores_ciphers_are_shared_safely_by_the_reading_threads() 
     finally:
         sys.setswitchinterval(old)
     assert errors == []
+
+
+def test_a_head_that_failed_to_write_after_an_archive_job_is_written_at_the_interval(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    now = [1_800_000_000.0]
+    store = MemoryStore()
+    repo = Repository(store, "m1")
+    state = State(tmp_path / "state.db")
+    head = HeadWriter(repo, state, b"/c", interval=300, tombstone_keep=0, clock=lambda: now[0])
+    head.stored_changed()  # a compaction ran; no flush is behind
+    real = repo.write_head
+
+    def refused(h: Head) -> None:
+        raise StoreError("memory://: 503 slow down")
+
+    monkeypatch.setattr(repo, "write_head", refused)
+    assert not head.write_if_due()
+    assert head.due() == now[0] + 300  # not forgotten while the daemon idles
+    monkeypatch.setattr(repo, "write_head", real)
+    now[0] += 301
+    assert head.write_if_due() and head.due() is None
+    assert repo.head() is not None
+    state.close()

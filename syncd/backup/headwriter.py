@@ -54,8 +54,11 @@ class HeadWriter:
 
     def due(self) -> float | None:
         """When the head should be written next (wall time; None: it is up to date)."""
-        if self.state.meta("head_due") == "now":
+        due = self.state.meta("head_due")
+        if due == "now":
             return 0.0
+        if due == "retry":  # a write failed: again after the interval, flushes or not
+            return float(self.state.meta("head_written", "0") or 0) + self.interval
         last = self.state.meta("last_flush_seq")
         if last is None or int(last) <= int(self.state.meta("head_seq", "-1") or -1):
             return None
@@ -72,7 +75,7 @@ class HeadWriter:
         except SyncdError as e:
             log.warning("could not write the machine's head (retried later): %s", e)
             # Not again at once: at the next interval.
-            self.state.set_meta(head_due="", head_written=repr(self.clock()))
+            self.state.set_meta(head_due="retry", head_written=repr(self.clock()))
             return False
         return True
 
