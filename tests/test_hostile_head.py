@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -215,3 +216,16 @@ def test_a_head_that_failed_to_write_after_an_archive_job_is_written_at_the_inte
     assert head.write_if_due() and head.due() is None
     assert repo.head() is not None
     state.close()
+
+
+def test_a_local_store_with_a_name_that_is_not_utf8_lists_its_machines(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    store.put(layout.head_key("m1"), big_head("m1", 1))
+    planted = os.path.join(os.fsencode(tmp_path / "store"), b"machines", b"\xff")
+    os.makedirs(planted)
+    with open(os.path.join(planted, b"head"), "wb") as f:
+        f.write(b"planted")
+    repo = Repository(store, "m1")
+    assert repo.machines() == ["m1"]
+    assert [r["machine"] for r in machines_table(repo)[0]] == ["m1"]
+    assert len(list(store.list("machines/"))) == 2
