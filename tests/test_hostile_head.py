@@ -38,6 +38,7 @@ from syncd.store import LocalStore, MemoryStore, S3Store, layout
 from tests.helpers import write
 from tests.hostile import line
 from tests.seaweed import Seaweed
+from tests.test_cli import env_of, syncd
 from tests.test_head import PA, PB, A, B, settings
 
 
@@ -229,3 +230,19 @@ def test_a_local_store_with_a_name_that_is_not_utf8_lists_its_machines(tmp_path:
     assert repo.machines() == ["m1"]
     assert [r["machine"] for r in machines_table(repo)[0]] == ["m1"]
     assert len(list(store.list("machines/"))) == 2
+
+
+def test_json_listings_escape_a_heads_lone_surrogates(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    doc = {"format": 1, "machine": "m2", "written": 1.0, "seq": 0, "time": 1.0,
+           "hostname": "h\ud800", "sessions": [{"path": PA, "gen": 1, "size": 1,
+                                                 "fields": {"ai_title": "t\ud83d"}}]}
+    store.put(layout.head_key("m2"), zstandard.ZstdCompressor().compress(
+        json.dumps(doc).encode()))
+    env = env_of(tmp_path)
+    r = syncd(env, "machines", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["hostname"] == "h\ud800"
+    r = syncd(env, "sessions", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["title"] == "t\ud83d"
