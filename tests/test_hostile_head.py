@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -22,9 +23,10 @@ from syncd.archive.options import compact_options
 from syncd.backup.engine import sync_once
 from syncd.backup.headwriter import HeadWriter
 from syncd.backup.state import State
-from syncd.errors import StoreError
+from syncd.errors import LookupFailed, StoreError
 from syncd.format.head import HEAD_RAW_MAX, Head
 from syncd.repository import Repository
+from syncd.restore import listing
 from syncd.restore.listing import (
     find_session,
     load_all,
@@ -35,7 +37,8 @@ from syncd.restore.listing import (
 from syncd.security.crypto import Crypto, new_master
 from syncd.seen import Seen
 from syncd.store import LocalStore, MemoryStore, S3Store, layout
-from tests.helpers import write
+from syncd.view import Backup
+from tests.helpers import shipper, write
 from tests.hostile import line
 from tests.seaweed import Seaweed
 from tests.test_cli import env_of, syncd
@@ -246,3 +249,39 @@ def test_json_listings_escape_a_heads_lone_surrogates(tmp_path: Path) -> None:
     r = syncd(env, "sessions", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["title"] == "t\ud83d"
+
+
+def test_machines_without_a_head_have_their_backups_read_one_at_a_time(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    store = MemoryStore()
+    names = [f"m{i}" for i in range(6)]
+    for name in names:  # an older writer's machines: no head
+        sh = shipper(tmp_path / name, store, tmp_path / f"{name}.db", name)
+        write(tmp_path / name, PA, line(A, "/home/u/app", 0))
+        sh.ship([PA.encode()])
+        sh.state.close()
+    live, most, threads = [0], [0], set()
+    lock = threading.Lock()
+    real = listing.load_backup
+
+    def counted(*args: Any, **kw: Any) -> Backup:
+        with lock:
+            threads.add(threading.current_thread().name)
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.02)
+        try:
+            return real(*args, **kw)
+        finally:
+            with lock:
+                live[0] -= 1
+
+    monkeypatch.setattr(listing, "load_backup", counted)
+    repo = Repository(store, "m0")
+    said: list[str] = []
+    rows = list(session_rows(repo, tmp_path / "none", problems=said))
+    assert said == [] and [r["machine"] for r in rows] == names
+    assert most[0] == 1 and threads == {threading.current_thread().name}
+    with pytest.raises(LookupFailed, match="several machines"):
+        find_session(repo, A)
+    assert find_session(repo, A, "m3") == ("m3", A)

@@ -23,14 +23,19 @@ R = TypeVar("R")
 SHARED_RAW_MAX = 1 << 20
 
 
+class _ReadAlone(Exception):
+    """What a reading thread leaves to the calling one: a large head, a whole backup."""
+
+
 def _each_machine(names: Iterable[str], fn: Callable[[str, int], R]
                   ) -> Iterator[tuple[str, R]]:
     """``(name, fn(name, raw_max))`` for each machine in order, read concurrently with
-    small heads; a machine whose head is larger is read here, one at a time."""
+    small heads; a machine whose head is larger, or whose backup is read instead, is
+    read here, one at a time."""
     def shared(name: str) -> R | None:
         try:
             return fn(name, SHARED_RAW_MAX)
-        except HeadTooLarge:
+        except _ReadAlone:
             return None
 
     for name, got in each(names, shared):
@@ -57,12 +62,12 @@ def machines_table(repo: Repository, seen: Seen | None = None
 def _head_of(repo: Repository, raw_max: int, seen: Seen | None
              ) -> tuple[Head | None, list[str]]:
     """The machine's head, or None and why (none: an older writer's machine);
-    ``HeadTooLarge`` beyond ``raw_max``. ``seen``: a head older than one read here
+    ``_ReadAlone`` beyond ``raw_max``. ``seen``: a head older than one read here
     before is a line (it is listed all the same)."""
     try:
         h = repo.head(raw_max)
-    except HeadTooLarge:  # read again alone (never at HEAD_RAW_MAX)
-        raise
+    except HeadTooLarge:  # never at HEAD_RAW_MAX
+        raise _ReadAlone() from None
     except (FormatError, StoreError) as e:
         return None, [f"{e} (its backup is read instead)"]
     problem = None if seen is None or h is None or h.seq < 0 else \
@@ -211,6 +216,8 @@ def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
     h, problems = _head_of(m, raw_max, seen)
     if h is not None:
         return [s.session(m.machine) for s in h.sessions], h.info.get("home"), problems
+    if raw_max < HEAD_RAW_MAX:  # a whole backup: as before heads, one at a time
+        raise _ReadAlone()
     try:
         b = load_backup(m, seen=seen)
     except (BackupError, FormatError, StoreError, CryptoError) as e:
