@@ -38,11 +38,11 @@ from syncd.security.crypto import Crypto, new_master
 from syncd.seen import Seen
 from syncd.store import LocalStore, MemoryStore, S3Store, layout
 from syncd.view import Backup
-from tests.helpers import shipper, write
+from tests.helpers import running, shipper, wait_for, write
 from tests.hostile import line
 from tests.seaweed import Seaweed
 from tests.test_cli import env_of, syncd
-from tests.test_head import PA, PB, A, B, settings
+from tests.test_head import PA, PB, A, B, head_of, settings
 
 
 def same_listing(tmp_path: Path) -> None:
@@ -285,3 +285,29 @@ def test_machines_without_a_head_have_their_backups_read_one_at_a_time(
     with pytest.raises(LookupFailed, match="several machines"):
         find_session(repo, A)
     assert find_session(repo, A, "m3") == ("m3", A)
+
+
+def test_an_idle_daemon_writes_its_head_once_then_asks_the_store_nothing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[str] = []
+    for name in ("put", "get", "head", "list", "prefixes", "delete_many"):
+        real = getattr(LocalStore, name)
+
+        def counted(self: LocalStore, key: str, *a: Any, _real: Any = real, _name: str = name,
+                    **kw: Any) -> Any:
+            if "lease" not in str(key):
+                calls.append(f"{_name} {key}")
+            return _real(self, key, *a, **kw)
+
+        monkeypatch.setattr(LocalStore, name, counted)
+    s = settings(tmp_path, head_interval=0.5, flush_quiet=0.2, flush_max_delay=1.0)
+    write(s.source, PA, line(A, "/home/u/app", 0))
+    with running(s):
+        wait_for(lambda: head_of(s) is not None, what="the head")
+        write(s.source, PA, line(A, "/home/u/app", 1), "ab")  # grown: at the interval
+        wait_for(lambda: (h := head_of(s)) is not None and h.seq == 1, what="the head")
+        time.sleep(1.0)
+        before = len(calls)
+        time.sleep(3.0)
+        idle = calls[before:]
+    assert [c for c in idle if "/head" not in c or not c.startswith("get")] == [], idle
