@@ -29,12 +29,7 @@ def worker(name: str) -> ThreadPoolExecutor:
         return _WORKERS[name]
 
 
-# Calls ``each`` has in flight (a store client keeps as many connections open).
-EACH_WIDTH = 32
-
-
-def each(items: Iterable[T], fn: Callable[[T], R], *,
-         width: int = EACH_WIDTH) -> Iterator[tuple[T, R]]:
+def each(items: Iterable[T], fn: Callable[[T], R], *, width: int = 32) -> Iterator[tuple[T, R]]:
     """``(item, fn(item))`` for each item, in order, with ``width`` calls in flight (a
     store's round trips overlap; results wait no further than ``2 * width`` ahead, so
     memory holds that many at most). An exception of ``fn`` is raised where its item

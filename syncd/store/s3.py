@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from syncd.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientError
 from syncd.store.base import ObjectInfo, check_key
-from syncd.worker import EACH_WIDTH
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -52,7 +51,7 @@ class S3Store:
                 retries={"total_max_attempts": 1, "mode": "standard"},
                 # As many connections kept as reads in flight (heads are read 32 at a
                 # time): beyond the default 10, each is opened and dropped per request.
-                max_pool_connections=EACH_WIDTH,
+                max_pool_connections=32,
                 connect_timeout=connect_timeout,
                 read_timeout=timeout,
             )
