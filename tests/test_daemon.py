@@ -201,7 +201,8 @@ def test_cli_sync_status_restore_on_seaweed(tmp_path: Path, seaweed: Seaweed,
     assert r.returncode == 0, r.stderr
     assert tree_bytes(tmp_path / "out") == tree_bytes(s.source)
     keys = [o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket)["Contents"]]
-    assert keys == ["backups/machines/m1/machine.json", "backups/machines/m1/seg/0000000000000000"]
+    assert keys == ["backups/machines/m1/head", "backups/machines/m1/machine.json",
+                    "backups/machines/m1/seg/0000000000000000"]
 
 
 @pytest.mark.parametrize("first,last,busy,expected", [

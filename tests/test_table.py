@@ -159,7 +159,7 @@ def test_machines_plain_has_a_header_and_marks_this_machine(world: dict[str, str
     lines = syncd(world, "machines")
     header = lines[0]
     names = ["MACHINE", "HOST", "LAST BACKUP", "SNAPSHOTS", "DELTAS", "PACKS", "SEGMENTS",
-             "STORED", "HOME"]
+             "STORED", "SESSIONS", "HOME"]
     assert re.fullmatch(r"\s+" + r"\s+".join(names), header), header
     assert len(lines) == 3 and lines[1].split()[:2] == ["*", "desk"]
     assert lines[2].startswith(" ") and lines[2].split()[0] == "laptop-long-name"
