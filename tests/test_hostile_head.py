@@ -311,3 +311,15 @@ def test_an_idle_daemon_writes_its_head_once_then_asks_the_store_nothing(
         time.sleep(3.0)
         idle = calls[before:]
     assert [c for c in idle if "/head" not in c or not c.startswith("get")] == [], idle
+
+
+def test_a_session_in_two_folders_of_one_machine_resolves_to_that_machine() -> None:
+    store = MemoryStore()
+    doc = {"format": 1, "machine": "m1", "written": 1.0, "seq": 0, "time": 1.0,
+           "sessions": [{"path": PA, "gen": 1, "size": 1},
+                        {"path": f"projects/-home-u-moved/{A}.jsonl", "gen": 1, "size": 1}]}
+    store.put(layout.head_key("m1"), zstandard.ZstdCompressor().compress(
+        json.dumps(doc).encode()))
+    repo = Repository(store, "m1")
+    assert find_session(repo, A[:8]) == ("m1", A)
+    assert find_session(repo, A, "m1") == ("m1", A)

@@ -259,7 +259,7 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
     ids = {s.session_id for _, s in found}
     if len(ids) > 1:
         raise LookupFailed(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
-    if len(found) > 1:
+    if len({m for m, _ in found}) > 1:  # one machine's two folders: its restore picks
         listing = ", ".join(f"{m} (last activity {s.fields.get('last_activity', '?')})"
                             for m, s in found)
         raise LookupFailed(f"session {session_id} is in several machines' backups: {listing}; "
