@@ -23,7 +23,7 @@ from syncd.config import MACHINE_ID
 from syncd.errors import AlreadyExists, CryptoError, FormatError, NotFound, StoreError
 from syncd.format.delta import Delta, by_start, delta_of
 from syncd.format.dictionary import DICT_SIZE, Dictionary
-from syncd.format.head import HEAD_MAX, Head
+from syncd.format.head import HEAD_MAX, HEAD_RAW_MAX, Head
 from syncd.format.head import decode as head_decode
 from syncd.format.head import encode as head_encode
 from syncd.format.segment import (
@@ -178,8 +178,9 @@ class Repository:
         return blob
 
     # -- the head ------------------------------------------------------------------------
-    def head(self) -> Head | None:
-        """The machine's head (one GET; None: it has none, an older writer's machine)."""
+    def head(self, raw_max: int = HEAD_RAW_MAX) -> Head | None:
+        """The machine's head (one GET; None: it has none, an older writer's machine;
+        ``HeadTooLarge`` when its JSON may be more than ``raw_max`` bytes)."""
         key = layout.head_key(self.machine)
         try:
             blob = get_small(self.store, key, HEAD_MAX)
@@ -189,7 +190,7 @@ class Repository:
             raw = self._open_box(key, _HEAD, blob)
         except CryptoError as e:
             raise FormatError(str(e)) from None
-        return head_decode(raw, self.machine, self.where(key))
+        return head_decode(raw, self.machine, self.where(key), raw_max)
 
     def write_head(self, h: Head) -> None:
         """Replace the machine's head (the one object a writer rewrites in place)."""

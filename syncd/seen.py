@@ -60,6 +60,21 @@ class Seen:
                 self._marks[machine] = (seq, time.time())
                 self._changed = True
 
+    def check_head(self, machine: str, seq: int) -> str | None:
+        """A problem when ``machine``'s head covers an older flush (``seq``) than a head
+        of it read here before, and else remember ``seq``. Heads have marks of their own:
+        a head lags its machine's newest segment by up to ``head_interval``."""
+        mark = f"{machine}/head"  # no machine id has a "/"
+        with self._lock:
+            seen = self._marks.get(mark)
+        if seen is not None and seq < seen[0]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen[1]))
+            return (f"{self.url}{layout.head_key(machine)}: covers flush {seq}, but a head "
+                    f"covering flush {seen[0]} was read here on {when}: the head or the "
+                    f"store was rolled back (if it was reset on purpose, remove {self.path})")
+        self.saw(mark, seq)
+        return None
+
     def save(self) -> None:
         if not self._changed:
             return

@@ -45,6 +45,7 @@ PATH_WORDS = (b"home-u-app", b"aaaa", b"bbbb", b"-home-", b"projects", b"history
 SEG0 = f"machines/{MACHINE}/seg/{0:016x}"
 SEG1 = f"machines/{MACHINE}/seg/{1:016x}"
 MACHINE_JSON = f"machines/{MACHINE}/machine.json"
+HEAD = f"machines/{MACHINE}/head"
 
 # Every line any syncd process of this module printed: checked for secrets at the end.
 OUTPUTS: list[str] = []
@@ -160,7 +161,7 @@ def test_round_trip_and_nothing_in_clear(tmp_path: Path, seaweed: Seaweed,
     objs = box.objects()
     keys = sorted(objs)
     assert keys[:1] == [k for k in keys if k.startswith("keys/")]
-    assert keys[1:] == [f"machines/{MACHINE}/head", MACHINE_JSON, SEG0, SEG1]
+    assert keys[1:] == [HEAD, MACHINE_JSON, SEG0, SEG1]  # the head too: sealed
     plain = b"".join(tree(box.s.source).values())
     for key, blob in objs.items():
         for word in PATH_WORDS:

@@ -54,8 +54,11 @@ class HeadWriter:
 
     def due(self) -> float | None:
         """When the head should be written next (wall time; None: it is up to date)."""
-        if self.state.meta("head_due") == "now":
+        due = self.state.meta("head_due")
+        if due == "now":
             return 0.0
+        if due == "retry":  # a write failed: again after the interval, flushes or not
+            return float(self.state.meta("head_written", "0") or 0) + self.interval
         last = self.state.meta("last_flush_seq")
         if last is None or int(last) <= int(self.state.meta("head_seq", "-1") or -1):
             return None
@@ -72,7 +75,7 @@ class HeadWriter:
         except SyncdError as e:
             log.warning("could not write the machine's head (retried later): %s", e)
             # Not again at once: at the next interval.
-            self.state.set_meta(head_due="", head_written=repr(self.clock()))
+            self.state.set_meta(head_due="retry", head_written=repr(self.clock()))
             return False
         return True
 
@@ -92,9 +95,10 @@ class HeadWriter:
             if session_of(f.path) is None or (f.deleted_at is not None and keep
                                               and f.deleted_at < written - keep):
                 continue
-            gen, fields = catalog.get(f.path, (0, {}))
-            sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at,
-                                        fields if gen == f.gen else {}))
+            # The fields of the newest generation that named any, as a reader of the
+            # backup folds them (a generation that names none yet keeps the last ones).
+            _, fields = catalog.get(f.path, (0, {}))
+            sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at, fields))
         h = Head(self.repo.machine, written, seq, float(flushed) if flushed else None,
                  machine_facts(self.root), dict(self._objects), sessions)
         if self.lease is not None:

@@ -124,15 +124,25 @@ time_option = _parsed(parse_time)
 duration_option = _parsed(parse_duration)
 
 
+# A lone surrogate (a store's string, or a title Claude Code cut inside a UTF-16 pair)
+# cannot be written as UTF-8: JSON escapes it instead.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json(doc: Any) -> str:
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}",
+                          json.dumps(doc, indent=2, ensure_ascii=False))
+
+
 def echo_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+    click.echo(_json(doc))
 
 
 def echo_json_rows(rows: Iterable[Any]) -> None:
     """A JSON list as ``echo_json`` prints it, written row by row as the rows come."""
     first = True
     for row in rows:
-        text = json.dumps(row, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        text = _json(row).replace("\n", "\n  ")
         click.echo(("[\n  " if first else ",\n  ") + text, nl=False)
         first = False
     click.echo("[]" if first else "\n]")

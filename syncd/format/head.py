@@ -76,10 +76,23 @@ def encode(h: Head) -> bytes:
         json.dumps(doc, separators=(",", ":")).encode())
 
 
-def decode(blob: bytes, machine: str, where: str) -> Head:
+class HeadTooLarge(FormatError):
+    """A head whose JSON is more than its reader asked for: read it again on its own."""
+
+
+def decode(blob: bytes, machine: str, where: str, raw_max: int = HEAD_RAW_MAX) -> Head:
     """The head in ``blob`` (as stored, opened when sealed), checked field by field:
-    ``FormatError`` naming ``where`` when anything is not what a writer makes."""
-    text = decompress_capped(blob, expansion_limit(len(blob), HEAD_RAW_MAX), f"{where}: head")
+    ``FormatError`` naming ``where`` when anything is not what a writer makes;
+    ``HeadTooLarge`` when its JSON may be more than ``raw_max`` bytes (or its frame does
+    not read within that)."""
+    limit = expansion_limit(len(blob), HEAD_RAW_MAX)
+    if raw_max < limit:
+        try:
+            text = decompress_capped(blob, raw_max, f"{where}: head")
+        except FormatError as e:
+            raise HeadTooLarge(str(e)) from None
+    else:
+        text = decompress_capped(blob, limit, f"{where}: head")
     try:
         doc = untrusted.loads(text)
         if not isinstance(doc, dict):

@@ -3,18 +3,43 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from syncd.errors import BackupError, CryptoError, FormatError, LookupFailed, NoBackup, StoreError
 from syncd.format.catalog import Session
-from syncd.format.head import Head
+from syncd.format.head import HEAD_RAW_MAX, Head, HeadTooLarge
 from syncd.repository import Repository
 from syncd.seen import Seen
 from syncd.store import layout
 from syncd.view import Backup, load_backup
 from syncd.worker import each
+
+R = TypeVar("R")
+# A head whose JSON is larger than this is read again by the calling thread, alone: the
+# reading threads (and the results waiting their turn) each hold a few MiB at most, not
+# a catalog of hundreds of thousands of sessions each.
+SHARED_RAW_MAX = 1 << 20
+
+
+class _ReadAlone(Exception):
+    """What a reading thread leaves to the calling one: a large head, a whole backup."""
+
+
+def _each_machine(names: Iterable[str], fn: Callable[[str, int], R]
+                  ) -> Iterator[tuple[str, R]]:
+    """``(name, fn(name, raw_max))`` for each machine in order, read concurrently with
+    small heads; a machine whose head is larger, or whose backup is read instead, is
+    read here, one at a time."""
+    def shared(name: str) -> R | None:
+        try:
+            return fn(name, SHARED_RAW_MAX)
+        except _ReadAlone:
+            return None
+
+    for name, got in each(names, shared):
+        yield name, fn(name, HEAD_RAW_MAX) if got is None else got
 
 
 def machines_table(repo: Repository, seen: Seen | None = None
@@ -34,24 +59,33 @@ def machine_rows(repo: Repository, seen: Seen | None = None,
     listed from its objects as before.
     """
     said = problems if problems is not None else []
-    for _, (row, lines) in each(repo.machines(), lambda m: _machine_row(repo, m, seen)):
+    for _, (row, lines) in _each_machine(repo.machines(),
+                                         lambda m, most: _machine_row(repo, m, seen, most)):
         said += lines
         if row is not None:
             yield row
 
 
-def _head_of(repo: Repository) -> tuple[Head | None, list[str]]:
-    """The machine's head, or None and why (none: an older writer's machine)."""
+def _head_of(repo: Repository, raw_max: int, seen: Seen | None
+             ) -> tuple[Head | None, list[str]]:
+    """The machine's head, or None and why (none: an older writer's machine);
+    ``_ReadAlone`` beyond ``raw_max``. ``seen``: a head older than one read here
+    before is a line (it is listed all the same)."""
     try:
-        return repo.head(), []
+        h = repo.head(raw_max)
+    except HeadTooLarge:  # never at HEAD_RAW_MAX
+        raise _ReadAlone() from None
     except (FormatError, StoreError) as e:
         return None, [f"{e} (its backup is read instead)"]
+    problem = None if seen is None or h is None or h.seq < 0 else \
+        seen.check_head(repo.machine, h.seq)
+    return h, [problem] if problem else []
 
 
-def _machine_row(repo: Repository, machine: str, seen: Seen | None
+def _machine_row(repo: Repository, machine: str, seen: Seen | None, raw_max: int
                  ) -> tuple[dict[str, Any] | None, list[str]]:
     m = repo.for_machine(machine)
-    h, problems = _head_of(m)
+    h, problems = _head_of(m, raw_max, seen)
     if h is None:
         try:
             row, more = _objects_row(m, seen)
@@ -178,21 +212,23 @@ def session_rows(repo: Repository, local_root: Path, machine: str | None = None,
     said = problems if problems is not None else []
     local = _local_sessions(local_root)
     names = [machine] if machine else repo.machines()
-    for _, (sessions, home, lines) in each(
-            names, lambda m: _sessions_of(repo.for_machine(m), machine is not None, seen)):
+    for _, (sessions, home, lines) in _each_machine(names, lambda m, most: _sessions_of(
+            repo.for_machine(m), machine is not None, seen, most)):
         said += lines
         rows = [_row(s, local) for s in sessions if not project or _matches(s, home, project)]
         rows.sort(key=lambda r: r["last_activity"] or "", reverse=True)
         yield from rows
 
 
-def _sessions_of(m: Repository, strict: bool, seen: Seen | None
+def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
                  ) -> tuple[list[Session], str | None, list[str]]:
     """A machine's sessions and home: its head's, or its backup's (``strict``: a backup
     that does not read raises; otherwise it is a line, and no sessions)."""
-    h, problems = _head_of(m)
+    h, problems = _head_of(m, raw_max, seen)
     if h is not None:
         return [s.session(m.machine) for s in h.sessions], h.info.get("home"), problems
+    if raw_max < HEAD_RAW_MAX:  # a whole backup: as before heads, one at a time
+        raise _ReadAlone()
     try:
         b = load_backup(m, seen=seen)
     except (BackupError, FormatError, StoreError, CryptoError) as e:
@@ -222,8 +258,8 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
     said = problems if problems is not None else []
     names = [machine] if machine else repo.machines()
     found: list[tuple[str, Session]] = []
-    for name, (sessions, _, lines) in each(
-            names, lambda m: _sessions_of(repo.for_machine(m), machine is not None, seen)):
+    for name, (sessions, _, lines) in _each_machine(names, lambda m, most: _sessions_of(
+            repo.for_machine(m), machine is not None, seen, most)):
         said += lines
         found += [(name, s) for s in sessions if s.session_id == session_id
                   or (s.session_id.startswith(session_id) and len(session_id) >= 8)]
@@ -234,7 +270,7 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
     ids = {s.session_id for _, s in found}
     if len(ids) > 1:
         raise LookupFailed(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
-    if len(found) > 1:
+    if len({m for m, _ in found}) > 1:  # one machine's two folders: its restore picks
         listing = ", ".join(f"{m} (last activity {s.fields.get('last_activity', '?')})"
                             for m, s in found)
         raise LookupFailed(f"session {session_id} is in several machines' backups: {listing}; "

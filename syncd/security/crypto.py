@@ -18,6 +18,7 @@ import base64
 import json
 import os
 import struct
+import threading
 import time
 import unicodedata
 from collections import OrderedDict
@@ -128,6 +129,7 @@ class Crypto:
         self.key_id = key_id
         self.fingerprint = _hkdf(master, b"syncd/2 fingerprint")[:8].hex()
         self._ciphers: OrderedDict[str, ObjectCipher] = OrderedDict()
+        self._lock = threading.Lock()  # machines' heads are read by 32 threads at once
 
     def __repr__(self) -> str:  # never the key itself
         return f"Crypto(fingerprint={self.fingerprint}, key_id={self.key_id})"
@@ -137,16 +139,19 @@ class Crypto:
         return self._master
 
     def cipher(self, object_key: str) -> ObjectCipher:
-        c = self._ciphers.get(object_key)
-        if c is None:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        with self._lock:
+            c = self._ciphers.get(object_key)
+            if c is not None:
+                self._ciphers.move_to_end(object_key)
+                return c
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-            sub = _hkdf(self._master, b"syncd/2 object\0" + object_key.encode())
-            c = self._ciphers[object_key] = ObjectCipher(AESGCM(sub), object_key)
+        sub = _hkdf(self._master, b"syncd/2 object\0" + object_key.encode())
+        c = ObjectCipher(AESGCM(sub), object_key)
+        with self._lock:
+            self._ciphers[object_key] = c
             while len(self._ciphers) > 256:
                 self._ciphers.popitem(last=False)
-        else:
-            self._ciphers.move_to_end(object_key)
         return c
 
     def seal_box(self, object_key: str, position: str, data: bytes) -> bytes:

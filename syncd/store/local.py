@@ -23,6 +23,12 @@ from syncd.store.base import ObjectInfo, check_key
 _HIDDEN = (".tmp-", ".lock-")
 
 
+def _order(name: str) -> bytes:
+    """S3's order (bytes), for any name a directory holds: one that is not UTF-8 (no
+    writer makes it; a reader skips it) comes as ``os`` decoded it, with surrogates."""
+    return name.encode(errors="surrogateescape")
+
+
 def _etag(st: os.stat_result) -> str:
     # Every write is a new inode (temp file, then link or rename); with the mtime and
     # size this changes on every write, without reading the object.
@@ -159,7 +165,7 @@ class LocalStore:
                         continue  # deleted while we listed
                     if stat.S_ISREG(st.st_mode):  # no writer makes anything else
                         found.append(ObjectInfo(key, st.st_size, _etag(st)))
-        yield from sorted(found, key=lambda o: o.key.encode())
+        yield from sorted(found, key=lambda o: _order(o.key))
 
     def prefixes(self, prefix: str) -> Iterator[str]:
         # A directory is a prefix when a key lies below it (S3 has no empty ones).
@@ -170,7 +176,7 @@ class LocalStore:
                      and not e.name.startswith(_HIDDEN) and e.is_dir(follow_symlinks=False)]
         except (FileNotFoundError, NotADirectoryError):
             return
-        for name in sorted(names, key=str.encode):
+        for name in sorted(names, key=_order):
             if any(not f.startswith(_HIDDEN) for _, _, files in os.walk(top / name)
                    for f in files):
                 yield f"{base}/{name}/" if base else f"{name}/"

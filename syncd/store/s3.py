@@ -49,6 +49,9 @@ class S3Store:
                 # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
                 # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
                 retries={"total_max_attempts": 1, "mode": "standard"},
+                # As many connections kept as reads in flight (heads are read 32 at a
+                # time): beyond the default 10, each is opened and dropped per request.
+                max_pool_connections=32,
                 connect_timeout=connect_timeout,
                 read_timeout=timeout,
             )
