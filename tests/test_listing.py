@@ -141,3 +141,27 @@ def test_machines_without_a_head_are_read_from_their_backups(team: MemoryStore,
     rows2 = list(session_rows(repo, tmp_path))
     assert len(rows2) == 3 * N
     assert find_session(repo, sid(4, 1)) == ("m004", sid(4, 1))
+
+
+def test_with_machine_a_session_its_head_does_not_list_yet_is_found_in_its_backup(
+        team: MemoryStore, tmp_path: Path) -> None:
+    store = MemoryStore()
+    store.objects = dict(team.objects)
+    store.etags = dict(team.etags)
+    src, db = tmp_path / "m777", tmp_path / "m777.db"
+    sh = shipper(src, store, db, machine="m777")
+    first, new = sid(777, 0), sid(777, 1)
+    for n, s in enumerate((first, new)):
+        rel = f"projects/-home-u7-app0/{s}.jsonl"
+        write(src, rel, line(s, "/home/u7/app0", 0))
+        sh.ship([rel.encode()])
+        if n == 0:  # the head after the first; the second's write failed, say
+            HeadWriter(Repository(store, "m777"), sh.state, bytes(src), interval=0,
+                       tombstone_keep=0).write()
+    repo = Repository(store, "reader")
+    with pytest.raises(LookupFailed, match="may not be listed yet: name its machine"):
+        find_session(repo, new)
+    assert find_session(repo, first) == ("m777", first)
+    assert find_session(repo, new, "m777") == ("m777", new)
+    with pytest.raises(LookupFailed, match=r"is in no backup \(m777\)$"):
+        find_session(repo, sid(8, 0), "m777")

@@ -173,6 +173,17 @@ def test_unsafe_keys_rejected(store: Store, key: str) -> None:
         store.put(key, b"x")
 
 
+def test_local_store_prefixes_see_only_what_list_sees(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    store.put("machines/a/x", b"x")
+    (tmp_path / "store" / "machines" / "b").mkdir()
+    (tmp_path / "store" / "machines" / "b" / "link").symlink_to(tmp_path / "store" / "machines"
+                                                                / "a" / "x")
+    (tmp_path / "store" / "machines" / "c").mkdir()  # empty
+    assert list(store.list("machines/b/")) == []
+    assert list(store.prefixes("machines/")) == ["machines/a/"]
+
+
 def test_local_store_keeps_no_temp_files(tmp_path: Path) -> None:
     s = LocalStore(tmp_path / "st")
     s.put("a/b", b"1")

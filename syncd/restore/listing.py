@@ -263,10 +263,22 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
         said += lines
         found += [(name, s) for s in sessions if s.session_id == session_id
                   or (s.session_id.startswith(session_id) and len(session_id) >= 8)]
+    if not found and machine is not None:
+        # Its head may lag (a session made minutes ago whose head write failed): one
+        # machine's backup is cheap to ask.
+        try:
+            b = load_backup(repo.for_machine(machine), seen=seen)
+        except NoBackup:
+            pass
+        else:
+            found = [(machine, s) for s in b.sessions.values() if s.session_id == session_id
+                     or (s.session_id.startswith(session_id) and len(session_id) >= 8)]
     if not found:
         where = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
                                          else "") if names else "no machines"
-        raise LookupFailed(f"session {session_id} is in no backup ({where})")
+        late = "" if machine else "; a session begun in the last few minutes may not be " \
+            "listed yet: name its machine with --machine"
+        raise LookupFailed(f"session {session_id} is in no backup ({where}){late}")
     ids = {s.session_id for _, s in found}
     if len(ids) > 1:
         raise LookupFailed(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")

@@ -177,8 +177,8 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return
         for name in sorted(names, key=_order):
-            if any(not f.startswith(_HIDDEN) for _, _, files in os.walk(top / name)
-                   for f in files):
+            if any(not f.startswith(_HIDDEN) and _regular(os.path.join(d, f))
+                   for d, _, files in os.walk(top / name) for f in files):
                 yield f"{base}/{name}/" if base else f"{name}/"
 
     def delete_many(self, keys: Iterable[str]) -> None:
@@ -204,3 +204,11 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _regular(path: str) -> bool:
+    """A regular file, as ``list`` yields (no writer makes anything else)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
