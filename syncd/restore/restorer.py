@@ -14,12 +14,15 @@ import dataclasses
 import hashlib
 import logging
 import os
+import queue
 import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +37,7 @@ from syncd.claude import (
 from syncd.config import format_time
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
 from syncd.format.catalog import Session, session_of
-from syncd.format.segment import Extent
+from syncd.format.segment import Extent, check_extent, windows
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import create_private, private_dir, write_private
@@ -201,29 +204,52 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
                                     dir=None if opts.dry_run else opts.target))
     installer = Installer()
     placed: dict[bytes, Action] = {}
+    # Each file's actions, errors and notes, told in path order once all are placed.
+    sinks: dict[bytes, RestoreReport] = {}
+
+    def place(path: bytes, staged: Path, planned: dict[bytes, Path]) -> None:
+        sink = sinks[path] = RestoreReport()
+        if path in aside:
+            _set_aside(staged, path, aside[path], backup, opts, sink)
+            return
+        try:
+            queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
+                            installer, planned)
+        except (RestoreError, OSError, ValueError, OverflowError) as e:
+            # This file only; the others still restore.
+            sink.errors.append(_file_error(opts.target, path, e))
+            sink.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path), _why(e)))
+            return
+        if queued is not None:
+            placed[queued[0]] = queued[1]
+
+    # With no earlier copy of a session to move (a new machine, a fresh target), a file is
+    # placed as soon as its bytes are in, while the others are still being fetched.
+    wanted = {s.session_id: remap.folder(s.folder) for s in backup.sessions.values()
+              if s.path in files}
+    early = None if strays(opts.target, wanted) else _Placer(
+        lambda path: place(path, staging / _staged_name(path), {}))
     try:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
-        staged = _stage(repo, files, staging, report, meter)
-        planned = _relocate(backup, staged, remap, opts, report, staging)
+        staged = _stage(repo, files, staging, report, meter,
+                        None if early is None else early.put)
+        if early is not None:
+            early.close()
+        planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
+                                                         staging)
         for path in sorted(staged):
-            f = files[path]
-            if path in aside:
-                _set_aside(staged[path], path, aside[path], backup, opts, report)
-                continue
-            try:
-                queued = _place(staged[path], f, remap, history_sids, backup, opts, report,
-                                installer, planned)
-            except (RestoreError, OSError, ValueError, OverflowError) as e:
-                # This file only; the others still restore.
-                report.errors.append(_file_error(opts.target, path, e))
-                report.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path),
-                                             _why(e)))
-                continue
-            if queued is not None:
-                placed[queued[0]] = queued[1]
+            if path not in sinks:
+                place(path, staged[path], planned)
+        for path in sorted(sinks):
+            sink = sinks[path]
+            report.actions += sink.actions
+            report.errors += sink.errors
+            report.notes += sink.notes
     finally:
         # Nothing may still write into staging when it goes.
+        if early is not None:
+            early.stop()
         for dest, err in installer.finish():
             act = placed.get(dest)
             if act is not None:
@@ -487,10 +513,65 @@ def _history_of(h: Entry, sids: set[str]) -> Entry:
 
 # -- fetching --------------------------------------------------------------------
 
+# Windows fetched at once. Each holds at most one window (SPAN) and one frame in memory,
+# whatever the store holds; their GETs overlap, and zstd and sha256, which let go of the
+# GIL, run on every core.
+FETCHERS = 2
+
+
+@dataclass
+class _Fetched:
+    """What fetching one window of an object met, replayed in order once all are in."""
+    damaged: list[tuple[Extent, FormatError]] = field(default_factory=list)
+    failed: FormatError | StoreError | None = None
+
+
+class _Placer:
+    """Places files, in a thread of its own, as they are told (a file whose bytes are all
+    staged) while the others are still being fetched."""
+
+    def __init__(self, place: Callable[[bytes], None]) -> None:
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(place,), daemon=True,
+                                        name="syncd-place")
+        self._thread.start()
+
+    def put(self, path: bytes) -> None:
+        self._queue.put(path)
+
+    def _run(self, place: Callable[[bytes], None]) -> None:
+        while (path := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    place(path)
+                except BaseException as e:  # raised again by close, in the caller's thread
+                    self._error = e
+
+    def stop(self) -> None:
+        """Wait until every file told so far is placed (once; again does nothing)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def close(self) -> None:
+        self.stop()
+        if self._error is not None:
+            raise self._error
+
+
+def _staged_name(path: bytes) -> str:
+    return hashlib.sha256(path).hexdigest()
+
+
 def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
-           report: RestoreReport, meter: Meter) -> dict[bytes, Path]:
+           report: RestoreReport, meter: Meter,
+           ready: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns those that arrived, whole or as the
-    intact prefix of a transcript whose later bytes are lost (cut at a line end)."""
+    intact prefix of a transcript whose later bytes are lost (cut at a line end).
+
+    ``ready`` is told (from a fetching thread) of each file as soon as all its bytes are
+    staged, when nothing of it was lost: it may be placed before the others arrive."""
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
     # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
     lost: dict[bytes, tuple[int, int, str]] = {}
@@ -507,33 +588,89 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         for key, ext in f.extents:
             if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
                 by_key.setdefault(key, []).append((f, ext))
-    names = {p: staging / hashlib.sha256(p).hexdigest() for p in files}
-    try:
-        for name in names.values():
-            name.touch(mode=0o600)
-        for key in sorted(by_key):
-            wanted = by_key[key]
-            owner = {id(x): f for f, x in wanted}
-
-            def damaged(x: Extent, err: FormatError,
-                        owner: dict[int, Entry] = owner) -> None:
-                # That file only: the object's other frames still restore theirs.
-                lose(owner[id(x)], x.start, x.end, str(err))
-
+    names = {p: staging / _staged_name(p) for p in files}
+    owners = {key: {id(x): f for f, x in wanted} for key, wanted in by_key.items()}
+    runs: dict[str, list[list[Extent]]] = {}
+    for key in sorted(by_key):
+        where = repo.where(key)
+        good, bad = [], []
+        for x in sorted((x for _, x in by_key[key]), key=lambda e: e.off):
             try:
-                for x, data in repo.read_extents(key, [x for _, x in wanted], damaged):
-                    f = owner[id(x)]
-                    if f.path in lost and x.start >= lost[f.path][0]:
-                        continue
-                    # At its offset: a file's extents can come from objects in any order.
-                    with open(names[f.path], "r+b") as out:
-                        out.seek(x.start)
-                        out.write(data[: max(0, f.size - x.start)])
+                check_extent(x, where)
+                good.append(x)
+            except FormatError:
+                bad.append(x)
+        # The windows read_extents would take, one job each: the same GETs.
+        runs[key] = ([bad] if bad else []) + [run for run, _ in windows(good)]
+    # A file is ready once every object it has bytes in was read without a fault (one that
+    # fails loses all its extents, as when it was read in one go), none of its frames was
+    # damaged, and it has no gap.
+    lock = threading.Lock()
+    jobs_left = {key: len(rs) for key, rs in runs.items()}
+    failed_keys: set[str] = set()
+    faulty = set(lost)
+    keys_left: dict[bytes, int] = {}
+    paths_of: dict[str, set[bytes]] = {}
+    for key, wanted in by_key.items():
+        paths_of[key] = {f.path for f, _ in wanted}
+        for path in paths_of[key]:
+            keys_left[path] = keys_left.get(path, 0) + 1
+    made: set[bytes] = set()
+
+    def fetch(key: str, run: list[Extent]) -> _Fetched:
+        got, owner = _Fetched(), owners[key]
+        try:
+            for x, data in repo.read_extents(key, run, lambda x, e: got.damaged.append((x, e))):
+                f = owner[id(x)]
+                # At its offset: a file's extents can come from objects in any order. The
+                # file is made by whichever window reaches it first.
+                fd = os.open(names[f.path], os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    _pwrite_all(fd, memoryview(data)[: max(0, f.size - x.start)], x.start)
+                finally:
+                    os.close(fd)
+                with lock:
+                    made.add(f.path)
                     meter.advance(len(data))
-            except (FormatError, StoreError) as e:
-                report.errors.append(str(e))
-                for f, x in wanted:
-                    lose(f, x.start, x.end, f"{key}: unreadable")
+        except (FormatError, StoreError) as e:
+            got.failed = e
+        with lock:
+            faulty.update(owner[id(x)].path for x, _ in got.damaged)
+            if got.failed is not None:
+                failed_keys.add(key)
+            jobs_left[key] -= 1
+            if jobs_left[key] == 0 and key not in failed_keys:
+                for path in paths_of[key]:
+                    keys_left[path] -= 1
+                    if keys_left[path] == 0 and path not in faulty and ready is not None:
+                        ready(path)
+        return got
+
+    pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="syncd-fetch")
+    try:
+        jobs = {key: [pool.submit(fetch, key, run) for run in rs] for key, rs in runs.items()}
+        for key, futures in jobs.items():
+            wanted = by_key[key]
+            # As one reader of the object in offset order would have met them: damaged
+            # frames, up to the first window that failed; then all of its extents lost.
+            for fut in futures:
+                got = fut.result()
+                for x, err in got.damaged:
+                    lose(owners[key][id(x)], x.start, x.end, str(err))
+                if got.failed is not None:
+                    report.errors.append(str(got.failed))
+                    for f, x in wanted:
+                        lose(f, x.start, x.end, f"{key}: unreadable")
+                    break
+        for path, name in names.items():
+            if path not in made:
+                name.touch(mode=0o600)
+    except OSError as e:
+        raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
+    finally:
+        # Nothing may still write into staging when it is read or goes.
+        pool.shutdown(wait=True, cancel_futures=True)
+    try:
         for path, (start, end, why) in lost.items():
             f = files[path]
             cut = _intact_prefix(names[path], start) if _by_lines(f) else 0
@@ -549,6 +686,13 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
     return names
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    # A write into a filling disk is short first; the next one says ENOSPC.
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
 
 
 def _first_gap(f: Entry) -> tuple[int, int, str] | None:
