@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import multiprocessing
 import os
 import queue
 import re
@@ -22,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,6 +203,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
                                f"filesystem has {fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free")
     staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
                                     dir=None if opts.dry_run else opts.target))
+    rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
     installer = Installer()
     placed: dict[bytes, Action] = {}
     # Each file's actions, errors and notes, told in path order once all are placed.
@@ -214,7 +216,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
             return
         try:
             queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
-                            installer, planned)
+                            installer, planned, rewriters)
         except (RestoreError, OSError, ValueError, OverflowError) as e:
             # This file only; the others still restore.
             sink.errors.append(_file_error(opts.target, path, e))
@@ -256,6 +258,8 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
                 act.action, act.reason, act.size = "error", _why(err), 0
             report.errors.append(f"{os.fsdecode(dest)}: {_why(err)}")
         installer.close()
+        if rewriters is not None:
+            rewriters.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
     return report
 
@@ -764,7 +768,8 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 
 def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
-           installer: Installer, planned: dict[bytes, Path]) -> tuple[bytes, Action] | None:
+           installer: Installer, planned: dict[bytes, Path],
+           rewriters: ProcessPoolExecutor | None = None) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
 
     Returns the destination and the action when a write was queued (its failure, known
@@ -793,6 +798,21 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     sids = history_sids if f.path == b"history.jsonl" else None
     transform = (_remapped(f.path) and not remap.identity) or sids is not None
+    if st is None and transform and rewriters is not None and not opts.dry_run:
+        # Nothing local: rewritten by a worker process, as below (whole when small, else
+        # a chunk of lines at a time), while an installer thread waits for it.
+        act = Action("create", os.fsdecode(rel), src, "not present locally", size)
+        make_parents(opts.target, rel)
+        whole = size <= CHUNK
+        holes = f.sparse if whole else sids is not None and f.sparse
+
+        def rewrite(staged: Path = staged, pool: ProcessPoolExecutor = rewriters) -> bytes:
+            out, act.size = pool.submit(_rewrite_job, staged, sids, holes, whole).result()
+            return os.fsencode(out)
+
+        installer.produce(rewrite, dest, mtime_ns, size if whole else CHUNK + LINE_MAX)
+        report.actions.append(act)
+        return dest, act
     if st is None and transform and size <= CHUNK:
         # Nothing local, small: rewritten in memory, written by the installer's threads
         # while the next file is rewritten.
@@ -970,6 +990,60 @@ def _rewrite(staged: Path, f: Entry, remap: Remapper,
              history_sids: set[str] | None) -> tuple[Path, int]:
     """``staged`` remapped (and a history filtered) into a new staged file; its size."""
     sids = history_sids if f.path == b"history.jsonl" else None
+    return _rewrite_lines(staged, remap, sids, sids is not None and f.sparse)
+
+
+# A restore that rewrites this much starts worker processes for it: the rewrite is Python
+# (regex substitutions with a callback per path), which threads would run on one core.
+POOL_MIN_BYTES = 32 << 20
+REWRITERS_MAX = 4
+# A worker process's remapper, made once when it starts.
+_worker_remap: Remapper | None = None
+
+
+def _rewriters(files: dict[bytes, Entry], remap: Remapper,
+               history_sids: set[str] | None) -> ProcessPoolExecutor | None:
+    """Worker processes for the rewrite, when it is big enough and there are cores to
+    share it; started now, before this process has other threads (a fork copies only the
+    thread that calls it)."""
+    work = sum(f.size for p, f in files.items()
+               if (_remapped(p) and not remap.identity) or
+               (history_sids is not None and p == b"history.jsonl"))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+    if work < POOL_MIN_BYTES or cores < 2:
+        return None
+    method = "fork" if threading.active_count() == 1 and \
+        "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(min(cores, REWRITERS_MAX), multiprocessing.get_context(method),
+                               initializer=_start_rewriter, initargs=(remap.rules, remap.folders))
+    pool.submit(int).result()  # forks them all now (their threads come later)
+    return pool
+
+
+def _start_rewriter(rules: list[Rule], folders: dict[str, str]) -> None:
+    global _worker_remap
+    _worker_remap = Remapper(rules, folders)
+
+
+def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
+                 whole: bool) -> tuple[Path, int]:
+    """In a worker process: ``staged`` rewritten into a new staged file, as ``_place``
+    rewrites it (``whole``: at once, the small file's way), and its size."""
+    assert _worker_remap is not None
+    if not whole:
+        return _rewrite_lines(staged, _worker_remap, sids, holes)
+    data = staged.read_bytes()
+    out = _lines_out(data.replace(b"\0", b"") if holes else data, _worker_remap, sids)
+    out_path = staged.with_name(staged.name + ".out")
+    with os.fdopen(create_private(os.fsencode(out_path), os.O_TRUNC), "wb") as fh:
+        fh.write(out)
+    staged.unlink()
+    return out_path, len(out)
+
+
+def _rewrite_lines(staged: Path, remap: Remapper, sids: set[str] | None,
+                   holes: bool) -> tuple[Path, int]:
     out_path = staged.with_name(staged.name + ".out")
     size = 0
     with open(staged, "rb") as src, open(out_path, "wb") as out:
@@ -981,8 +1055,7 @@ def _rewrite(staged: Path, f: Entry, remap: Remapper,
             size += len(text)
 
         # A filtered sparse history has zero bytes where other sessions' lines were.
-        rewrite_lines(src, emit, lambda text: _lines_out(text, remap, sids),
-                      holes=sids is not None and f.sparse)
+        rewrite_lines(src, emit, lambda text: _lines_out(text, remap, sids), holes=holes)
     staged.unlink()
     return out_path, size
 
