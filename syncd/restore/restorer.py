@@ -11,6 +11,7 @@ except a config file asked for with ``--config``, which is kept beside it first.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import logging
 import multiprocessing
@@ -1017,7 +1018,12 @@ def _rewriters(files: dict[bytes, Entry], remap: Remapper,
         "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(min(cores, REWRITERS_MAX), multiprocessing.get_context(method),
                                initializer=_start_rewriter, initargs=(remap.rules, remap.folders))
-    pool.submit(int).result()  # forks them all now (their threads come later)
+    # A forked process's collector would walk (and so copy) every object it inherited.
+    gc.freeze()
+    try:
+        pool.submit(int).result()  # forks them all now (their threads come later)
+    finally:
+        gc.unfreeze()
     return pool
 
 
@@ -1028,18 +1034,19 @@ def _start_rewriter(rules: list[Rule], folders: dict[str, str]) -> None:
 
 def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
                  whole: bool) -> tuple[Path, int]:
-    """In a worker process: ``staged`` rewritten into a new staged file, as ``_place``
-    rewrites it (``whole``: at once, the small file's way), and its size."""
+    """In a worker process: ``staged`` rewritten as ``_place`` rewrites it (``whole``: at
+    once, the small file's way), and the staged file that holds it now, and its size."""
     assert _worker_remap is not None
     if not whole:
         return _rewrite_lines(staged, _worker_remap, sids, holes)
-    data = staged.read_bytes()
-    out = _lines_out(data.replace(b"\0", b"") if holes else data, _worker_remap, sids)
-    out_path = staged.with_name(staged.name + ".out")
-    with os.fdopen(create_private(os.fsencode(out_path), os.O_TRUNC), "wb") as fh:
+    # Written back into the staged file: a new file costs the filesystem an inode.
+    with open(staged, "r+b") as fh:
+        data = fh.read()
+        out = _lines_out(data.replace(b"\0", b"") if holes else data, _worker_remap, sids)
+        fh.seek(0)
         fh.write(out)
-    staged.unlink()
-    return out_path, len(out)
+        fh.truncate()
+    return staged, len(out)
 
 
 def _rewrite_lines(staged: Path, remap: Remapper, sids: set[str] | None,
