@@ -204,7 +204,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
                                f"filesystem has {fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free")
     staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
                                     dir=None if opts.dry_run else opts.target))
-    rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
+    rewriters: ProcessPoolExecutor | None = None
     installer = Installer()
     placed: dict[bytes, Action] = {}
     # Each file's actions, errors and notes, told in path order once all are placed.
@@ -226,13 +226,23 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         if queued is not None:
             placed[queued[0]] = queued[1]
 
-    # With no earlier copy of a session to move (a new machine, a fresh target), a file is
-    # placed as soon as its bytes are in, while the others are still being fetched.
-    wanted = {s.session_id: remap.folder(s.folder) for s in backup.sessions.values()
-              if s.path in files}
-    early = None if strays(opts.target, wanted) else _Placer(
-        lambda path: place(path, staging / _staged_name(path), {}))
+    def place_early(path: bytes) -> None:
+        # Only a new file (no config, none set aside): one that changes a local file waits
+        # for the whole fetch, so a failure halfway leaves every local file as it was.
+        if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
+                os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
+            return
+        place(path, staging / _staged_name(path), {})
+
+    early: _Placer | None = None
     try:
+        # Before any other thread of this restore starts.
+        rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
+        # With no earlier copy of a session to move (a new machine, a fresh target), a new
+        # file is placed as soon as its bytes are in, while the others are still fetched.
+        wanted = {s.session_id: remap.folder(s.folder) for s in backup.sessions.values()
+                  if s.path in files}
+        early = None if strays(opts.target, wanted) else _Placer(place_early)
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
         staged = _stage(repo, files, staging, report, meter,
@@ -252,7 +262,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     finally:
         # Nothing may still write into staging when it goes.
         if early is not None:
-            early.stop()
+            early.stop(drop=True)  # after a failure, nothing more is placed
         for dest, err in installer.finish():
             act = placed.get(dest)
             if act is not None:
@@ -538,6 +548,7 @@ class _Placer:
     def __init__(self, place: Callable[[bytes], None]) -> None:
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._error: BaseException | None = None
+        self._dropped = False
         self._thread = threading.Thread(target=self._run, args=(place,), daemon=True,
                                         name="syncd-place")
         self._thread.start()
@@ -547,14 +558,16 @@ class _Placer:
 
     def _run(self, place: Callable[[bytes], None]) -> None:
         while (path := self._queue.get()) is not None:
-            if self._error is None:
+            if self._error is None and not self._dropped:
                 try:
                     place(path)
                 except BaseException as e:  # raised again by close, in the caller's thread
                     self._error = e
 
-    def stop(self) -> None:
-        """Wait until every file told so far is placed (once; again does nothing)."""
+    def stop(self, drop: bool = False) -> None:
+        """Wait until every file told so far is placed, or (``drop``) until the one being
+        placed is; once: again does nothing."""
+        self._dropped = self._dropped or drop
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
