@@ -1,11 +1,12 @@
 """Restore: bring a machine's backup (as of a time, whole or some sessions) into a tree.
 
-Files are fetched segment by segment (whole objects or byte ranges) into a staging
-directory, every extent checked against its sha256. Then each file is remapped to
-this machine's paths (``restore/remap``), compared with what is already there (``restore/merge``)
-and written atomically: temp file, fsync, rename. A failure halfway leaves every
-existing file as it was; a local file is never replaced by an older or diverged copy,
-except a config file asked for with ``--config``, which is kept beside it first.
+Files are fetched window by window (whole objects or byte ranges, two at a time) into a
+staging directory, every extent checked against its sha256. Then each file is remapped to
+this machine's paths (``restore/remap``; a big rewrite in worker processes), compared with
+what is already there (``restore/merge``) and written atomically: temp file, fsync,
+rename; a new file as soon as its bytes are in. A failure halfway leaves every existing
+file as it was; a local file is never replaced by an older or diverged copy, except a
+config file asked for with ``--config``, which is kept beside it first.
 """
 
 from __future__ import annotations
@@ -633,22 +634,19 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         paths_of[key] = {f.path for f, _ in wanted}
         for path in paths_of[key]:
             keys_left[path] = keys_left.get(path, 0) + 1
-    made: set[bytes] = set()
 
     def fetch(key: str, run: list[Extent]) -> _Fetched:
         got, owner = _Fetched(), owners[key]
         try:
             for x, data in repo.read_extents(key, run, lambda x, e: got.damaged.append((x, e))):
                 f = owner[id(x)]
-                # At its offset: a file's extents can come from objects in any order. The
-                # file is made by whichever window reaches it first.
-                fd = os.open(names[f.path], os.O_RDWR | os.O_CREAT, 0o600)
+                # At its offset: a file's extents can come from objects in any order.
+                fd = os.open(names[f.path], os.O_RDWR)
                 try:
                     _pwrite_all(fd, memoryview(data)[: max(0, f.size - x.start)], x.start)
                 finally:
                     os.close(fd)
                 with lock:
-                    made.add(f.path)
                     meter.advance(len(data))
         except (FormatError, StoreError) as e:
             got.failed = e
@@ -666,6 +664,10 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
 
     pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="syncd-fetch")
     try:
+        # Made here, one thread, before the fetching threads start: files made in one
+        # directory by several threads at once contend for its lock.
+        for name in names.values():
+            name.touch(mode=0o600)
         jobs = {key: [pool.submit(fetch, key, run) for run in rs] for key, rs in runs.items()}
         for key, futures in jobs.items():
             wanted = by_key[key]
@@ -680,9 +682,6 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
                     for f, x in wanted:
                         lose(f, x.start, x.end, f"{key}: unreadable")
                     break
-        for path, name in names.items():
-            if path not in made:
-                name.touch(mode=0o600)
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
     finally:
