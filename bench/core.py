@@ -625,6 +625,8 @@ class BenchBase:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SYNCD_", "RESTIC_", "RCLONE_"))}
         env.update(self.sw.env())
+        # The syncd under test is this checkout's, whichever one the venv was installed from.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         return env
 
     def start_tree_and_seaweed(self, size_mb: int, buckets: tuple[str, ...]) -> Corpus:

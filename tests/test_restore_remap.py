@@ -246,3 +246,29 @@ def test_a_folder_named_by_another_rule_lands_in_this_machines(
         kept = variant == "other-runtime-suffix" and home == "/home/alice"
         assert [p.parent.name for p in out.rglob("*.jsonl")] == [
             folder if kept else project_folder(new_cwd)]
+
+
+@pytest.mark.parametrize("chunk", [8 << 20, 64])
+@pytest.mark.parametrize("sessions", [(), (SID,)])
+def test_rewriting_processes_write_what_one_process_writes(
+        alice: tuple[MemoryStore, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        chunk: int, sessions: tuple[str, ...]) -> None:
+    """A big rewrite runs in worker processes: the files (whole or a chunk of lines at a
+    time, a filtered history too) and the report are the same as without them."""
+    import syncd.restore.remap as remap_mod
+    import syncd.restore.restorer as restorer_mod
+
+    store, _ = alice
+    monkeypatch.setattr(restorer_mod, "CHUNK", chunk)
+    monkeypatch.setattr(remap_mod, "CHUNK", chunk)
+    got = {}
+    for pool_min in (1 << 60, 0):
+        monkeypatch.setattr(restorer_mod, "POOL_MIN_BYTES", pool_min)
+        target = tmp_path / f"out-{pool_min}"
+        report = restore(Repository(store, "desk"), RestoreOptions(
+            target=target, local_home="/home/bob", sessions=sessions))
+        assert report.errors == []
+        got[pool_min] = (tree_bytes(target), [(a.action, a.path, a.size)
+                                              for a in report.actions])
+    assert got[0] == got[1 << 60]
+    assert any(b"/home/bob/app" in data for data in got[0][0].values())

@@ -1,25 +1,31 @@
 """Restore: bring a machine's backup (as of a time, whole or some sessions) into a tree.
 
-Files are fetched segment by segment (whole objects or byte ranges) into a staging
-directory, every extent checked against its sha256. Then each file is remapped to
-this machine's paths (``restore/remap``), compared with what is already there (``restore/merge``)
-and written atomically: temp file, fsync, rename. A failure halfway leaves every
-existing file as it was; a local file is never replaced by an older or diverged copy,
-except a config file asked for with ``--config``, which is kept beside it first.
+Files are fetched window by window (whole objects or byte ranges, two at a time) into a
+staging directory, every extent checked against its sha256. Then each file is remapped to
+this machine's paths (``restore/remap``; a big rewrite in worker processes), compared with
+what is already there (``restore/merge``) and written atomically: temp file, fsync,
+rename; a new file as soon as its bytes are in. A failure halfway leaves every existing
+file as it was; a local file is never replaced by an older or diverged copy, except a
+config file asked for with ``--config``, which is kept beside it first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import logging
+import multiprocessing
 import os
+import queue
 import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +40,7 @@ from syncd.claude import (
 from syncd.config import format_time
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
 from syncd.format.catalog import Session, session_of
-from syncd.format.segment import Extent
+from syncd.format.segment import Extent, check_extent, windows
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import create_private, private_dir, write_private
@@ -199,37 +205,73 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
                                f"filesystem has {fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free")
     staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
                                     dir=None if opts.dry_run else opts.target))
+    rewriters: ProcessPoolExecutor | None = None
     installer = Installer()
     placed: dict[bytes, Action] = {}
+    # Each file's actions, errors and notes, told in path order once all are placed.
+    sinks: dict[bytes, RestoreReport] = {}
+
+    def place(path: bytes, staged: Path, planned: dict[bytes, Path]) -> None:
+        sink = sinks[path] = RestoreReport()
+        if path in aside:
+            _set_aside(staged, path, aside[path], backup, opts, sink)
+            return
+        try:
+            queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
+                            installer, planned, rewriters)
+        except (RestoreError, OSError, ValueError, OverflowError) as e:
+            # This file only; the others still restore.
+            sink.errors.append(_file_error(opts.target, path, e))
+            sink.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path), _why(e)))
+            return
+        if queued is not None:
+            placed[queued[0]] = queued[1]
+
+    def place_early(path: bytes) -> None:
+        # Only a new file (no config, none set aside): one that changes a local file waits
+        # for the whole fetch, so a failure halfway leaves every local file as it was.
+        if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
+                os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
+            return
+        place(path, staging / _staged_name(path), {})
+
+    early: _Placer | None = None
     try:
+        # Before any other thread of this restore starts.
+        rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
+        # With no earlier copy of a session to move (a new machine, a fresh target), a new
+        # file is placed as soon as its bytes are in, while the others are still fetched.
+        wanted = {s.session_id: remap.folder(s.folder) for s in backup.sessions.values()
+                  if s.path in files}
+        early = None if strays(opts.target, wanted) else _Placer(place_early)
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
-        staged = _stage(repo, files, staging, report, meter)
-        planned = _relocate(backup, staged, remap, opts, report, staging)
+        staged = _stage(repo, files, staging, report, meter,
+                        None if early is None else early.put)
+        if early is not None:
+            early.close()
+        planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
+                                                         staging)
         for path in sorted(staged):
-            f = files[path]
-            if path in aside:
-                _set_aside(staged[path], path, aside[path], backup, opts, report)
-                continue
-            try:
-                queued = _place(staged[path], f, remap, history_sids, backup, opts, report,
-                                installer, planned)
-            except (RestoreError, OSError, ValueError, OverflowError) as e:
-                # This file only; the others still restore.
-                report.errors.append(_file_error(opts.target, path, e))
-                report.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path),
-                                             _why(e)))
-                continue
-            if queued is not None:
-                placed[queued[0]] = queued[1]
+            if path not in sinks:
+                place(path, staged[path], planned)
+        for path in sorted(sinks):
+            sink = sinks[path]
+            report.actions += sink.actions
+            report.errors += sink.errors
+            report.notes += sink.notes
     finally:
         # Nothing may still write into staging when it goes.
+        if early is not None:
+            early.stop(drop=True)  # after a failure, nothing more is placed
         for dest, err in installer.finish():
             act = placed.get(dest)
             if act is not None:
                 act.action, act.reason, act.size = "error", _why(err), 0
             report.errors.append(f"{os.fsdecode(dest)}: {_why(err)}")
         installer.close()
+        if rewriters is not None:
+            rewriters.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
     return report
 
@@ -487,10 +529,68 @@ def _history_of(h: Entry, sids: set[str]) -> Entry:
 
 # -- fetching --------------------------------------------------------------------
 
+# Windows fetched at once. Each holds at most one window (SPAN) and one frame in memory,
+# whatever the store holds; their GETs overlap, and zstd and sha256, which let go of the
+# GIL, run on every core.
+FETCHERS = 2
+
+
+@dataclass
+class _Fetched:
+    """What fetching one window of an object met, replayed in order once all are in."""
+    damaged: list[tuple[Extent, FormatError]] = field(default_factory=list)
+    failed: FormatError | StoreError | None = None
+
+
+class _Placer:
+    """Places files, in a thread of its own, as they are told (a file whose bytes are all
+    staged) while the others are still being fetched."""
+
+    def __init__(self, place: Callable[[bytes], None]) -> None:
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._dropped = False
+        self._thread = threading.Thread(target=self._run, args=(place,), daemon=True,
+                                        name="syncd-place")
+        self._thread.start()
+
+    def put(self, path: bytes) -> None:
+        self._queue.put(path)
+
+    def _run(self, place: Callable[[bytes], None]) -> None:
+        while (path := self._queue.get()) is not None:
+            if self._error is None and not self._dropped:
+                try:
+                    place(path)
+                except BaseException as e:  # raised again by close, in the caller's thread
+                    self._error = e
+
+    def stop(self, drop: bool = False) -> None:
+        """Wait until every file told so far is placed, or (``drop``) until the one being
+        placed is; once: again does nothing."""
+        self._dropped = self._dropped or drop
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def close(self) -> None:
+        self.stop()
+        if self._error is not None:
+            raise self._error
+
+
+def _staged_name(path: bytes) -> str:
+    return hashlib.sha256(path).hexdigest()
+
+
 def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
-           report: RestoreReport, meter: Meter) -> dict[bytes, Path]:
+           report: RestoreReport, meter: Meter,
+           ready: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns those that arrived, whole or as the
-    intact prefix of a transcript whose later bytes are lost (cut at a line end)."""
+    intact prefix of a transcript whose later bytes are lost (cut at a line end).
+
+    ``ready`` is told (from a fetching thread) of each file as soon as all its bytes are
+    staged, when nothing of it was lost: it may be placed before the others arrive."""
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
     # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
     lost: dict[bytes, tuple[int, int, str]] = {}
@@ -507,33 +607,87 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         for key, ext in f.extents:
             if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
                 by_key.setdefault(key, []).append((f, ext))
-    names = {p: staging / hashlib.sha256(p).hexdigest() for p in files}
+    names = {p: staging / _staged_name(p) for p in files}
+    owners = {key: {id(x): f for f, x in wanted} for key, wanted in by_key.items()}
+    runs: dict[str, list[list[Extent]]] = {}
+    for key in sorted(by_key):
+        where = repo.where(key)
+        good, bad = [], []
+        for x in sorted((x for _, x in by_key[key]), key=lambda e: e.off):
+            try:
+                check_extent(x, where)
+                good.append(x)
+            except FormatError:
+                bad.append(x)
+        # The windows read_extents would take, one job each: the same GETs.
+        runs[key] = ([bad] if bad else []) + [run for run, _ in windows(good)]
+    # A file is ready once every object it has bytes in was read without a fault (one that
+    # fails loses all its extents, as when it was read in one go), none of its frames was
+    # damaged, and it has no gap.
+    lock = threading.Lock()
+    jobs_left = {key: len(rs) for key, rs in runs.items()}
+    failed_keys: set[str] = set()
+    faulty = set(lost)
+    keys_left: dict[bytes, int] = {}
+    paths_of: dict[str, set[bytes]] = {}
+    for key, wanted in by_key.items():
+        paths_of[key] = {f.path for f, _ in wanted}
+        for path in paths_of[key]:
+            keys_left[path] = keys_left.get(path, 0) + 1
+
+    def fetch(key: str, run: list[Extent]) -> _Fetched:
+        got, owner = _Fetched(), owners[key]
+        try:
+            for x, data in repo.read_extents(key, run, lambda x, e: got.damaged.append((x, e))):
+                f = owner[id(x)]
+                # At its offset: a file's extents can come from objects in any order.
+                fd = os.open(names[f.path], os.O_RDWR)
+                try:
+                    _pwrite_all(fd, memoryview(data)[: max(0, f.size - x.start)], x.start)
+                finally:
+                    os.close(fd)
+                with lock:
+                    meter.advance(len(data))
+        except (FormatError, StoreError) as e:
+            got.failed = e
+        with lock:
+            faulty.update(owner[id(x)].path for x, _ in got.damaged)
+            if got.failed is not None:
+                failed_keys.add(key)
+            jobs_left[key] -= 1
+            if jobs_left[key] == 0 and key not in failed_keys:
+                for path in paths_of[key]:
+                    keys_left[path] -= 1
+                    if keys_left[path] == 0 and path not in faulty and ready is not None:
+                        ready(path)
+        return got
+
+    pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="syncd-fetch")
     try:
+        # Made here, one thread, before the fetching threads start: files made in one
+        # directory by several threads at once contend for its lock.
         for name in names.values():
             name.touch(mode=0o600)
-        for key in sorted(by_key):
+        jobs = {key: [pool.submit(fetch, key, run) for run in rs] for key, rs in runs.items()}
+        for key, futures in jobs.items():
             wanted = by_key[key]
-            owner = {id(x): f for f, x in wanted}
-
-            def damaged(x: Extent, err: FormatError,
-                        owner: dict[int, Entry] = owner) -> None:
-                # That file only: the object's other frames still restore theirs.
-                lose(owner[id(x)], x.start, x.end, str(err))
-
-            try:
-                for x, data in repo.read_extents(key, [x for _, x in wanted], damaged):
-                    f = owner[id(x)]
-                    if f.path in lost and x.start >= lost[f.path][0]:
-                        continue
-                    # At its offset: a file's extents can come from objects in any order.
-                    with open(names[f.path], "r+b") as out:
-                        out.seek(x.start)
-                        out.write(data[: max(0, f.size - x.start)])
-                    meter.advance(len(data))
-            except (FormatError, StoreError) as e:
-                report.errors.append(str(e))
-                for f, x in wanted:
-                    lose(f, x.start, x.end, f"{key}: unreadable")
+            # As one reader of the object in offset order would have met them: damaged
+            # frames, up to the first window that failed; then all of its extents lost.
+            for fut in futures:
+                got = fut.result()
+                for x, err in got.damaged:
+                    lose(owners[key][id(x)], x.start, x.end, str(err))
+                if got.failed is not None:
+                    report.errors.append(str(got.failed))
+                    for f, x in wanted:
+                        lose(f, x.start, x.end, f"{key}: unreadable")
+                    break
+    except OSError as e:
+        raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
+    finally:
+        # Nothing may still write into staging when it is read or goes.
+        pool.shutdown(wait=True, cancel_futures=True)
+    try:
         for path, (start, end, why) in lost.items():
             f = files[path]
             cut = _intact_prefix(names[path], start) if _by_lines(f) else 0
@@ -549,6 +703,13 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
     return names
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    # A write into a filling disk is short first; the next one says ENOSPC.
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
 
 
 def _first_gap(f: Entry) -> tuple[int, int, str] | None:
@@ -620,7 +781,8 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 
 def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
-           installer: Installer, planned: dict[bytes, Path]) -> tuple[bytes, Action] | None:
+           installer: Installer, planned: dict[bytes, Path],
+           rewriters: ProcessPoolExecutor | None = None) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
 
     Returns the destination and the action when a write was queued (its failure, known
@@ -649,6 +811,21 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     sids = history_sids if f.path == b"history.jsonl" else None
     transform = (_remapped(f.path) and not remap.identity) or sids is not None
+    if st is None and transform and rewriters is not None and not opts.dry_run:
+        # Nothing local: rewritten by a worker process, as below (whole when small, else
+        # a chunk of lines at a time), while an installer thread waits for it.
+        act = Action("create", os.fsdecode(rel), src, "not present locally", size)
+        make_parents(opts.target, rel)
+        whole = size <= CHUNK
+        holes = f.sparse if whole else sids is not None and f.sparse
+
+        def rewrite(staged: Path = staged, pool: ProcessPoolExecutor = rewriters) -> bytes:
+            out, act.size = pool.submit(_rewrite_job, staged, sids, holes, whole).result()
+            return os.fsencode(out)
+
+        installer.produce(rewrite, dest, mtime_ns, size if whole else CHUNK + LINE_MAX)
+        report.actions.append(act)
+        return dest, act
     if st is None and transform and size <= CHUNK:
         # Nothing local, small: rewritten in memory, written by the installer's threads
         # while the next file is rewritten.
@@ -826,6 +1003,66 @@ def _rewrite(staged: Path, f: Entry, remap: Remapper,
              history_sids: set[str] | None) -> tuple[Path, int]:
     """``staged`` remapped (and a history filtered) into a new staged file; its size."""
     sids = history_sids if f.path == b"history.jsonl" else None
+    return _rewrite_lines(staged, remap, sids, sids is not None and f.sparse)
+
+
+# A restore that rewrites this much starts worker processes for it: the rewrite is Python
+# (regex substitutions with a callback per path), which threads would run on one core.
+POOL_MIN_BYTES = 32 << 20
+REWRITERS_MAX = 4
+# A worker process's remapper, made once when it starts.
+_worker_remap: Remapper | None = None
+
+
+def _rewriters(files: dict[bytes, Entry], remap: Remapper,
+               history_sids: set[str] | None) -> ProcessPoolExecutor | None:
+    """Worker processes for the rewrite, when it is big enough and there are cores to
+    share it; started now, before this process has other threads (a fork copies only the
+    thread that calls it)."""
+    work = sum(f.size for p, f in files.items()
+               if (_remapped(p) and not remap.identity) or
+               (history_sids is not None and p == b"history.jsonl"))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+    if work < POOL_MIN_BYTES or cores < 2:
+        return None
+    method = "fork" if threading.active_count() == 1 and \
+        "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(min(cores, REWRITERS_MAX), multiprocessing.get_context(method),
+                               initializer=_start_rewriter, initargs=(remap.rules, remap.folders))
+    # A forked process's collector would walk (and so copy) every object it inherited.
+    gc.freeze()
+    try:
+        pool.submit(int).result()  # forks them all now (their threads come later)
+    finally:
+        gc.unfreeze()
+    return pool
+
+
+def _start_rewriter(rules: list[Rule], folders: dict[str, str]) -> None:
+    global _worker_remap
+    _worker_remap = Remapper(rules, folders)
+
+
+def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
+                 whole: bool) -> tuple[Path, int]:
+    """In a worker process: ``staged`` rewritten as ``_place`` rewrites it (``whole``: at
+    once, the small file's way), and the staged file that holds it now, and its size."""
+    assert _worker_remap is not None
+    if not whole:
+        return _rewrite_lines(staged, _worker_remap, sids, holes)
+    # Written back into the staged file: a new file costs the filesystem an inode.
+    with open(staged, "r+b") as fh:
+        data = fh.read()
+        out = _lines_out(data.replace(b"\0", b"") if holes else data, _worker_remap, sids)
+        fh.seek(0)
+        fh.write(out)
+        fh.truncate()
+    return staged, len(out)
+
+
+def _rewrite_lines(staged: Path, remap: Remapper, sids: set[str] | None,
+                   holes: bool) -> tuple[Path, int]:
     out_path = staged.with_name(staged.name + ".out")
     size = 0
     with open(staged, "rb") as src, open(out_path, "wb") as out:
@@ -837,8 +1074,7 @@ def _rewrite(staged: Path, f: Entry, remap: Remapper,
             size += len(text)
 
         # A filtered sparse history has zero bytes where other sessions' lines were.
-        rewrite_lines(src, emit, lambda text: _lines_out(text, remap, sids),
-                      holes=sids is not None and f.sparse)
+        rewrite_lines(src, emit, lambda text: _lines_out(text, remap, sids), holes=holes)
     staged.unlink()
     return out_path, size
 
