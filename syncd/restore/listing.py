@@ -276,8 +276,8 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
     if not found:
         where = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
                                          else "") if names else "no machines"
-        late = "" if machine else "; a session begun in the last few minutes may not be " \
-            "listed yet: name its machine with --machine"
+        late = "" if machine or not names else "; a session begun in the last few " \
+            "minutes may not be listed yet: name its machine with --machine"
         raise LookupFailed(f"session {session_id} is in no backup ({where}){late}")
     ids = {s.session_id for _, s in found}
     if len(ids) > 1:
