@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings, load_settings
 from syncd.format.segment import SegmentIndex
@@ -153,18 +152,6 @@ def cli_env(settings: Settings) -> dict[str, str]:
     if settings.s3_endpoint_url:
         env["SYNCD_S3_ENDPOINT_URL"] = settings.s3_endpoint_url
     return env
-
-
-def shipped(s: Settings, rel: bytes) -> int:
-    """Bytes of ``rel`` the state says are durable (-1: not tracked)."""
-    if not s.state_file.exists():
-        return -1
-    st = State(s.state_file, readonly=True)
-    try:
-        f = st.get(rel)
-        return -1 if f is None else f.offset
-    finally:
-        st.close()
 
 
 # -- a fault-injecting HTTP proxy in front of SeaweedFS --------------------------------

@@ -37,6 +37,18 @@ def shipper(root: Path, store: Store, state_path: Path, machine: str = "m1",
                    selection=Selection(), segment_max=segment_max)
 
 
+def shipped(s: Settings, rel: str | bytes) -> int:
+    """Bytes of ``rel`` the state says are durable (-1: not tracked)."""
+    if not s.state_file.exists():
+        return -1
+    st = State(s.state_file, readonly=True)
+    try:
+        f = st.get(rel.encode() if isinstance(rel, str) else rel)
+        return -1 if f is None else f.offset
+    finally:
+        st.close()
+
+
 def tree_bytes(root: Path) -> dict[bytes, bytes]:
     """Every regular file under root (relative path bytes → content), symlinks skipped."""
     out = {}

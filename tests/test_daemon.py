@@ -22,7 +22,15 @@ from syncd.restore.restorer import RestoreOptions, restore_tree
 from syncd.service.daemon import Daemon
 from syncd.store import open_store
 from syncd.view import load_backup
-from tests.helpers import restore_own, running, start_daemon, tree_bytes, wait_for, write
+from tests.helpers import (
+    restore_own,
+    running,
+    shipped,
+    start_daemon,
+    tree_bytes,
+    wait_for,
+    write,
+)
 from tests.seaweed import Seaweed
 
 
@@ -32,17 +40,6 @@ def settings(tmp_path: Path, **kw: object) -> Settings:
                                    flush_quiet=0.2, flush_max_delay=1.0)
     base.update(kw)
     return load_settings(config_file=tmp_path / "none.toml", **base)
-
-
-def shipped(s: Settings, rel: str) -> int:
-    if not s.state_file.exists():
-        return -1
-    st = State(s.state_file, readonly=True)
-    try:
-        f = st.get(rel.encode())
-        return -1 if f is None else f.offset
-    finally:
-        st.close()
 
 
 @pytest.fixture

@@ -29,11 +29,11 @@ from tests.faultkit import (
     cli_env,
     line,
     make_settings,
-    shipped,
     tree,
     wait_for,
     write,
 )
+from tests.helpers import shipped
 from tests.seaweed import SECRET_KEY, Seaweed
 
 PASSPHRASE = "correct horse battery staple 7f3a"

@@ -32,13 +32,12 @@ from tests.faultkit import (
     line,
     make_settings,
     restore,
-    shipped,
     store_of,
     tree,
     wait_for,
     write,
 )
-from tests.helpers import running
+from tests.helpers import running, shipped
 from tests.seaweed import Seaweed
 
 

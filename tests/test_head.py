@@ -26,7 +26,7 @@ from syncd.restore.listing import (
 )
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, MemoryStore, layout
-from tests.helpers import running, wait_for, write
+from tests.helpers import running, shipped, wait_for, write
 from tests.hostile import line
 
 A = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -43,15 +43,6 @@ def settings(tmp_path: Path, machine: str = "m1", **kw: object) -> Settings:
                                    state_dir=tmp_path / machine / "state", machine_id=machine)
     base.update(kw)
     return load_settings(config_file=tmp_path / "none.toml", **base)
-
-
-def shipped(s: Settings, rel: str) -> int:
-    st = State(s.state_file, readonly=True)
-    try:
-        f = st.get(rel.encode())
-        return -1 if f is None else f.offset
-    finally:
-        st.close()
 
 
 def head_of(s: Settings) -> Head | None:
