@@ -54,6 +54,13 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> MemoryStore:
     return store
 
 
+def copy_of(team: MemoryStore) -> MemoryStore:
+    """The team's store, to change in one test without touching the others'."""
+    store = MemoryStore()
+    store.objects, store.etags = dict(team.objects), dict(team.etags)
+    return store
+
+
 def counted(store: MemoryStore) -> tuple[Repository, Counts]:
     counts = Counts()
     return Repository(CountingStore(store, counts), "reader"), counts  # type: ignore[arg-type]
@@ -101,9 +108,7 @@ def test_a_prefix_matching_several_sessions_or_a_session_on_two_machines_is_ambi
     repo, _ = counted(team)
     with pytest.raises(LookupFailed, match="matches several sessions"):
         find_session(repo, sid(3, 0)[:8])
-    store = MemoryStore()
-    store.objects = dict(team.objects)
-    store.etags = dict(team.etags)
+    store = copy_of(team)
     # m201 continued m003's session (an import, a copy of the tree): both heads list it.
     src, db = tmp_path / "m201", tmp_path / "m201.db"
     rel = f"projects/-home-u3-app0/{sid(3, 0)}.jsonl"
@@ -122,9 +127,7 @@ def test_a_prefix_matching_several_sessions_or_a_session_on_two_machines_is_ambi
 
 def test_machines_without_a_head_are_read_from_their_backups(team: MemoryStore,
                                                              tmp_path: Path) -> None:
-    store = MemoryStore()
-    store.objects = dict(team.objects)
-    store.etags = dict(team.etags)
+    store = copy_of(team)
     old = [f"m{i:03d}" for i in range(10)]  # written by an older syncd: no head
     store.delete_many([layout.head_key(m) for m in old])
     store.put(layout.head_key("m010"), b"not a head", if_none_match=False)
@@ -145,9 +148,7 @@ def test_machines_without_a_head_are_read_from_their_backups(team: MemoryStore,
 
 def test_with_machine_a_session_its_head_does_not_list_yet_is_found_in_its_backup(
         team: MemoryStore, tmp_path: Path) -> None:
-    store = MemoryStore()
-    store.objects = dict(team.objects)
-    store.etags = dict(team.etags)
+    store = copy_of(team)
     src, db = tmp_path / "m777", tmp_path / "m777.db"
     sh = shipper(src, store, db, machine="m777")
     first, new = sid(777, 0), sid(777, 1)
