@@ -199,13 +199,20 @@ class Built:
         return self.target or self.machines[-1]
 
 
+def _cached(meta: Path, n: int, rebuild: bool) -> Built | None:
+    """The store built earlier under ``meta``'s folder (None: none, or ``rebuild``)."""
+    if not meta.exists() or rebuild:
+        return None
+    doc = json.loads(meta.read_text())
+    log(f"N={n}: reusing {meta.parent} (built in {doc['build_s']:.1f} s)")
+    return Built(**doc)
+
+
 def build_store(cache: Path, n: int, tag: str, rebuild: bool) -> Built:
     where = cache / f"n{n}-{tag}"
     meta = where / "built.json"
-    if meta.exists() and not rebuild:
-        doc = json.loads(meta.read_text())
-        log(f"N={n}: reusing {where} (built in {doc['build_s']:.1f} s)")
-        return Built(**doc)
+    if (cached := _cached(meta, n, rebuild)) is not None:
+        return cached
     shutil.rmtree(where, ignore_errors=True)
     store = where / "store"
     store.mkdir(parents=True)
@@ -242,10 +249,8 @@ def build_wide(cache: Path, n: int, tag: str, rebuild: bool, real: Built) -> Bui
     the ``file://`` store's directory tree."""
     where = cache / f"n{n}-{tag}"
     meta = where / "built.json"
-    if meta.exists() and not rebuild:
-        doc = json.loads(meta.read_text())
-        log(f"N={n}: reusing {where} (built in {doc['build_s']:.1f} s)")
-        return Built(**doc)
+    if (cached := _cached(meta, n, rebuild)) is not None:
+        return cached
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     store = where / "store"
