@@ -31,7 +31,7 @@ from syncd.errors import RestoreError, StateError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.restore.listing import find_session, machine_rows, session_rows
-from syncd.restore.remap import Rule
+from syncd.restore.remap import Rule, config_rules
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
 from syncd.timeline import timeline
@@ -171,8 +171,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         if not sep or not old or not new:
             raise UsageError(f"--map takes OLD=NEW, got {m!r}")
         rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
-    rules += [Rule(o, str(Path(n).expanduser()), "config remap")
-              for o, n in settings.remap.items()]
+    rules += config_rules(settings)
     return RestoreOptions(
         target=target or settings.source, sessions=sessions, projects=projects,
         at=at, maps=tuple(rules), worktrees=worktrees,
