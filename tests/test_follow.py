@@ -16,10 +16,13 @@ from syncd.backup.engine import sync_once
 from syncd.backup.ship import imported_from
 from syncd.backup.state import State
 from syncd.claude import project_folder
+from syncd.cli.restore import imported_copies
 from syncd.config import Settings, load_settings
 from syncd.follow.follower import HEAD_EVERY, Follower, cursors, session_of_any
 from syncd.repository import Repository
+from syncd.restore.listing import here, session_rows
 from syncd.restore.restorer import RestoreOptions, restore
+from syncd.service.status import format_status, status
 from syncd.store import LocalStore, Store, layout
 from tests.counting import CountingStore
 from tests.helpers import running, tree_bytes, wait_for, write
@@ -313,3 +316,29 @@ def test_the_daemon_imports_on_its_own(two: tuple[Machine, Machine],
 ])
 def test_the_session_a_path_belongs_to(path: str, sid: str | None) -> None:
     assert session_of_any(path.encode()) == sid
+
+
+def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    a.settings = a.settings.model_copy(update={"head_interval": 0.0})
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    shown = status(b.settings)
+    assert [(f["machine"], f["seq"], f["imported"], f["waiting"]) for f in shown["following"]
+            ] == [("desk", 0, 1, [])]
+    assert "following:    desk: last import" in format_status(shown)
+    repo = Repository(LocalStore(b.store_dir), "laptop")
+
+    def marks() -> dict[str, str]:
+        rows = session_rows(repo, here(b.settings.source, imported_copies(b.settings)))
+        return {r["machine"]: r["here"] for r in rows if r["session_id"] == S1}
+
+    assert marks() == {"desk": "imported"}
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    assert marks() == {"desk": "behind"}
+    b.poll(monkeypatch)
+    assert marks() == {"desk": "imported"}
