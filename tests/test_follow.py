@@ -342,3 +342,18 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
     assert marks() == {"desk": "behind"}
     b.poll(monkeypatch)
     assert marks() == {"desk": "imported"}
+
+
+def test_a_machine_that_keeps_failing_is_tried_less_and_less_often(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, b = two
+    counting = CountingStore(LocalStore(b.store_dir))  # desk has no backup at all
+    for f in b.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        tried = []
+        for _ in range(16):
+            before = counting.counts.total()
+            f.poll()
+            tried.append(counting.counts.total() > before)
+        assert f.cursors["desk"].problem is not None
+    # Polls 0, 1, 3, 7, 15: after 1, 2, 4, 8 polls.
+    assert [n for n, t in enumerate(tried) if t] == [0, 1, 3, 7, 15]

@@ -43,6 +43,8 @@ HEAD_EVERY = 10
 SEGMENTS_MAX = 256
 # With follow = "*", the store's machines are listed again every this many polls.
 MACHINES_EVERY = 20
+# Polls a machine that keeps failing waits at most (at 30 s each: an hour).
+RETRY_MAX = 120
 # Conflict copies and waiting sessions remembered per machine (for ``syncd status``).
 KEPT = 50
 # The state's meta key holding every followed machine's cursor.
@@ -96,6 +98,8 @@ class Follower:
         self.cursors = cursors(state)
         self._machines: list[str] = []
         self._polls = 0
+        # A failing machine: (the poll it is tried again at, the wait that was).
+        self._retry: dict[str, tuple[int, int]] = {}
 
     def machines(self) -> list[str]:
         """The machines followed now (never this one)."""
@@ -115,13 +119,20 @@ class Follower:
             machines = [m for m in self.settings.follow if m not in ("*", self.me)]
         for machine in machines:
             cur = self.cursors.setdefault(machine, Cursor())
+            if self._polls < self._retry.get(machine, (0, 0))[0]:
+                continue
             cur.last_check = self.clock()
             try:
                 self._poll(machine, cur)
                 cur.problem = None
+                self._retry.pop(machine, None)
             except (SyncdError, OSError) as e:
-                # That machine only, and only this time: the next poll tries again.
+                # That machine only: tried again after 1, 2, 4 … polls (at most an hour's
+                # worth), so a machine that keeps failing costs little.
                 cur.problem = str(e)[:500]
+                last = self._retry.get(machine)
+                wait = 1 if last is None else min(last[1] * 2, RETRY_MAX)
+                self._retry[machine] = (self._polls + wait, wait)
                 log.warning("following %s: %s", machine, cur.problem)
         self._polls += 1
         self.state.set_meta(**{META: json.dumps({m: asdict(c)
