@@ -195,7 +195,9 @@ def test_a_session_written_here_is_left_until_quiet(
     mine = b.transcript("app", S1)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
-    b.now = mine.stat().st_mtime + 10  # written here 10 s ago
+    touched = mine.stat().st_mtime_ns + 10**9  # a write here: the bytes stay, the time moves
+    os.utime(mine, ns=(touched, touched))
+    b.now = touched / 1e9 + 10  # 10 s ago
     b.poll(monkeypatch)
     assert mine.read_bytes() == line(S1, b.cwd("app"), 0)
     assert b.cursor("desk")["waiting"] == [S1]
@@ -357,3 +359,29 @@ def test_a_machine_that_keeps_failing_is_tried_less_and_less_often(
         assert f.cursors["desk"].problem is not None
     # Polls 0, 1, 3, 7, 15: after 1, 2, 4, 8 polls.
     assert [n for n, t in enumerate(tried) if t] == [0, 1, 3, 7, 15]
+
+
+def test_a_file_as_the_last_import_left_it_is_not_a_local_write(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    # An import gives the file the other machine's mtime: a session the desk is writing
+    # right now keeps arriving, since nothing wrote to it here.
+    a, b = two
+    b.settings = b.settings.model_copy(update={"follow_quiet": 60.0})
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    for i in (1, 2):
+        write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
+        a.sync(monkeypatch)
+        b.now = mine.stat().st_mtime + 1
+        b.poll(monkeypatch)
+        assert mine.read_bytes().count(b"\n") == i + 1
+    write(b.settings.source, mine.relative_to(b.settings.source),
+          line(S1, b.cwd("app"), 7, "typed here"), mode="ab")
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 3), mode="ab")
+    a.sync(monkeypatch)
+    b.now = mine.stat().st_mtime + 1
+    b.poll(monkeypatch)
+    assert b.cursor("desk")["waiting"] == [S1]

@@ -646,7 +646,8 @@ class Shipper:
             # A restore put back exactly what the store holds: those bytes are not
             # this machine's new ones. A deleted file's generation comes back to life.
             return prev.gen, prev.offset, REVIVED if prev.deleted_at is not None else None
-        if prev.deleted_at is None and self._imported_after(fd, st, prev):
+        if prev.deleted_at is None and (prev.dev, prev.ino) != (st.st_dev, st.st_ino) and \
+                self._imported_after(fd, st, prev):
             # An import replaced the file with one that continues what was shipped.
             return prev.gen, prev.offset, None
         if prev.deleted_at is not None:

@@ -126,7 +126,7 @@ class Follower:
                 self._poll(machine, cur)
                 cur.problem = None
                 self._retry.pop(machine, None)
-            except (SyncdError, OSError) as e:
+            except Exception as e:  # a follower's failure never stops the backup
                 # That machine only: tried again after 1, 2, 4 … polls (at most an hour's
                 # worth), so a machine that keeps failing costs little.
                 cur.problem = str(e)[:500]
@@ -221,7 +221,8 @@ class Follower:
             local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
             conflicts_dir=cfg.state_dir / "conflicts",
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
-            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock), history=False,
+            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, self.state.imported),
+            history=False,
             progress=_Fed(self.progress))
         report = restore(rm, opts, backup)
         self._account(rm.machine, cur, report, backup)
@@ -276,9 +277,9 @@ def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen
     except OSError:
         return None
     try:
-        length = os.fstat(fd).st_size
-        return ImportedFile(rel, machine, length, check_hash(fd, length), merged, src, gen,
-                            size, now)
+        st = os.fstat(fd)
+        return ImportedFile(rel, machine, st.st_size, check_hash(fd, st.st_size), merged, src,
+                            gen, size, st.st_mtime_ns, now)
     finally:
         os.close(fd)
 
