@@ -233,7 +233,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
                 os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
             return
-        place(path, staging / _staged_name(path), {})
+        place(path, _staged_path(staging, path), {})
 
     early: _Placer | None = None
     try:
@@ -579,8 +579,15 @@ class _Placer:
             raise self._error
 
 
-def _staged_name(path: bytes) -> str:
-    return hashlib.sha256(path).hexdigest()
+# Staged files are spread over this many subdirectories of the staging directory: the
+# fetching threads make them as their first bytes come, and files made at once in one
+# directory contend for its lock.
+STAGING_DIRS = 16
+
+
+def _staged_path(staging: Path, path: bytes) -> Path:
+    name = hashlib.sha256(path).hexdigest()
+    return staging / name[0] / name
 
 
 def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
@@ -607,7 +614,7 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         for key, ext in f.extents:
             if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
                 by_key.setdefault(key, []).append((f, ext))
-    names = {p: staging / _staged_name(p) for p in files}
+    names = {p: _staged_path(staging, p) for p in files}
     owners = {key: {id(x): f for f, x in wanted} for key, wanted in by_key.items()}
     runs: dict[str, list[list[Extent]]] = {}
     for key in sorted(by_key):
@@ -634,19 +641,23 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         paths_of[key] = {f.path for f, _ in wanted}
         for path in paths_of[key]:
             keys_left[path] = keys_left.get(path, 0) + 1
+    made: set[bytes] = set()
 
     def fetch(key: str, run: list[Extent]) -> _Fetched:
         got, owner = _Fetched(), owners[key]
         try:
             for x, data in repo.read_extents(key, run, lambda x, e: got.damaged.append((x, e))):
                 f = owner[id(x)]
-                # At its offset: a file's extents can come from objects in any order.
-                fd = os.open(names[f.path], os.O_RDWR)
+                # At its offset: a file's extents can come from objects in any order. The
+                # file is made by whichever window reaches it first, while the other
+                # fetches (made up front, one at a time, they delayed the first GET).
+                fd = os.open(names[f.path], os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     _pwrite_all(fd, memoryview(data)[: max(0, f.size - x.start)], x.start)
                 finally:
                     os.close(fd)
                 with lock:
+                    made.add(f.path)
                     meter.advance(len(data))
         except (FormatError, StoreError) as e:
             got.failed = e
@@ -664,10 +675,8 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
 
     pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="syncd-fetch")
     try:
-        # Made here, one thread, before the fetching threads start: files made in one
-        # directory by several threads at once contend for its lock.
-        for name in names.values():
-            name.touch(mode=0o600)
+        for d in range(STAGING_DIRS):
+            (staging / f"{d:x}").mkdir(mode=0o700)
         jobs = {key: [pool.submit(fetch, key, run) for run in rs] for key, rs in runs.items()}
         for key, futures in jobs.items():
             wanted = by_key[key]
@@ -682,6 +691,10 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
                     for f, x in wanted:
                         lose(f, x.start, x.end, f"{key}: unreadable")
                     break
+        # Those no window reached: empty files, and those whose every extent was lost.
+        for path, name in names.items():
+            if path not in made:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o600))
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
     finally:
