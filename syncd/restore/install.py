@@ -31,6 +31,8 @@ class Installer:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="syncd-install")
         self._futures: list[tuple[bytes, Future[None]]] = []
         self._dirs: set[bytes] = set()
+        # Directories made or checked by this restore: see make_parents.
+        self.known: set[bytes] = set()
         self._room = threading.BoundedSemaphore(MAX_BYTES >> 20)
 
     def rename(self, src: bytes, dest: bytes, mtime_ns: int) -> None:
@@ -106,9 +108,12 @@ def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
     os.replace(tmp, dest)
 
 
-def check_parents(target: Path, rel: bytes) -> None:
-    """Refuse a path whose existing parents under ``target`` are not plain directories."""
+def check_parents(target: Path, rel: bytes, known: set[bytes] | None = None) -> None:
+    """Refuse a path whose existing parents under ``target`` are not plain directories.
+    ``known``: directories this restore made or checked already (their parents too)."""
     cur = os.fsencode(target)
+    if known is not None and os.path.join(cur, os.path.dirname(rel)) in known:
+        return
     for part in rel.split(b"/")[:-1]:
         cur = os.path.join(cur, part)
         try:
@@ -120,16 +125,25 @@ def check_parents(target: Path, rel: bytes) -> None:
                                "(symlinks are not followed)")
 
 
-def make_parents(target: Path, rel: bytes) -> None:
+def make_parents(target: Path, rel: bytes, known: set[bytes] | None = None) -> None:
     """``rel``'s parents under ``target``, made 0700 where missing; never through a
-    symlink."""
+    symlink. ``known``: as for ``check_parents``; the parents are added to it (the files
+    of one folder then cost no mkdir and no lstat of each parent again)."""
+    top = os.fsencode(target)
+    if known is not None and os.path.join(top, os.path.dirname(rel)) in known:
+        return
     check_parents(target, rel)
-    cur = os.fsencode(target)
+    cur = top
     for part in rel.split(b"/")[:-1]:
         cur = os.path.join(cur, part)
         with contextlib.suppress(FileExistsError):
             os.mkdir(cur, 0o700)
     check_parents(target, rel)
+    if known is not None:
+        cur = top
+        for part in rel.split(b"/")[:-1]:
+            cur = os.path.join(cur, part)
+            known.add(cur)
 
 
 def changed(path: bytes, before: os.stat_result) -> bool:

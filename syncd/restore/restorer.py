@@ -809,7 +809,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     dest = os.path.join(os.fsencode(opts.target), rel)
     if rel in planned:  # a dry run: compared with what a move would have put there
         dest = os.fsencode(planned[rel])
-    check_parents(opts.target, rel)
+    check_parents(opts.target, rel, installer.known)
     try:
         st: os.stat_result | None = os.lstat(dest)
     except FileNotFoundError:
@@ -828,7 +828,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # Nothing local: rewritten by a worker process, as below (whole when small, else
         # a chunk of lines at a time), while an installer thread waits for it.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
-        make_parents(opts.target, rel)
+        make_parents(opts.target, rel, installer.known)
         whole = size <= CHUNK
         holes = f.sparse if whole else sids is not None and f.sparse
 
@@ -846,7 +846,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                           else staged.read_bytes(), remap, sids)
         act = Action("create", os.fsdecode(rel), src, "not present locally", len(data))
         if not opts.dry_run:
-            make_parents(opts.target, rel)
+            make_parents(opts.target, rel, installer.known)
             installer.write(data, dest, mtime_ns)
         report.actions.append(act)
         return dest, act
@@ -855,7 +855,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # decides memory) by an installer thread, while the next file is placed.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
-            make_parents(opts.target, rel)
+            make_parents(opts.target, rel, installer.known)
 
             def rewritten(staged: Path = staged) -> bytes:
                 out, act.size = _rewrite(staged, f, remap, history_sids)
@@ -872,7 +872,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # The common case, streamed: nothing local.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
-            make_parents(opts.target, rel)
+            make_parents(opts.target, rel, installer.known)
             _record(opts, backup.machine, rel, as_is, staged)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
         report.actions.append(act)
@@ -895,7 +895,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     if st is not None and changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
-    make_parents(opts.target, rel)
+    make_parents(opts.target, rel, installer.known)
     if d.action == "fast-forward":
         _record(opts, backup.machine, rel, as_is, d.content)
     installer.write(d.content, dest,
