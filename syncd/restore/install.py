@@ -31,12 +31,31 @@ class Installer:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="syncd-install")
         self._futures: list[tuple[bytes, Future[None]]] = []
         self._dirs: set[bytes] = set()
+        self._prepared: dict[bytes, tuple[int, Future[None]]] = {}
         # Directories made or checked by this restore: see make_parents.
         self.known: set[bytes] = set()
         self._room = threading.BoundedSemaphore(MAX_BYTES >> 20)
 
+    def prepare(self, src: bytes, mtime_ns: int) -> None:
+        """Make the finished file ``src`` ready to be renamed into place (mode, mtime, and
+        its bytes durable), now, in a worker thread: a later ``rename`` of it with the same
+        mtime only renames."""
+        self._prepared[src] = (mtime_ns, self._pool.submit(_ready, src, mtime_ns))
+
     def rename(self, src: bytes, dest: bytes, mtime_ns: int) -> None:
         """Install the finished file ``src`` (same filesystem) as ``dest``."""
+        prepared = self._prepared.pop(src, None)
+        if prepared is not None and prepared[0] == mtime_ns:
+            ready = prepared[1]
+
+            def replace() -> None:
+                ready.result()  # submitted before this job: already running or done
+                os.replace(src, dest)
+
+            self._submit(dest, replace, 0)
+            return
+        if prepared is not None:
+            prepared[1].result()  # not changing src while this still does
         self._submit(dest, lambda: _finish(src, dest, mtime_ns), 0)
 
     def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
@@ -74,6 +93,10 @@ class Installer:
             except Exception as e:
                 errors.append((dest, e))
         self._futures = []
+        for _, fut in self._prepared.values():  # never renamed: staged files, thrown away
+            with contextlib.suppress(Exception):
+                fut.result()
+        self._prepared.clear()
         for d in sorted(self._dirs):
             with contextlib.suppress(OSError):
                 fsync_dir(d)
@@ -106,6 +129,19 @@ def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
         mtime_ns = time.time_ns()
     os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.replace(tmp, dest)
+
+
+def _ready(tmp: bytes, mtime_ns: int) -> None:
+    """``_finish`` but the rename, mode and mtime first, so one fsync makes all durable."""
+    if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
+        mtime_ns = time.time_ns()
+    fd = os.open(tmp, os.O_RDWR)
+    try:
+        os.fchmod(fd, 0o600)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def check_parents(target: Path, rel: bytes, known: set[bytes] | None = None) -> None:

@@ -235,6 +235,21 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
             return
         place(path, _staged_path(staging, path), {})
 
+    def prepare_early(path: bytes) -> None:
+        # A file that will be placed early as it is (new, not rewritten): made durable as
+        # soon as its bytes are written, while the others are fetched, so that placing it
+        # once its objects are all read is a rename (it waits for its object's last window:
+        # a failure there loses its bytes too). Placed otherwise, it is as if not prepared.
+        f = files[path]
+        if f.sparse or (_remapped(path) and not remap.identity) or (
+                history_sids is not None and path == b"history.jsonl") or \
+                not 0 <= f.mtime_ns <= time.time_ns() + _MTIME_SLACK_NS:
+            return
+        if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
+                os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
+            return
+        installer.prepare(os.fsencode(_staged_path(staging, path)), f.mtime_ns)
+
     early: _Placer | None = None
     try:
         # Before any other thread of this restore starts.
@@ -247,7 +262,8 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
         staged = _stage(repo, files, staging, report, meter,
-                        None if early is None else early.put)
+                        None if early is None else early.put,
+                        None if early is None or opts.dry_run else prepare_early)
         if early is not None:
             early.close()
         planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
@@ -592,12 +608,15 @@ def _staged_path(staging: Path, path: bytes) -> Path:
 
 def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
            report: RestoreReport, meter: Meter,
-           ready: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
+           ready: Callable[[bytes], None] | None = None,
+           written: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns those that arrived, whole or as the
     intact prefix of a transcript whose later bytes are lost (cut at a line end).
 
     ``ready`` is told (from a fetching thread) of each file as soon as all its bytes are
-    staged, when nothing of it was lost: it may be placed before the others arrive."""
+    staged, when nothing of it was lost: it may be placed before the others arrive.
+    ``written`` is told of each file as soon as its last byte is written, when nothing of
+    it was lost so far (a window of one of its objects may still fail)."""
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
     # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
     lost: dict[bytes, tuple[int, int, str]] = {}
@@ -642,6 +661,11 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         for path in paths_of[key]:
             keys_left[path] = keys_left.get(path, 0) + 1
     made: set[bytes] = set()
+    # Per file: its extents not yet written.
+    unwritten: dict[bytes, int] = {}
+    for wanted in by_key.values():
+        for f, _ in wanted:
+            unwritten[f.path] = unwritten.get(f.path, 0) + 1
 
     def fetch(key: str, run: list[Extent]) -> _Fetched:
         got, owner = _Fetched(), owners[key]
@@ -659,6 +683,12 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
                 with lock:
                     made.add(f.path)
                     meter.advance(len(data))
+                    # All written: none of its extents was damaged (those are never
+                    # written); a gap would have made it faulty from the start.
+                    unwritten[f.path] -= 1
+                    whole = unwritten[f.path] == 0 and f.path not in faulty
+                if whole and written is not None:
+                    written(f.path)
         except (FormatError, StoreError) as e:
             got.failed = e
         with lock:
