@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,6 +208,8 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
     rewriters: ProcessPoolExecutor | None = None
     installer = Installer()
     placed: dict[bytes, Action] = {}
+    # Rewrites started as soon as a file's bytes were in: its size then, and the job.
+    rewrites: dict[bytes, tuple[int, Future[tuple[Path, int]]]] = {}
     # Each file's actions, errors and notes, told in path order once all are placed.
     sinks: dict[bytes, RestoreReport] = {}
 
@@ -218,7 +220,7 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
             return
         try:
             queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
-                            installer, planned, rewriters)
+                            installer, planned, rewriters, rewrites.pop(path, None))
         except (RestoreError, OSError, ValueError, OverflowError) as e:
             # This file only; the others still restore.
             sink.errors.append(_file_error(opts.target, path, e))
@@ -236,19 +238,27 @@ def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
         place(path, _staged_path(staging, path), {})
 
     def prepare_early(path: bytes) -> None:
-        # A file that will be placed early as it is (new, not rewritten): made durable as
-        # soon as its bytes are written, while the others are fetched, so that placing it
-        # once its objects are all read is a rename (it waits for its object's last window:
-        # a failure there loses its bytes too). Placed otherwise, it is as if not prepared.
+        # A file that will be placed early (new): made durable as soon as its bytes are
+        # written, or rewritten by a worker process, while the others are fetched; once
+        # its objects are all read (a failure in its object's last window loses its bytes
+        # too), placing it is a rename. Placed otherwise, it is as if not prepared.
         f = files[path]
-        if f.sparse or (_remapped(path) and not remap.identity) or (
-                history_sids is not None and path == b"history.jsonl") or \
-                not 0 <= f.mtime_ns <= time.time_ns() + _MTIME_SLACK_NS:
+        if f.sparse or not 0 <= f.mtime_ns <= time.time_ns() + _MTIME_SLACK_NS:
             return
         if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
                 os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
             return
-        installer.prepare(os.fsencode(_staged_path(staging, path)), f.mtime_ns)
+        staged = _staged_path(staging, path)
+        sids = history_sids if path == b"history.jsonl" else None
+        if not (_remapped(path) and not remap.identity) and sids is None:
+            installer.prepare(os.fsencode(staged), f.mtime_ns)
+        elif rewriters is not None and len({key for key, _ in f.extents}) == 1:
+            # Rewritten in place: only a file of one object, which a failure later in
+            # that object loses whole (one of several would keep its intact prefix, cut
+            # at an offset of the bytes as they were).
+            size = staged.stat().st_size
+            rewrites[path] = (size, rewriters.submit(_rewrite_job, staged, sids, False,
+                                                     size <= CHUNK))
 
     early: _Placer | None = None
     try:
@@ -825,13 +835,19 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
            installer: Installer, planned: dict[bytes, Path],
-           rewriters: ProcessPoolExecutor | None = None) -> tuple[bytes, Action] | None:
+           rewriters: ProcessPoolExecutor | None = None,
+           rewriting: tuple[int, Future[tuple[Path, int]]] | None = None,
+           ) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
+
+    ``rewriting``: the staged file's size when its rewrite by ``rewriters`` (as
+    ``_rewrite_job`` whole when small, not sparse) was started, and that job.
 
     Returns the destination and the action when a write was queued (its failure, known
     later, turns the action into an error)."""
     src = os.fsdecode(f.path)
-    size = staged.stat().st_size
+    # A staged file being rewritten has the size it had before.
+    size = staged.stat().st_size if rewriting is None else rewriting[0]
     if size != f.size and not (f.sparse and size <= f.size):
         raise RestoreError(f"{src}: assembled {size} bytes, expected {f.size}")
     rel = _target_rel(f.path, remap)
@@ -863,7 +879,9 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         holes = f.sparse if whole else sids is not None and f.sparse
 
         def rewrite(staged: Path = staged, pool: ProcessPoolExecutor = rewriters) -> bytes:
-            out, act.size = pool.submit(_rewrite_job, staged, sids, holes, whole).result()
+            job = rewriting[1] if rewriting is not None else \
+                pool.submit(_rewrite_job, staged, sids, holes, whole)
+            out, act.size = job.result()
             return os.fsencode(out)
 
         installer.produce(rewrite, dest, mtime_ns, size if whole else CHUNK + LINE_MAX)
@@ -895,7 +913,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         report.actions.append(act)
         return dest, act
     if transform:
-        staged, size = _rewrite(staged, f, remap, history_sids)
+        staged, size = _rewrite(staged, f, remap, history_sids) if rewriting is None \
+            else rewriting[1].result()
     # What is written is the backup's generation as it is (nothing rewritten).
     as_is = f if not transform and not f.sparse else None
     if st is None:
@@ -1092,8 +1111,15 @@ def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
     """In a worker process: ``staged`` rewritten as ``_place`` rewrites it (``whole``: at
     once, the small file's way), and the staged file that holds it now, and its size."""
     assert _worker_remap is not None
+    # Made durable here, by this process, so that installing it is only a rename.
     if not whole:
-        return _rewrite_lines(staged, _worker_remap, sids, holes)
+        path, size = _rewrite_lines(staged, _worker_remap, sids, holes)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return path, size
     # Written back into the staged file: a new file costs the filesystem an inode.
     with open(staged, "r+b") as fh:
         data = fh.read()
@@ -1101,6 +1127,8 @@ def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
         fh.seek(0)
         fh.write(out)
         fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
     return staged, len(out)
 
 
