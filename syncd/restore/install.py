@@ -2,7 +2,9 @@
 once at the end.
 
 Done by worker threads, so waiting for the disk (fsync releases the GIL) overlaps the
-next file's fetch and rewrite; at most ``MAX_BYTES`` of content wait in memory.
+next file's fetch and rewrite; at most ``MAX_BYTES`` of content wait in memory. A file
+can be prepared (mode, mtime, fsync) before it is known where it goes: installing it is
+then a rename.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ class Installer:
 
             self._submit(dest, replace, 0)
             return
-        if prepared is not None:
-            prepared[1].result()  # not changing src while this still does
+        if prepared is not None:  # not changing src while this still does; redone below
+            with contextlib.suppress(Exception):
+                prepared[1].result()
         self._submit(dest, lambda: _finish(src, dest, mtime_ns), 0)
 
     def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:

@@ -4,7 +4,8 @@ Files are fetched window by window (whole objects or byte ranges, two at a time)
 staging directory, every extent checked against its sha256. Then each file is remapped to
 this machine's paths (``restore/remap``; a big rewrite in worker processes), compared with
 what is already there (``restore/merge``) and written atomically: temp file, fsync,
-rename; a new file as soon as its bytes are in. A failure halfway leaves every existing
+rename. A new file is made durable (or rewritten) as soon as its bytes are in, and renamed
+into place once every object it has bytes in is read. A failure halfway leaves every existing
 file as it was; a local file is never replaced by an older or diverged copy, except a
 config file asked for with ``--config``, which is kept beside it first.
 """
