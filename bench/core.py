@@ -332,9 +332,11 @@ def _write(tree: Tree, rel: str, data: bytes) -> Path:
     return p
 
 
-def build_main_tree(root: Path, corpus: Corpus, rng: random.Random, size: int) -> Tree:
+def build_main_tree(root: Path, corpus: Corpus, rng: random.Random, size: int,
+                    home: str = "/home/dev") -> Tree:
+    """Sessions of projects under ``home``/src, ``size`` bytes in all."""
     tree = Tree(root)
-    cwds = [f"/home/dev/src/{n}" for n in PROJECT_NAMES]
+    cwds = [f"{home}/src/{n}" for n in PROJECT_NAMES]
     history: list[str] = []
     while tree.bytes < size:
         cwd = rng.choice(cwds)
