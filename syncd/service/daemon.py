@@ -305,11 +305,19 @@ class Daemon:
                 time.monotonic() < self._follow_at:
             return
         if self._follower is None:
+            # A first import before READY=1 may take long: it feeds the watchdog and
+            # extends the start timeout as the first seed does.
             self._follower = Follower(self.settings, engine.repo, engine.state,
-                                      progress=lambda n: self.notify.watchdog())
+                                      progress=self._on_progress)
+        started = time.monotonic()
+        self._follow_at = started + self.settings.follow_interval
+        before = [c.last_import for c in self._follower.cursors.values()]
         self._follower.poll()
-        # From the end of the poll: a long import never makes the next one come at once.
-        self._follow_at = time.monotonic() + self.settings.follow_interval
+        # Every interval from the start of the last poll (a busy machine's import takes
+        # seconds), but never at once again after an import longer than the interval.
+        self._follow_at = max(self._follow_at, time.monotonic() + 1.0)
+        if before != [c.last_import for c in self._follower.cursors.values()]:
+            _release_memory()  # an import's buffers, as after a flush
 
     def _timeout(self, next_scan: float) -> float:
         now = time.monotonic()
