@@ -74,10 +74,21 @@ def cursors(state: State) -> dict[str, Cursor]:
     out = {}
     for machine, c in doc.items() if isinstance(doc, dict) else ():
         try:
-            out[str(machine)] = Cursor(**c)
+            cur = Cursor(**c)
         except TypeError:
             continue  # written by another version: started over
+        if _sound(cur):  # else damaged: started over too
+            out[str(machine)] = cur
     return out
+
+
+def _sound(c: Cursor) -> bool:
+    """Whether every field of a cursor read back from the state has its type."""
+    names = (c.waiting, c.conflicts)
+    return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
+        type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \
+        all(t is None or type(t) in (int, float) for t in (c.last_import, c.last_check)) \
+        and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)
 
 
 class Follower:
