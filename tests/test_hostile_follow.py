@@ -57,3 +57,25 @@ def test_a_damaged_cursor_in_the_state_is_started_over(
     laptop.poll(monkeypatch)
     assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
     assert laptop.cursor(DESK)["seq"] == 1 and laptop.cursor(DESK)["problem"] is None
+
+
+def test_a_size_past_what_the_state_holds_is_one_line_and_the_rest_imports(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    # s1's next bytes claim to sit just below 2**63: its size is past SQLite's integers.
+    c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0)),
+                        Piece(transcript(CWD, s1), line(s1, CWD, 1), start=(1 << 63) - 100)])
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    cur = laptop.cursor(DESK)
+    assert cur["seq"] == 1 and cur["problem"] is None
+    assert [r.message for r in caplog.records if s1 in r.message and "lost" in r.message]
+    # What the import wrote is recorded: the laptop never ships it as its own.
+    state = State(laptop.settings.state_file, readonly=True)
+    try:
+        got = {r.src_path.rsplit(b"/", 1)[1]: r for r in state.imports()}
+    finally:
+        state.close()
+    assert set(got) == {f"{s1}.jsonl".encode(), f"{s2}.jsonl".encode()}

@@ -49,6 +49,9 @@ KEPT = 50
 META = "follow"
 # Actions that leave a file written by the import; "skip": it already was.
 WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip")
+# The largest integer the state holds: a source's generation or size past it (a number no
+# writer makes) is recorded as this.
+STATE_INT_MAX = (1 << 63) - 1
 
 
 @dataclass
@@ -277,8 +280,9 @@ def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen
         return None
     try:
         length = os.fstat(fd).st_size
-        return ImportedFile(rel, machine, length, check_hash(fd, length), merged, src, gen,
-                            size, now)
+        return ImportedFile(rel, machine, length, check_hash(fd, length), merged, src,
+                            max(0, min(gen, STATE_INT_MAX)), max(0, min(size, STATE_INT_MAX)),
+                            now)
     finally:
         os.close(fd)
 
