@@ -6,11 +6,16 @@ waits, and never writes over a local session."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from syncd.backup.state import State
+from syncd.format.segment import FRAME_MAX
+from syncd.store import LocalStore
+from tests.counting import CountingStore
 from tests.hostile import Craft, Piece, line, sid, transcript
 from tests.test_follow import Machine
 
@@ -79,3 +84,39 @@ def test_a_size_past_what_the_state_holds_is_one_line_and_the_rest_imports(
     finally:
         state.close()
     assert set(got) == {f"{s1}.jsonl".encode(), f"{s2}.jsonl".encode()}
+
+
+def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    s3 = sid(DESK, 3)
+    # s1's next bytes claim 1.6 GB: 400 extents of 4 MiB, all the same small frame.
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0)),
+                              Piece(transcript(CWD, s3), line(s3, CWD, 0)),
+                              Piece(transcript(CWD, s1), b"x" * 100,
+                                    start=len(line(s1, CWD, 0)))])
+
+    def claim(doc: dict[str, Any]) -> None:
+        e = next(x for x in doc["entries"] if x["op"] == "data" and s1 in json.dumps(x))
+        e["end"] = e["start"] + FRAME_MAX
+        doc["entries"] += [{**e, "start": e["start"] + i * FRAME_MAX,
+                            "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, 400)]
+
+    c.rewrite(key, claim)
+    # A disk with 1 GB free.
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
+        (4096, 4096, 1 << 20, 1 << 18, 1 << 18, 1000, 1000, 1000, 0, 255)
+        if os.fspath(p) == str(laptop.settings.source) else real(p)))
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s3).read_bytes() == line(s3, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and s1 in said[0] and "needs" in said[0], said
+    # Not tried again at every poll: the next one costs the one HEAD of an idle machine.
+    assert laptop.cursor(DESK)["seq"] == 1
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    assert counting.counts.by_kind() == {"HEAD": 1}, counting.counts.calls

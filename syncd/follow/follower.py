@@ -19,13 +19,13 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from syncd.backup.ship import check_hash, imported_from
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.errors import FormatError, NotFound, SyncdError
+from syncd.errors import FormatError, NotFound, RestoreError, SyncdError
 from syncd.follow.quiet import Quiet
 from syncd.format.catalog import is_session_id
 from syncd.progress import NullMeter
@@ -226,8 +226,22 @@ class Follower:
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
             leave=Quiet(cfg.source, cfg.follow_quiet, self.clock), history=False,
             progress=_Fed(self.progress))
-        report = restore(rm, opts, backup)
-        self._account(rm.machine, cur, report, backup)
+        batches = [tuple(present)]
+        while batches:
+            batch = batches.pop()
+            try:
+                report = restore(rm, replace(opts, sessions=batch), backup)
+            except RestoreError as e:
+                # One session's failure (a size no disk here holds, …) is its own: the
+                # others are imported in halves; that one is said, and left until it
+                # changes again.
+                if len(batch) == 1:
+                    log.warning("following %s: session %s not imported: %s", rm.machine,
+                                batch[0], e)
+                else:
+                    batches += [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+                continue
+            self._account(rm.machine, cur, report, backup)
 
     def _account(self, machine: str, cur: Cursor, report: RestoreReport,
                  backup: Backup) -> None:
