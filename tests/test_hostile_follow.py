@@ -120,3 +120,35 @@ def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
     counting = CountingStore(LocalStore(laptop.store_dir))
     laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
     assert counting.counts.by_kind() == {"HEAD": 1}, counting.counts.calls
+
+
+def test_a_session_left_until_quiet_costs_no_request_while_it_is_written_here(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"follow_quiet": 60.0})
+    c, s1, s2 = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    ours = line(s1, laptop.cwd("app"), 0) + line(s1, laptop.cwd("app"), 1, "typed here")
+    mine.write_bytes(ours)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 2),
+                              start=len(line(s1, CWD, 0)))])
+    laptop.now = mine.stat().st_mtime + 10
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    # One follower throughout, as the daemon keeps it.
+    for follower in laptop.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        follower.poll()
+        assert follower.cursors[DESK].waiting == [s1] and mine.read_bytes() == ours
+        counting.counts.calls.clear()
+        for _ in range(3):
+            laptop.now += 10
+            follower.poll()
+            assert mine.read_bytes() == ours
+        # Still written here: nothing read of desk's backup, only its next segment's HEAD.
+        assert counting.counts.by_kind() == {"HEAD": 3}, counting.counts.calls
+        assert follower.cursors[DESK].waiting == [s1]
+        # Quiet now: imported (merged, the local line kept), and desk's next session too.
+        c.segment(DESK, 2, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        laptop.now += 60
+        follower.poll()
+        assert mine.read_bytes() == ours + line(s1, laptop.cwd("app"), 2)
+        assert laptop.transcript("app", s2).exists()
+        assert follower.cursors[DESK].waiting == []

@@ -110,6 +110,9 @@ class Follower:
         self.cursors = cursors(state)
         self._machines: list[str] = []
         self._polls = 0
+        # (machine, session) → the local file an import left until quiet: while it is
+        # still being written, the session is not imported again (no request for it).
+        self._left: dict[tuple[str, str], bytes] = {}
 
     def machines(self) -> list[str]:
         """The machines followed now (never this one)."""
@@ -159,10 +162,26 @@ class Follower:
                 sids, top = self._from_head(rm, cur.seq)
         else:
             cur.misses = 0
-        if sids or cur.waiting:
-            self._import(rm, cur, sids | set(cur.waiting), None)
+        ready = self._quiet_now(machine, cur.waiting)
+        if sids or ready:
+            self._import(rm, cur, sids | ready, None)
         if top is not None:
             cur.seq = top
+
+    def _quiet_now(self, machine: str, waiting: list[str]) -> set[str]:
+        """The sessions left until quiet whose local file is quiet now (or unknown here)."""
+        quiet = Quiet(self.settings.source, self.settings.follow_quiet, self.clock)
+        root = os.fsencode(self.settings.source)
+        ready = set()
+        for sid in waiting:
+            rel = self._left.get((machine, sid))
+            try:
+                st = None if rel is None else os.lstat(os.path.join(root, rel))
+            except OSError:
+                st = None
+            if rel is None or st is None or quiet(rel, st) is None:
+                ready.add(sid)
+        return ready
 
     def _changed(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
         """The sessions the segments after ``after`` changed, and the last seq read
@@ -215,7 +234,7 @@ class Follower:
             backup = load_backup(rm, sessions=sorted(sids))
         present = sorted(sid for sid in sids if (found := backup.find_session(sid))
                          is not None and found.deleted_at is None)
-        cur.waiting = []
+        cur.waiting = [s for s in cur.waiting if s not in sids]  # still written here
         if not present:
             return
         cfg = self.settings
@@ -255,6 +274,7 @@ class Follower:
             sid = session_of_any(src)
             if a.action == "wait" and sid is not None:
                 cur.waiting = sorted(set(cur.waiting) | {sid})[:KEPT]
+                self._left[(machine, sid)] = os.fsencode(a.path)
             if a.conflict_copy:
                 cur.conflicts = [*cur.conflicts, a.conflict_copy][-KEPT:]
             f = backup.files.get(src)
