@@ -14,6 +14,8 @@ import pytest
 
 from syncd.backup.state import State
 from syncd.format.segment import FRAME_MAX
+from syncd.restore import install, restorer
+from syncd.restore.merge import Decision
 from syncd.store import LocalStore
 from tests.counting import CountingStore
 from tests.hostile import Craft, Piece, line, sid, transcript
@@ -152,3 +154,45 @@ def test_a_session_left_until_quiet_costs_no_request_while_it_is_written_here(
         assert mine.read_bytes() == ours + line(s1, laptop.cwd("app"), 2)
         assert laptop.transcript("app", s2).exists()
         assert follower.cursors[DESK].waiting == []
+
+
+@pytest.mark.parametrize("when", ["compared", "written"])
+def test_a_line_appended_here_while_the_import_writes_is_never_lost(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    c, s1, _ = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 2),
+                              start=len(line(s1, CWD, 0)))])
+    typed = line(s1, laptop.cwd("app"), 1, "typed here")
+
+    def claude_appends() -> None:
+        with open(mine, "ab") as f:
+            f.write(typed)
+
+    # Claude appends the moment after the import read the file (it decides on what it
+    # read), or the moment before its copy replaces it (written by an installer thread).
+    if when == "compared":
+        decide = restorer.decide
+
+        def deciding(kind: str, local: bytes | None, backup: bytes) -> Decision:
+            claude_appends()
+            return decide(kind, local, backup)
+
+        monkeypatch.setattr(restorer, "decide", deciding)
+    else:
+        write = install._write
+
+        def writing(content: bytes, dest: bytes, *rest: Any) -> None:
+            if dest == os.fsencode(mine):
+                claude_appends()
+            write(content, dest, *rest)
+
+        monkeypatch.setattr(install, "_write", writing)
+    laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed
+    assert laptop.cursor(DESK)["waiting"] == [s1]
+    monkeypatch.undo()
+    laptop.poll(monkeypatch)  # quiet now: merged
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed + line(
+        s1, laptop.cwd("app"), 2)
+    assert laptop.cursor(DESK)["waiting"] == []
