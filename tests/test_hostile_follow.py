@@ -12,14 +12,18 @@ from typing import Any
 
 import pytest
 
+from syncd.archive.compact import compact
 from syncd.backup.state import State
+from syncd.follow.follower import HEAD_EVERY
 from syncd.format.segment import FRAME_MAX
+from syncd.repository import Repository
 from syncd.restore import install, restorer
 from syncd.restore.merge import Decision
-from syncd.store import LocalStore
+from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
+from tests.helpers import write
 from tests.hostile import Craft, Piece, line, sid, transcript
-from tests.test_follow import Machine
+from tests.test_follow import S1, Machine
 
 DESK = "desk"
 CWD = "/home/desk/app"  # under desk's home: lands in the laptop's folder of "app"
@@ -196,3 +200,39 @@ def test_a_line_appended_here_while_the_import_writes_is_never_lost(
     assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed + line(
         s1, laptop.cwd("app"), 2)
     assert laptop.cursor(DESK)["waiting"] == []
+
+
+class CompactedWhileRead(LocalStore):
+    """desk's segment ``seq`` is compacted away between the follower's HEAD of it and its
+    GET (desk's archiver and the laptop's follower run whenever they like)."""
+
+    def __init__(self, root: Path, seq: int) -> None:
+        super().__init__(root)
+        self.key = layout.segment_key(DESK, seq)
+        self.raced = False
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        if key == self.key and not self.raced:
+            self.raced = True
+            compact(Repository(LocalStore(self.root), DESK))
+        return super().get(key, start, length)
+
+
+def test_a_segment_compacted_between_its_head_and_its_read_is_caught_from_the_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Machine(tmp_path, DESK, "/home/alice", head_interval=0.0)
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    racing = CompactedWhileRead(b.store_dir, 1)
+    b.poll(monkeypatch, racing)
+    assert racing.raced
+    for _ in range(HEAD_EVERY):
+        b.poll(monkeypatch)
+    assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0) + line(
+        S1, b.cwd("app"), 1)
+    assert b.cursor(DESK)["seq"] == 1

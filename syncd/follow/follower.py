@@ -196,7 +196,11 @@ class Follower:
                 break
             try:
                 ix = rm.read_index(key, info.size)
-            except (FormatError, NotFound) as e:
+            except NotFound:
+                # Compacted away since its HEAD: not passed over, the head brings what it
+                # changed (read when the HEADs find nothing).
+                break
+            except FormatError as e:
                 log.warning("following %s: skipping %s: %s", rm.machine, rm.where(key), e)
                 top = seq
                 continue
