@@ -15,6 +15,8 @@ import pytest
 from syncd.archive.compact import compact
 from syncd.backup.state import State
 from syncd.follow.follower import HEAD_EVERY
+from syncd.format.head import Head
+from syncd.format.head import encode as head_encode
 from syncd.format.segment import FRAME_MAX
 from syncd.repository import Repository
 from syncd.restore import install, restorer
@@ -22,7 +24,7 @@ from syncd.restore.merge import Decision
 from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
 from tests.helpers import write
-from tests.hostile import Craft, Piece, line, sid, transcript
+from tests.hostile import T0, Craft, Piece, line, sid, transcript
 from tests.test_follow import S1, Machine
 
 DESK = "desk"
@@ -236,3 +238,54 @@ def test_a_segment_compacted_between_its_head_and_its_read_is_caught_from_the_he
     assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0) + line(
         S1, b.cwd("app"), 1)
     assert b.cursor(DESK)["seq"] == 1
+
+
+def put_head(c: Craft, seq: int) -> None:
+    c.put(layout.head_key(DESK), head_encode(Head(DESK, T0, seq, T0)))
+
+
+@pytest.mark.parametrize("how", ["made again", "head ahead"])
+def test_a_machine_whose_seqs_went_back_is_followed_again(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        how: str) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    if how == "made again":
+        for seq in (1, 2, 3):
+            c.segment(DESK, seq, [Piece(f"todos/{s1}-agent-{s1}.json", b"[]\n", gen=seq)])
+        laptop.poll(monkeypatch)
+        assert laptop.cursor(DESK)["seq"] == 3
+        # desk's prefix is wiped and desk starts again from seq 0.
+        for seq in (0, 1, 2, 3):
+            c.delete(layout.segment_key(DESK, seq))
+        c.segment(DESK, 0, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        put_head(c, 0)
+    else:
+        # A head far ahead of desk's segments sends the cursor there; desk goes on.
+        put_head(c, 1 << 62)
+        for _ in range(HEAD_EVERY):
+            laptop.poll(monkeypatch)
+        assert laptop.cursor(DESK)["seq"] == 1 << 62
+        c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        put_head(c, 1)
+    for _ in range(HEAD_EVERY + 1):
+        laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and "following it again" in said[0], said
+
+
+def test_a_head_behind_the_segments_read_is_no_rollback(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, _ = followed(laptop, monkeypatch)
+    for seq in (1, 2, 3):
+        c.segment(DESK, seq, [Piece(f"todos/{s1}-agent-{s1}.json", b"[]\n", gen=seq)])
+    put_head(c, 0)  # written before those flushes (heads come every head_interval)
+    laptop.poll(monkeypatch)
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    for _ in range(HEAD_EVERY):
+        laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    assert laptop.cursor(DESK)["seq"] == 3
+    assert counting.counts.by_kind() == {"HEAD": HEAD_EVERY + 1, "GET": 1}
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -160,6 +160,13 @@ class Follower:
             if cur.misses >= HEAD_EVERY:
                 cur.misses = 0
                 sids, top = self._from_head(rm, cur.seq)
+                if top is not None and top < cur.seq:
+                    log.warning("following %s: its head is at seq %d, before the seq %d "
+                                "read here, which is gone (made again under its id, or a "
+                                "head that went ahead): following it again from the start",
+                                machine, top, cur.seq)
+                    cur.seq = None
+                    return
         else:
             cur.misses = 0
         ready = self._quiet_now(machine, cur.waiting)
@@ -219,8 +226,12 @@ class Follower:
 
     def _from_head(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
         """When segments were compacted before they were read: the sessions whose size in
-        the machine's head differs from what was imported from it."""
+        the machine's head differs from what was imported from it. A head before ``after``
+        whose segment is gone (the machine's seqs went back): no session, the head's seq."""
         head = rm.head()
+        if head is not None and head.seq < after and \
+                rm.store.head(layout.segment_key(rm.machine, after)) is None:
+            return set(), head.seq
         if head is None or head.seq <= after:
             return set(), None
         have = {r.src_path: r for r in self.state.imports() if r.source == rm.machine}
