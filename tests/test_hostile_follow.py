@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from syncd.archive.compact import compact
+from syncd.backup.ship import merged_from
 from syncd.backup.state import State
 from syncd.follow.follower import HEAD_EVERY
 from syncd.format.head import Head
@@ -21,11 +22,12 @@ from syncd.format.segment import FRAME_MAX
 from syncd.repository import Repository
 from syncd.restore import install, restorer
 from syncd.restore.merge import Decision
+from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
 from tests.helpers import write
 from tests.hostile import T0, Craft, Piece, line, sid, transcript
-from tests.test_follow import S1, Machine
+from tests.test_follow import S1, Machine, extents_of
 
 DESK = "desk"
 CWD = "/home/desk/app"  # under desk's home: lands in the laptop's folder of "app"
@@ -289,3 +291,34 @@ def test_a_head_behind_the_segments_read_is_no_rollback(
     assert laptop.cursor(DESK)["seq"] == 3
     assert counting.counts.by_kind() == {"HEAD": HEAD_EVERY + 1, "GET": 1}
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_merge_here_ships_only_the_lines_it_added(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Machine(tmp_path, DESK, "/home/alice", follow=["laptop"])
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    wire = json.loads(line(S1, b.cwd("app"), 1, "laptop's branch"))
+    wire["uuid"] = "laptop-branch-1"
+    write(b.settings.source, mine.relative_to(b.settings.source),
+          json.dumps(wire, separators=(",", ":")).encode() + b"\n", mode="ab")
+    b.sync(monkeypatch)
+    for i in range(2, 5):  # desk's branch is the newer one: merged here each time
+        write(a.settings.source, rel, line(S1, a.cwd("app"), i, "desk's branch"), mode="ab")
+        a.sync(monkeypatch)
+        before = mine.stat().st_size
+        b.poll(monkeypatch)
+        assert mine.read_bytes().endswith(line(S1, b.cwd("app"), i, "desk's branch"))
+        b.sync(monkeypatch)
+        # One generation throughout; the merge's lines shipped once, as merged.
+        assert extents_of(b, mine)[-1] == (1, before, mine.stat().st_size,
+                                           merged_from(DESK))
+    assert sum(e - s for _, s, e, _ in extents_of(b, mine)) == mine.stat().st_size
+    out = tmp_path / "restored"
+    restore(Repository(LocalStore(b.store_dir), "laptop"),
+            RestoreOptions(target=out, local_home=str(b.home)))
+    assert (out / mine.relative_to(b.settings.source)).read_bytes() == mine.read_bytes()
