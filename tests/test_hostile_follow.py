@@ -15,6 +15,7 @@ import pytest
 from syncd.archive.compact import compact
 from syncd.backup.ship import merged_from
 from syncd.backup.state import State
+from syncd.errors import StoreError
 from syncd.follow.follower import HEAD_EVERY
 from syncd.format.head import Head
 from syncd.format.head import encode as head_encode
@@ -322,3 +323,38 @@ def test_a_merge_here_ships_only_the_lines_it_added(
     restore(Repository(LocalStore(b.store_dir), "laptop"),
             RestoreOptions(target=out, local_home=str(b.home)))
     assert (out / mine.relative_to(b.settings.source)).read_bytes() == mine.read_bytes()
+
+
+class FailingReads(LocalStore):
+    """The store fails the reads of ``key``'s data (not its index), after its retries:
+    the first ``times`` of them."""
+
+    def __init__(self, root: Path, key: str, times: int) -> None:
+        super().__init__(root)
+        self.key, self.times = key, times
+        self.failed = 0
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        if key == self.key and start >= 0 and self.failed < self.times:
+            self.failed += 1
+            raise StoreError(f"{key}: connection reset")
+        return super().get(key, start, length)
+
+
+@pytest.mark.parametrize("times", [1, 1000])
+def test_a_session_whose_bytes_could_not_be_fetched_is_tried_once_more(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+    c, _, s2 = followed(laptop, monkeypatch)
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    put_head(c, 1)  # a head that does not list s2: only the retry brings it
+    flaky = FailingReads(laptop.store_dir, key, times)
+    laptop.poll(monkeypatch, flaky)
+    assert flaky.failed == 1 and not laptop.transcript("app", s2).exists()
+    for _ in range(3 * HEAD_EVERY):
+        laptop.poll(monkeypatch, flaky)
+    assert laptop.cursor(DESK)["seq"] == 1
+    if times == 1:  # a passing failure: brought when the head is read next
+        assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    else:  # a lasting one: tried once more, not at every head
+        assert flaky.failed == 2 and not laptop.transcript("app", s2).exists()
+        assert laptop.cursor(DESK)["retry"] == []

@@ -66,6 +66,9 @@ class Cursor:
     conflicts: list[str] = field(default_factory=list)  # conflict copies' paths
     problem: str | None = None  # the last poll's failure, if any
     misses: int = 0  # polls without a new segment since the head was read
+    # Sessions an import could not bring (their bytes not fetched): tried once more when
+    # the head is read next.
+    retry: list[str] = field(default_factory=list)
 
 
 def cursors(state: State) -> dict[str, Cursor]:
@@ -87,7 +90,7 @@ def cursors(state: State) -> dict[str, Cursor]:
 
 def _sound(c: Cursor) -> bool:
     """Whether every field of a cursor read back from the state has its type."""
-    names = (c.waiting, c.conflicts)
+    names = (c.waiting, c.conflicts, c.retry)
     return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
         type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \
         all(t is None or type(t) in (int, float) for t in (c.last_import, c.last_check)) \
@@ -167,6 +170,7 @@ class Follower:
                                 machine, top, cur.seq)
                     cur.seq = None
                     return
+                sids |= set(cur.retry)
         else:
             cur.misses = 0
         ready = self._quiet_now(machine, cur.waiting)
@@ -250,6 +254,8 @@ class Follower:
         present = sorted(sid for sid in sids if (found := backup.find_session(sid))
                          is not None and found.deleted_at is None)
         cur.waiting = [s for s in cur.waiting if s not in sids]  # still written here
+        again = set(cur.retry) & sids  # a second failure of these is not retried
+        cur.retry = [s for s in cur.retry if s not in sids]
         if not present:
             return
         cfg = self.settings
@@ -276,6 +282,11 @@ class Follower:
                     batches += [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
                 continue
             self._account(rm.machine, cur, report, backup)
+            brought = {a.source for a in report.actions if a.action != "error"}
+            failed = {sid for sid in batch if sid not in again and (
+                s := backup.find_session(sid)) is not None and os.fsdecode(s.path)
+                not in brought}
+            cur.retry = sorted(set(cur.retry) | failed)[:KEPT]
 
     def _account(self, machine: str, cur: Cursor, report: RestoreReport,
                  backup: Backup) -> None:
