@@ -358,3 +358,24 @@ def test_a_session_whose_bytes_could_not_be_fetched_is_tried_once_more(
     else:  # a lasting one: tried once more, not at every head
         assert flaky.failed == 2 and not laptop.transcript("app", s2).exists()
         assert laptop.cursor(DESK)["retry"] == []
+
+
+def test_a_frame_claimed_past_any_file_offset_is_one_line_and_the_rest_imports(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    key3 = c.segment(DESK, 2, [Piece(transcript(CWD, s1), line(s1, CWD, 1),
+                                     start=len(line(s1, CWD, 0)))])
+
+    def far(doc: dict[str, Any]) -> None:
+        doc["entries"][0]["off"] = 1 << 63  # the file:// store cannot seek there
+
+    c.rewrite(key, far)
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0) + line(
+        s1, laptop.cwd("app"), 1)
+    assert not laptop.transcript("app", s2).exists()
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert said and all(key in m for m in said) and key3 not in " ".join(said), said
+    assert laptop.cursor(DESK)["seq"] == 2
