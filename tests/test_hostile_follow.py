@@ -379,3 +379,37 @@ def test_a_frame_claimed_past_any_file_offset_is_one_line_and_the_rest_imports(
     said = [r.message for r in caplog.records if r.levelname == "WARNING"]
     assert said and all(key in m for m in said) and key3 not in " ".join(said), said
     assert laptop.cursor(DESK)["seq"] == 2
+
+
+def test_a_branch_merged_there_does_not_come_back_as_a_conflict_at_every_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Machine(tmp_path, DESK, "/home/alice", follow=["laptop"])
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    mine = b.transcript("app", S1)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1, "desk's branch"), mode="ab")
+
+    def laptops(i: int) -> bytes:
+        wire = json.loads(line(S1, b.cwd("app"), i, f"laptop's line {i}"))
+        wire["uuid"] = f"laptop-{i}"
+        return json.dumps(wire, separators=(",", ":")).encode() + b"\n"
+
+    # The laptop goes on with its branch (the newer one): the desk merges each line in.
+    for i in range(2, 7):
+        write(b.settings.source, mine.relative_to(b.settings.source), laptops(i), mode="ab")
+        a.sync(monkeypatch)
+        b.sync(monkeypatch)
+        b.poll(monkeypatch)
+        a.poll(monkeypatch)
+    desk = a.transcript("app", S1).read_bytes()
+    assert all(laptops(i).split(b'"cwd"')[0] in desk for i in range(2, 7))
+    # The desk's branch reached the laptop once, as one conflict copy.
+    conflicts = b.cursor(DESK)["conflicts"]
+    assert isinstance(conflicts, list) and len(conflicts) == 1, conflicts
+    assert b"desk's branch" in Path(conflicts[0]).read_bytes()
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + b"".join(
+        laptops(i) for i in range(2, 7))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from syncd.backup.ship import check_hash, imported_from
+from syncd.backup.ship import check_hash, imported_from, merged_from
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection
 from syncd.config import Settings
@@ -224,7 +224,11 @@ class Follower:
             for x in ix.extents:
                 sid = session_of_any(x.path)
                 if sid is not None:
-                    echo[sid] = echo.get(sid, True) and x.reason == imported_from(self.me)
+                    # This machine's lines it merged after its own, continuing what it
+                    # had shipped (a new generation holds its own lines too): ours too.
+                    ours = x.reason == imported_from(self.me) or (
+                        x.reason == merged_from(self.me) and x.start > 0)
+                    echo[sid] = echo.get(sid, True) and ours
             sids |= {sid for sid, back in echo.items() if not back}
         return sids, top
 
