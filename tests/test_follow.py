@@ -195,13 +195,15 @@ def test_a_session_written_here_is_left_until_quiet(
     mine = b.transcript("app", S1)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
+    typed = line(S1, b.cwd("app"), 0, "typed here").replace(b"-000000", b"-typed0")
+    write(b.settings.source, mine.relative_to(b.settings.source), typed, mode="ab")
     b.now = mine.stat().st_mtime + 10  # written here 10 s ago
     b.poll(monkeypatch)
-    assert mine.read_bytes() == line(S1, b.cwd("app"), 0)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + typed
     assert b.cursor("desk")["waiting"] == [S1]
     b.now += 60
     b.poll(monkeypatch)
-    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + typed + line(S1, b.cwd("app"), 1)
     assert b.cursor("desk")["waiting"] == []
 
 

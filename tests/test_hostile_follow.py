@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -413,3 +414,27 @@ def test_a_branch_merged_there_does_not_come_back_as_a_conflict_at_every_line(
     assert b"desk's branch" in Path(conflicts[0]).read_bytes()
     assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + b"".join(
         laptops(i) for i in range(2, 7))
+
+
+def test_a_file_as_the_import_left_it_is_not_being_written_here(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"follow_quiet": 60.0})
+    laptop.now = time.time()
+    c, s1, _ = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    # The import gave the file desk's mtime (or now, for an old one): recent, but no
+    # process here wrote it. desk's next line comes before follow_quiet is over.
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 1),
+                              start=len(line(s1, CWD, 0)))])
+    laptop.now = mine.stat().st_mtime + 30
+    laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(s1, laptop.cwd("app"), 1)
+    assert laptop.cursor(DESK)["waiting"] == []
+    # A line written here since: left until quiet.
+    with open(mine, "ab") as f:
+        f.write(line(s1, laptop.cwd("app"), 2, "typed here"))
+    c.segment(DESK, 2, [Piece(transcript(CWD, s1), line(s1, CWD, 3),
+                              start=len(line(s1, CWD, 0) + line(s1, CWD, 1)))])
+    laptop.now = mine.stat().st_mtime + 30
+    laptop.poll(monkeypatch)
+    assert laptop.cursor(DESK)["waiting"] == [s1]

@@ -181,7 +181,8 @@ class Follower:
 
     def _quiet_now(self, machine: str, waiting: list[str]) -> set[str]:
         """The sessions left until quiet whose local file is quiet now (or unknown here)."""
-        quiet = Quiet(self.settings.source, self.settings.follow_quiet, self.clock)
+        quiet = Quiet(self.settings.source, self.settings.follow_quiet, self.clock,
+                      ours=self._as_imported)
         root = os.fsencode(self.settings.source)
         ready = set()
         for sid in waiting:
@@ -193,6 +194,22 @@ class Follower:
             if rel is None or st is None or quiet(rel, st) is None:
                 ready.add(sid)
         return ready
+
+    def _as_imported(self, rel: bytes, st: os.stat_result) -> bool:
+        """Whether a local file is exactly what an import (not a merge) wrote: its recent
+        mtime is the other machine's, or the import's, not a write here."""
+        rec = self.state.imported(rel)
+        if rec is None or rec.merged or rec.size != st.st_size:
+            return False
+        try:
+            fd = os.open(os.path.join(os.fsencode(self.settings.source), rel),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return check_hash(fd, rec.size) == rec.check_hash
+        finally:
+            os.close(fd)
 
     def _changed(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
         """The sessions the segments after ``after`` changed, and the last seq read
@@ -268,7 +285,8 @@ class Follower:
             local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
             conflicts_dir=cfg.state_dir / "conflicts",
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
-            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock), history=False,
+            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, ours=self._as_imported),
+            history=False,
             progress=_Fed(self.progress))
         batches = [tuple(present)]
         while batches:
