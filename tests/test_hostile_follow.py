@@ -17,7 +17,7 @@ from syncd.archive.compact import compact
 from syncd.backup.ship import merged_from
 from syncd.backup.state import State
 from syncd.errors import StoreError
-from syncd.follow.follower import HEAD_EVERY
+from syncd.follow.follower import HEAD_EVERY, KEPT
 from syncd.format.head import Head
 from syncd.format.head import encode as head_encode
 from syncd.format.segment import FRAME_MAX
@@ -438,3 +438,24 @@ def test_a_file_as_the_import_left_it_is_not_being_written_here(
     laptop.now = mine.stat().st_mtime + 30
     laptop.poll(monkeypatch)
     assert laptop.cursor(DESK)["waiting"] == [s1]
+
+
+def test_every_session_left_until_quiet_is_imported_once_quiet(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"follow_quiet": 60.0})
+    c = craft(laptop)
+    ids = [sid(DESK, 100 + i) for i in range(KEPT + 10)]
+    c.segment(DESK, 0, [Piece(transcript(CWD, s), line(s, CWD, 0)) for s in ids])
+    laptop.poll(monkeypatch)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s), line(s, CWD, 1), start=len(line(s, CWD, 0)))
+                        for s in ids])
+    for s in ids:  # each written here a moment ago (a restore, a script)
+        with open(laptop.transcript("app", s), "ab") as f:
+            f.write(line(s, laptop.cwd("app"), 0, "typed here").replace(b"-000000", b"-here0"))
+    laptop.now = time.time()
+    laptop.poll(monkeypatch)
+    assert sorted(laptop.cursor(DESK)["waiting"]) == sorted(ids)  # type: ignore[type-var]
+    laptop.now += 120
+    laptop.poll(monkeypatch)
+    assert [s for s in ids if line(s, laptop.cwd("app"), 1)
+            not in laptop.transcript("app", s).read_bytes()] == []

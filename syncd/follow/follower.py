@@ -43,7 +43,7 @@ HEAD_EVERY = 10
 SEGMENTS_MAX = 256
 # With follow = "*", the store's machines are listed again every this many polls.
 MACHINES_EVERY = 20
-# Conflict copies and waiting sessions remembered per machine (for ``syncd status``).
+# Conflict copies (for ``syncd status``) and sessions to retry remembered per machine.
 KEPT = 50
 # The state's meta key holding every followed machine's cursor.
 META = "follow"
@@ -321,7 +321,8 @@ class Follower:
             src = os.fsencode(a.source)
             sid = session_of_any(src)
             if a.action == "wait" and sid is not None:
-                cur.waiting = sorted(set(cur.waiting) | {sid})[:KEPT]
+                # All of them (a local file each): one dropped would never be imported.
+                cur.waiting = sorted(set(cur.waiting) | {sid})
                 self._left[(machine, sid)] = os.fsencode(a.path)
             if a.conflict_copy:
                 cur.conflicts = [*cur.conflicts, a.conflict_copy][-KEPT:]
