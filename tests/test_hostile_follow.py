@@ -459,3 +459,29 @@ def test_every_session_left_until_quiet_is_imported_once_quiet(
     laptop.poll(monkeypatch)
     assert [s for s in ids if line(s, laptop.cwd("app"), 1)
             not in laptop.transcript("app", s).read_bytes()] == []
+
+
+def test_machines_with_nothing_backed_up_cost_one_request_a_poll(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=["*"])
+    c = craft(m)
+    s1 = sid(DESK, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    ghosts = [f"ghost{i}" for i in range(3)]
+    for g in ghosts:  # a machine.json and nothing else (a machine not flushed yet, junk)
+        c.machine_json(g, f"/home/{g}")
+    counting = CountingStore(LocalStore(m.store_dir))
+    for follower in m.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        follower.poll()
+        assert m.transcript("app", s1).exists()
+        counting.counts.calls.clear()
+        for _ in range(3):
+            follower.poll()
+        # One HEAD per machine and poll, the idle desk's as the ghosts'.
+        assert counting.counts.by_kind() == {"HEAD": 3 * 4}, counting.counts.calls
+        # A ghost that flushes is imported at the next poll.
+        g = sid(ghosts[0], 1)
+        cwd = f"/home/{ghosts[0]}/app"
+        c.segment(ghosts[0], 0, [Piece(transcript(cwd, g), line(g, cwd, 0))])
+        follower.poll()
+        assert m.transcript("app", g).exists()

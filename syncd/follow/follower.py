@@ -25,7 +25,7 @@ from syncd.backup.ship import check_hash, imported_from, merged_from
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.errors import FormatError, NotFound, RestoreError, SyncdError
+from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
 from syncd.follow.quiet import Quiet
 from syncd.format.catalog import is_session_id
 from syncd.progress import NullMeter
@@ -152,7 +152,12 @@ class Follower:
         rm = self.repo.for_machine(machine)
         if cur.seq is None:
             # The first look: every session it holds.
-            backup = load_backup(rm)
+            try:
+                backup = load_backup(rm)
+            except NoBackup:
+                # Nothing flushed yet: its first segment is HEADed like any next one.
+                cur.seq = -1
+                return
             live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
             self._import(rm, cur, live, backup)
             cur.seq = backup.last_seq if backup.last_seq is not None else -1
