@@ -485,3 +485,25 @@ def test_machines_with_nothing_backed_up_cost_one_request_a_poll(
         c.segment(ghosts[0], 0, [Piece(transcript(cwd, g), line(g, cwd, 0))])
         follower.poll()
         assert m.transcript("app", g).exists()
+
+
+def test_a_machine_whose_backup_does_not_read_is_looked_at_again_with_the_head_cadence(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = craft(laptop)
+    c.put(layout.snapshot_key(DESK, 3, 0), b"not a manifest" * 100)
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    for _ in range(2 * HEAD_EVERY):
+        laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 2 and all(layout.snapshot_key(DESK, 3, 0) in m for m in said), said
+    assert counting.counts.total() <= 2 * 8 + 2 * HEAD_EVERY, counting.counts.calls
+    assert laptop.cursor(DESK)["problem"] == said[-1].split(": ", 1)[1]
+    # Once it reads, it is followed.
+    c.delete(layout.snapshot_key(DESK, 3, 0))
+    s1 = sid(DESK, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    for _ in range(HEAD_EVERY):
+        laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s1).exists()
+    assert laptop.cursor(DESK)["problem"] is None

@@ -137,8 +137,8 @@ class Follower:
             cur = self.cursors.setdefault(machine, Cursor())
             cur.last_check = self.clock()
             try:
-                self._poll(machine, cur)
-                cur.problem = None
+                if self._poll(machine, cur):
+                    cur.problem = None
             except (SyncdError, OSError) as e:
                 # That machine only, and only this time: the next poll tries again.
                 cur.problem = str(e)[:500]
@@ -148,20 +148,28 @@ class Follower:
                                                  for m, c in self.cursors.items()})})
 
     # -- one machine ------------------------------------------------------------------
-    def _poll(self, machine: str, cur: Cursor) -> None:
+    def _poll(self, machine: str, cur: Cursor) -> bool:
+        """Look at one machine; False when it was left alone this time (its problem
+        stands)."""
         rm = self.repo.for_machine(machine)
         if cur.seq is None:
+            if cur.problem is not None and cur.misses + 1 < HEAD_EVERY:
+                # Its first look failed (a backup that does not read): looked at again
+                # with the head's cadence, not at full cost every poll.
+                cur.misses += 1
+                return False
+            cur.misses = 0
             # The first look: every session it holds.
             try:
                 backup = load_backup(rm)
             except NoBackup:
                 # Nothing flushed yet: its first segment is HEADed like any next one.
                 cur.seq = -1
-                return
+                return True
             live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
             self._import(rm, cur, live, backup)
             cur.seq = backup.last_seq if backup.last_seq is not None else -1
-            return
+            return True
         sids, top = self._changed(rm, cur.seq)
         if top is None:
             cur.misses += 1
@@ -174,7 +182,7 @@ class Follower:
                                 "head that went ahead): following it again from the start",
                                 machine, top, cur.seq)
                     cur.seq = None
-                    return
+                    return True
                 sids |= set(cur.retry)
         else:
             cur.misses = 0
@@ -183,6 +191,7 @@ class Follower:
             self._import(rm, cur, sids | ready, None)
         if top is not None:
             cur.seq = top
+        return True
 
     def _quiet_now(self, machine: str, waiting: list[str]) -> set[str]:
         """The sessions left until quiet whose local file is quiet now (or unknown here)."""
