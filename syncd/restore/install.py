@@ -37,7 +37,8 @@ class Installer:
                expect: os.stat_result | None = None) -> None:
         """Install the finished file ``src`` (same filesystem) as ``dest`` (``expect``: the
         local file it replaces, as it was looked at; ``Changed`` if it is no longer)."""
-        self._submit(dest, lambda: _finish(src, dest, mtime_ns, expect=expect), 0)
+        self._submit(dest, (lambda: _finish(src, dest, mtime_ns)) if expect is None else
+                     (lambda: _finish(src, dest, mtime_ns, expect=expect)), 0)
 
     def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
               expect: os.stat_result | None = None) -> None:
@@ -98,7 +99,10 @@ def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(content)
-        _finish(tmp, dest, mtime_ns, mode, expect)
+        if expect is None:
+            _finish(tmp, dest, mtime_ns, mode)
+        else:
+            _finish(tmp, dest, mtime_ns, mode, expect=expect)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
