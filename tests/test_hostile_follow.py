@@ -507,3 +507,26 @@ def test_a_machine_whose_backup_does_not_read_is_looked_at_again_with_the_head_c
         laptop.poll(monkeypatch)
     assert laptop.transcript("app", s1).exists()
     assert laptop.cursor(DESK)["problem"] is None
+
+
+def test_a_session_brought_only_in_part_is_behind_and_tried_once_more(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    c, _, s2 = followed(laptop, monkeypatch)
+    first, second = line(s2, CWD, 0), line(s2, CWD, 1)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s2), first)])
+    key = c.segment(DESK, 2, [Piece(transcript(CWD, s2), second, start=len(first))])
+    put_head(c, 2)
+    flaky = FailingReads(laptop.store_dir, key, 1)
+    laptop.poll(monkeypatch, flaky)
+    mine = laptop.transcript("app", s2)
+    assert flaky.failed == 1 and mine.read_bytes() == line(s2, laptop.cwd("app"), 0)
+    # Recorded as holding the bytes it holds: behind desk's copy, not up to date.
+    state = State(laptop.settings.state_file, readonly=True)
+    try:
+        got = {r.src_path: r.src_size for r in state.imports()}
+    finally:
+        state.close()
+    assert got[transcript(CWD, s2).encode()] == len(first)
+    for _ in range(HEAD_EVERY):
+        laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s2, laptop.cwd("app"), 0) + line(s2, laptop.cwd("app"), 1)

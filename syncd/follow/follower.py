@@ -320,8 +320,8 @@ class Follower:
             self._account(rm.machine, cur, report, backup)
             brought = {a.source for a in report.actions if a.action != "error"}
             failed = {sid for sid in batch if sid not in again and (
-                s := backup.find_session(sid)) is not None and os.fsdecode(s.path)
-                not in brought}
+                s := backup.find_session(sid)) is not None and (
+                os.fsdecode(s.path) not in brought or s.path in report.cut)}
             cur.retry = sorted(set(cur.retry) | failed)[:KEPT]
 
     def _account(self, machine: str, cur: Cursor, report: RestoreReport,
@@ -345,7 +345,7 @@ class Follower:
                 continue
             rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
                           machine, a.action not in ("create", "fast-forward", "skip"),
-                          src, f.gen, f.size, self.clock())
+                          src, f.gen, report.cut.get(src, f.size), self.clock())
             if rec is not None:
                 records.append(rec)
                 if a.action != "skip" and sid is not None:

@@ -123,6 +123,8 @@ class RestoreReport:
     rules: list[Rule] = field(default_factory=list)
     # Restored sessions: id → project path on this machine.
     sessions: dict[str, str] = field(default_factory=dict)
+    # Stored paths restored only up to this many of their bytes (the rest was lost).
+    cut: dict[bytes, int] = field(default_factory=dict)
 
     def _paths(self, *kinds: str) -> list[str]:
         return [a.path for a in self.actions if a.action in kinds]
@@ -715,6 +717,7 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
             if cut:
                 os.truncate(names[path], cut)
                 files[path] = dataclasses.replace(f, size=cut)
+                report.cut[path] = cut
             else:
                 del names[path]
     except OSError as e:
