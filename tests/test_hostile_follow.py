@@ -17,6 +17,7 @@ from syncd.archive.compact import compact
 from syncd.backup.ship import merged_from
 from syncd.backup.state import State
 from syncd.errors import StoreError
+from syncd.follow import follower as follow_module
 from syncd.follow.follower import HEAD_EVERY, KEPT
 from syncd.format.head import Head
 from syncd.format.head import encode as head_encode
@@ -530,3 +531,28 @@ def test_a_session_brought_only_in_part_is_behind_and_tried_once_more(
     for _ in range(HEAD_EVERY):
         laptop.poll(monkeypatch)
     assert mine.read_bytes() == line(s2, laptop.cwd("app"), 0) + line(s2, laptop.cwd("app"), 1)
+
+
+def test_an_unforeseen_failure_on_one_machine_is_one_line_and_the_others_import(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK, "zulu"])
+    c = craft(m)
+    c.machine_json("zulu", "/home/zulu")
+    s1, z1 = sid(DESK, 1), sid("zulu", 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    zcwd = "/home/zulu/app"
+    c.segment("zulu", 0, [Piece(transcript(zcwd, z1), line(z1, zcwd, 0))])
+    real = follow_module.restore
+
+    def bug(repo: Repository, *args: Any) -> Any:
+        if repo.machine == DESK:  # whatever desk's objects make of a reader's bug
+            raise KeyError("a bug")
+        return real(repo, *args)
+
+    monkeypatch.setattr(follow_module, "restore", bug)
+    m.poll(monkeypatch)
+    assert m.transcript("app", z1).exists()
+    assert "a bug" in str(m.cursor(DESK)["problem"])
+    said = [r.message for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert len(said) == 1 and DESK in said[0], said

@@ -143,6 +143,9 @@ class Follower:
                 # That machine only, and only this time: the next poll tries again.
                 cur.problem = str(e)[:500]
                 log.warning("following %s: %s", machine, cur.problem)
+            except Exception as e:  # a reader's bug its objects met: never the daemon's end
+                cur.problem = f"{type(e).__name__}: {e}"[:500]
+                log.warning("following %s: %s", machine, cur.problem, exc_info=True)
         self._polls += 1
         self.state.set_meta(**{META: json.dumps({m: asdict(c)
                                                  for m, c in self.cursors.items()})})
