@@ -26,6 +26,7 @@ from syncd.repository import Repository
 from syncd.restore import install, restorer
 from syncd.restore.merge import Decision
 from syncd.restore.restorer import RestoreOptions, restore
+from syncd.service.status import format_status, status
 from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
 from tests.helpers import write
@@ -556,3 +557,26 @@ def test_an_unforeseen_failure_on_one_machine_is_one_line_and_the_others_import(
     assert "a bug" in str(m.cursor(DESK)["problem"])
     said = [r.message for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
     assert len(said) == 1 and DESK in said[0], said
+
+
+def test_status_prints_no_control_character_a_followed_machine_named(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = craft(laptop)
+    s1 = sid(DESK, 1)
+    path = transcript(CWD, s1).replace("-app/", "-app\x1b[2J\x1b]0;owned\x07/")
+    c.segment(DESK, 0, [Piece(path, line(s1, CWD, 0))])
+    laptop.poll(monkeypatch)
+    [mine] = laptop.settings.source.glob(f"projects/*/{s1}.jsonl")
+    assert "\x1b" in str(mine)
+    with open(mine, "ab") as f:  # written here since, and newer than desk's next line
+        f.write(line(s1, laptop.cwd("app"), 8, "typed here").replace(b"-000008", b"-here8"))
+    c.segment(DESK, 1, [Piece(path, line(s1, CWD, 1), start=len(line(s1, CWD, 0)))])
+    laptop.now = mine.stat().st_mtime + 1000
+    laptop.poll(monkeypatch)
+    cur = laptop.cursor(DESK)
+    assert isinstance(cur["conflicts"], list) and "\x1b" in cur["conflicts"][0]
+    doc = status(laptop.settings)
+    doc["following"][0]["problem"] = "\x1b[31mred"  # an error naming such a path
+    shown = format_status(doc)
+    assert DESK in shown and "conflict copy" in shown
+    assert not [ch for ch in shown if not ch.isprintable() and ch != "\n"], repr(shown)
