@@ -20,12 +20,13 @@ from syncd.claude import project_folder
 from syncd.cli.main import cli
 from syncd.cli.restore import imported_copies
 from syncd.config import Settings, load_settings
+from syncd.errors import TransientError
 from syncd.follow.follower import HEAD_EVERY, Follower, cursors, session_of_any
 from syncd.repository import Repository
 from syncd.restore.listing import here, session_rows
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.service.status import format_status, status
-from syncd.store import LocalStore, Store, layout
+from syncd.store import LocalStore, ObjectInfo, Store, layout
 from tests.counting import CountingStore
 from tests.helpers import running, tree_bytes, wait_for, write
 from tests.hostile import line
@@ -197,15 +198,15 @@ def test_a_session_written_here_is_left_until_quiet(
     mine = b.transcript("app", S1)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
-    touched = mine.stat().st_mtime_ns + 10**9  # a write here: the bytes stay, the time moves
-    os.utime(mine, ns=(touched, touched))
-    b.now = touched / 1e9 + 10  # 10 s ago
+    typed = line(S1, b.cwd("app"), 0, "typed here").replace(b"-000000", b"-typed0")
+    write(b.settings.source, mine.relative_to(b.settings.source), typed, mode="ab")
+    b.now = mine.stat().st_mtime + 10  # written here 10 s ago
     b.poll(monkeypatch)
-    assert mine.read_bytes() == line(S1, b.cwd("app"), 0)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + typed
     assert b.cursor("desk")["waiting"] == [S1]
     b.now += 60
     b.poll(monkeypatch)
-    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + typed + line(S1, b.cwd("app"), 1)
     assert b.cursor("desk")["waiting"] == []
 
 
@@ -350,17 +351,31 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
 
 def test_a_machine_that_keeps_failing_is_tried_less_and_less_often(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
-    _, b = two
-    counting = CountingStore(LocalStore(b.store_dir))  # desk has no backup at all
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+
+    class ListsFail(CountingStore):
+        def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
+            self._request("list")
+            raise TransientError("the store is down")
+
+    counting = ListsFail(LocalStore(b.store_dir))
     for f in b.follower(monkeypatch, counting):  # type: ignore[arg-type]
         tried = []
         for _ in range(16):
             before = counting.counts.total()
             f.poll()
             tried.append(counting.counts.total() > before)
-        assert f.cursors["desk"].problem is not None
+        assert "the store is down" in (f.cursors["desk"].problem or "")
     # Polls 0, 1, 3, 7, 15: after 1, 2, 4, 8 polls.
     assert [n for n, t in enumerate(tried) if t] == [0, 1, 3, 7, 15]
+    b.poll(monkeypatch)  # back: the append arrives
+    assert b.transcript("app", S1).read_bytes().count(b"\n") == 2
 
 
 def test_a_file_as_the_last_import_left_it_is_not_a_local_write(

@@ -661,10 +661,11 @@ class Shipper:
         return prev.gen, prev.offset, None
 
     def _imported_after(self, fd: int, st: os.stat_result, prev: FileState) -> bool:
-        """True when an import (not a merge) wrote this file, longer than what was shipped
-        of ``prev``'s generation, and those bytes are still its head."""
+        """True when an import wrote this file (as it is, or merged: the other's lines
+        after this one's), longer than what was shipped of ``prev``'s generation, and
+        those bytes are still its head."""
         rec = self.state.imported(prev.path)
-        return rec is not None and not rec.merged and rec.size >= prev.offset and \
+        return rec is not None and rec.size >= prev.offset and \
             st.st_size >= rec.size and prev.check_hash not in (None, LOST) and \
             check_hash(fd, prev.offset) == prev.check_hash
 

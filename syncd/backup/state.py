@@ -63,7 +63,6 @@ CREATE TABLE IF NOT EXISTS imported (
     src_path BLOB NOT NULL,
     src_gen INTEGER NOT NULL,
     src_size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL, -- the file's as the import left it (not a local write)
     at REAL NOT NULL
 );
 """
@@ -112,7 +111,6 @@ class ImportedFile:
     src_path: bytes
     src_gen: int
     src_size: int
-    mtime_ns: int
     at: float
 
 
@@ -222,22 +220,22 @@ class State:
 
     def imported(self, path: bytes) -> ImportedFile | None:
         rows = self._read("SELECT path, source, size, check_hash, merged, src_path, src_gen, "
-                          "src_size, mtime_ns, at FROM imported WHERE path=?", (path,))
+                          "src_size, at FROM imported WHERE path=?", (path,))
         return _imported(rows[0]) if rows else None
 
     def imports(self) -> list[ImportedFile]:
         return [_imported(r) for r in self._read(
-            "SELECT path, source, size, check_hash, merged, src_path, src_gen, src_size, "
-            "mtime_ns, at FROM imported ORDER BY path")]
+            "SELECT path, source, size, check_hash, merged, src_path, src_gen, src_size, at "
+            "FROM imported ORDER BY path")]
 
     def record_imported(self, files: Iterable[ImportedFile]) -> None:
         """Remember what an import wrote (a row per path, the newest wins)."""
         try:
             with self._db:
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO imported VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO imported VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(f.path, f.source, f.size, f.check_hash, int(f.merged), f.src_path,
-                      f.src_gen, f.src_size, f.mtime_ns, f.at) for f in files])
+                      f.src_gen, f.src_size, f.at) for f in files])
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
 
@@ -317,10 +315,9 @@ class State:
 
 
 def _imported(row: Any) -> ImportedFile:
-    path, source, size, digest, merged, src_path, src_gen, src_size, mtime_ns, at = row
+    path, source, size, digest, merged, src_path, src_gen, src_size, at = row
     return ImportedFile(bytes(path), str(source), int(size), bytes(digest), bool(merged),
-                        bytes(src_path), int(src_gen), int(src_size), int(mtime_ns),
-                        float(at))
+                        bytes(src_path), int(src_gen), int(src_size), float(at))
 
 
 def key_hint(state: State) -> KeyHint:

@@ -19,13 +19,13 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-from syncd.backup.ship import check_hash, imported_from
+from syncd.backup.ship import check_hash, imported_from, merged_from
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.errors import FormatError, NotFound, SyncdError
+from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
 from syncd.follow.quiet import Quiet
 from syncd.format.catalog import is_session_id
 from syncd.progress import NullMeter
@@ -45,12 +45,15 @@ SEGMENTS_MAX = 256
 MACHINES_EVERY = 20
 # Polls a machine that keeps failing waits at most (at 30 s each: an hour).
 RETRY_MAX = 120
-# Conflict copies and waiting sessions remembered per machine (for ``syncd status``).
+# Conflict copies (for ``syncd status``) and sessions to retry remembered per machine.
 KEPT = 50
 # The state's meta key holding every followed machine's cursor.
 META = "follow"
 # Actions that leave a file written by the import; "skip": it already was.
 WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip")
+# The largest integer the state holds: a source's generation or size past it (a number no
+# writer makes) is recorded as this.
+STATE_INT_MAX = (1 << 63) - 1
 
 
 @dataclass
@@ -65,6 +68,9 @@ class Cursor:
     conflicts: list[str] = field(default_factory=list)  # conflict copies' paths
     problem: str | None = None  # the last poll's failure, if any
     misses: int = 0  # polls without a new segment since the head was read
+    # Sessions an import could not bring (their bytes not fetched): tried once more when
+    # the head is read next.
+    retry: list[str] = field(default_factory=list)
 
 
 def cursors(state: State) -> dict[str, Cursor]:
@@ -76,10 +82,21 @@ def cursors(state: State) -> dict[str, Cursor]:
     out = {}
     for machine, c in doc.items() if isinstance(doc, dict) else ():
         try:
-            out[str(machine)] = Cursor(**c)
+            cur = Cursor(**c)
         except TypeError:
             continue  # written by another version: started over
+        if _sound(cur):  # else damaged: started over too
+            out[str(machine)] = cur
     return out
+
+
+def _sound(c: Cursor) -> bool:
+    """Whether every field of a cursor read back from the state has its type."""
+    names = (c.waiting, c.conflicts, c.retry)
+    return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
+        type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \
+        all(t is None or type(t) in (int, float) for t in (c.last_import, c.last_check)) \
+        and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)
 
 
 class Follower:
@@ -100,6 +117,9 @@ class Follower:
         self._polls = 0
         # A failing machine: (the poll it is tried again at, the wait that was).
         self._retry: dict[str, tuple[int, int]] = {}
+        # (machine, session) → the local file an import left until quiet: while it is
+        # still being written, the session is not imported again (no request for it).
+        self._left: dict[tuple[str, str], bytes] = {}
 
     def machines(self) -> list[str]:
         """The machines followed now (never this one)."""
@@ -123,43 +143,100 @@ class Follower:
                 continue
             cur.last_check = self.clock()
             try:
-                self._poll(machine, cur)
-                cur.problem = None
+                if self._poll(machine, cur):
+                    cur.problem = None
                 self._retry.pop(machine, None)
-            except Exception as e:  # a follower's failure never stops the backup
-                # That machine only: tried again after 1, 2, 4 … polls (at most an hour's
-                # worth), so a machine that keeps failing costs little.
-                cur.problem = str(e)[:500]
+            except Exception as e:  # that machine's problem, never the daemon's end
+                # Tried again after 1, 2, 4 … polls (at most an hour's worth), so a
+                # machine that keeps failing costs little.
+                known = isinstance(e, SyncdError | OSError)
+                cur.problem = (str(e) if known else f"{type(e).__name__}: {e}")[:500]
                 last = self._retry.get(machine)
                 wait = 1 if last is None else min(last[1] * 2, RETRY_MAX)
                 self._retry[machine] = (self._polls + wait, wait)
-                log.warning("following %s: %s", machine, cur.problem)
+                # A reader's bug its objects met gets its traceback.
+                log.warning("following %s: %s", machine, cur.problem, exc_info=not known)
         self._polls += 1
         self.state.set_meta(**{META: json.dumps({m: asdict(c)
                                                  for m, c in self.cursors.items()})})
 
     # -- one machine ------------------------------------------------------------------
-    def _poll(self, machine: str, cur: Cursor) -> None:
+    def _poll(self, machine: str, cur: Cursor) -> bool:
+        """Look at one machine; False when it was left alone this time (its problem
+        stands)."""
         rm = self.repo.for_machine(machine)
         if cur.seq is None:
+            if cur.problem is not None and cur.misses + 1 < HEAD_EVERY:
+                # Its first look failed (a backup that does not read): looked at again
+                # with the head's cadence, not at full cost every poll.
+                cur.misses += 1
+                return False
+            cur.misses = 0
             # The first look: every session it holds.
-            backup = load_backup(rm)
+            try:
+                backup = load_backup(rm)
+            except NoBackup:
+                # Nothing flushed yet: its first segment is HEADed like any next one.
+                cur.seq = -1
+                return True
             live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
             self._import(rm, cur, live, backup)
             cur.seq = backup.last_seq if backup.last_seq is not None else -1
-            return
+            return True
         sids, top = self._changed(rm, cur.seq)
         if top is None:
             cur.misses += 1
             if cur.misses >= HEAD_EVERY:
                 cur.misses = 0
                 sids, top = self._from_head(rm, cur.seq)
+                if top is not None and top < cur.seq:
+                    log.warning("following %s: its head is at seq %d, before the seq %d "
+                                "read here, which is gone (made again under its id, or a "
+                                "head that went ahead): following it again from the start",
+                                machine, top, cur.seq)
+                    cur.seq = None
+                    return True
+                sids |= set(cur.retry)
         else:
             cur.misses = 0
-        if sids or cur.waiting:
-            self._import(rm, cur, sids | set(cur.waiting), None)
+        ready = self._quiet_now(machine, cur.waiting)
+        if sids or ready:
+            self._import(rm, cur, sids | ready, None)
         if top is not None:
             cur.seq = top
+        return True
+
+    def _quiet_now(self, machine: str, waiting: list[str]) -> set[str]:
+        """The sessions left until quiet whose local file is quiet now (or unknown here)."""
+        quiet = Quiet(self.settings.source, self.settings.follow_quiet, self.clock,
+                      ours=self._as_imported)
+        root = os.fsencode(self.settings.source)
+        ready = set()
+        for sid in waiting:
+            rel = self._left.get((machine, sid))
+            try:
+                st = None if rel is None else os.lstat(os.path.join(root, rel))
+            except OSError:
+                st = None
+            if rel is None or st is None or quiet(rel, st) is None:
+                ready.add(sid)
+        return ready
+
+    def _as_imported(self, rel: bytes, st: os.stat_result) -> bool:
+        """Whether a local file is exactly what an import (not a merge) wrote: its recent
+        mtime is the other machine's, or the import's, not a write here."""
+        rec = self.state.imported(rel)
+        if rec is None or rec.merged or rec.size != st.st_size:
+            return False
+        try:
+            fd = os.open(os.path.join(os.fsencode(self.settings.source), rel),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return check_hash(fd, rec.size) == rec.check_hash
+        finally:
+            os.close(fd)
 
     def _changed(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
         """The sessions the segments after ``after`` changed, and the last seq read
@@ -174,7 +251,11 @@ class Follower:
                 break
             try:
                 ix = rm.read_index(key, info.size)
-            except (FormatError, NotFound) as e:
+            except NotFound:
+                # Compacted away since its HEAD: not passed over, the head brings what it
+                # changed (read when the HEADs find nothing).
+                break
+            except FormatError as e:
                 log.warning("following %s: skipping %s: %s", rm.machine, rm.where(key), e)
                 top = seq
                 continue
@@ -187,14 +268,22 @@ class Follower:
             for x in ix.extents:
                 sid = session_of_any(x.path)
                 if sid is not None:
-                    echo[sid] = echo.get(sid, True) and x.reason == imported_from(self.me)
+                    # This machine's lines it merged after its own, continuing what it
+                    # had shipped (a new generation holds its own lines too): ours too.
+                    ours = x.reason == imported_from(self.me) or (
+                        x.reason == merged_from(self.me) and x.start > 0)
+                    echo[sid] = echo.get(sid, True) and ours
             sids |= {sid for sid, back in echo.items() if not back}
         return sids, top
 
     def _from_head(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
         """When segments were compacted before they were read: the sessions whose size in
-        the machine's head differs from what was imported from it."""
+        the machine's head differs from what was imported from it. A head before ``after``
+        whose segment is gone (the machine's seqs went back): no session, the head's seq."""
         head = rm.head()
+        if head is not None and head.seq < after and \
+                rm.store.head(layout.segment_key(rm.machine, after)) is None:
+            return set(), head.seq
         if head is None or head.seq <= after:
             return set(), None
         have = {r.src_path: r for r in self.state.imports() if r.source == rm.machine}
@@ -212,7 +301,9 @@ class Follower:
             backup = load_backup(rm, sessions=sorted(sids))
         present = sorted(sid for sid in sids if (found := backup.find_session(sid))
                          is not None and found.deleted_at is None)
-        cur.waiting = []
+        cur.waiting = [s for s in cur.waiting if s not in sids]  # still written here
+        again = set(cur.retry) & sids  # a second failure of these is not retried
+        cur.retry = [s for s in cur.retry if s not in sids]
         if not present:
             return
         cfg = self.settings
@@ -221,11 +312,30 @@ class Follower:
             local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
             conflicts_dir=cfg.state_dir / "conflicts",
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
-            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, self.state.imported),
+            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, ours=self._as_imported),
             history=False,
             progress=_Fed(self.progress))
-        report = restore(rm, opts, backup)
-        self._account(rm.machine, cur, report, backup)
+        batches = [tuple(present)]
+        while batches:
+            batch = batches.pop()
+            try:
+                report = restore(rm, replace(opts, sessions=batch), backup)
+            except RestoreError as e:
+                # One session's failure (a size no disk here holds, …) is its own: the
+                # others are imported in halves; that one is said, and left until it
+                # changes again.
+                if len(batch) == 1:
+                    log.warning("following %s: session %s not imported: %s", rm.machine,
+                                batch[0], e)
+                else:
+                    batches += [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+                continue
+            self._account(rm.machine, cur, report, backup)
+            brought = {a.source for a in report.actions if a.action != "error"}
+            failed = {sid for sid in batch if sid not in again and (
+                s := backup.find_session(sid)) is not None and (
+                os.fsdecode(s.path) not in brought or s.path in report.cut)}
+            cur.retry = sorted(set(cur.retry) | failed)[:KEPT]
 
     def _account(self, machine: str, cur: Cursor, report: RestoreReport,
                  backup: Backup) -> None:
@@ -238,7 +348,9 @@ class Follower:
             src = os.fsencode(a.source)
             sid = session_of_any(src)
             if a.action == "wait" and sid is not None:
-                cur.waiting = sorted(set(cur.waiting) | {sid})[:KEPT]
+                # All of them (a local file each): one dropped would never be imported.
+                cur.waiting = sorted(set(cur.waiting) | {sid})
+                self._left[(machine, sid)] = os.fsencode(a.path)
             if a.conflict_copy:
                 cur.conflicts = [*cur.conflicts, a.conflict_copy][-KEPT:]
             f = backup.files.get(src)
@@ -246,7 +358,7 @@ class Follower:
                 continue
             rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
                           machine, a.action not in ("create", "fast-forward", "skip"),
-                          src, f.gen, f.size, self.clock())
+                          src, f.gen, report.cut.get(src, f.size), self.clock())
             if rec is not None:
                 records.append(rec)
                 if a.action != "skip" and sid is not None:
@@ -277,9 +389,10 @@ def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen
     except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        return ImportedFile(rel, machine, st.st_size, check_hash(fd, st.st_size), merged, src,
-                            gen, size, st.st_mtime_ns, now)
+        length = os.fstat(fd).st_size
+        return ImportedFile(rel, machine, length, check_hash(fd, length), merged, src,
+                            max(0, min(gen, STATE_INT_MAX)), max(0, min(size, STATE_INT_MAX)),
+                            now)
     finally:
         os.close(fd)
 

@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from syncd.backup.state import ImportedFile
-
 # lsof (where there is no /proc) gets this long; no answer counts as "not open".
 LSOF_TIMEOUT = 5.0
 # Bytes of lsof output read at most: its size is the machine's, not ours to follow.
@@ -23,22 +21,20 @@ class Quiet:
     """``leave(rel, st)`` for the restorer: why a local file is not to be written now."""
 
     def __init__(self, root: Path, quiet: float, clock: Callable[[], float] = time.time,
-                 imported: Callable[[bytes], ImportedFile | None] = lambda rel: None,
-                 proc: Path = Path("/proc")) -> None:
+                 proc: Path = Path("/proc"),
+                 ours: Callable[[bytes, os.stat_result], bool] | None = None) -> None:
         self.root = os.fsencode(os.path.realpath(root))
         self.quiet = quiet
         self.clock = clock
-        # What the last import left in a file: an import's own write is not a local one.
-        self.imported = imported
         self.proc = proc
+        # Whether a file is as an import left it: its mtime is not a write here.
+        self.ours = ours
         # Paths (under root) some process holds open: looked up once per import round.
         self._open: set[bytes] | None = None
 
     def __call__(self, rel: bytes, st: os.stat_result) -> str | None:
         age = self.clock() - st.st_mtime
-        rec = self.imported(rel)
-        ours = rec is not None and (rec.size, rec.mtime_ns) == (st.st_size, st.st_mtime_ns)
-        if age < self.quiet and not ours:
+        if age < self.quiet and not (self.ours is not None and self.ours(rel, st)):
             return f"written here {max(age, 0):.0f}s ago: left until quiet"
         if os.path.join(self.root, rel) in self._held():
             return "open in a running process: left until it is closed"

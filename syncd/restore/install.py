@@ -44,14 +44,19 @@ class Installer:
         mtime only renames."""
         self._prepared[src] = (mtime_ns, self._pool.submit(_ready, src, mtime_ns))
 
-    def rename(self, src: bytes, dest: bytes, mtime_ns: int) -> None:
-        """Install the finished file ``src`` (same filesystem) as ``dest``."""
+    def rename(self, src: bytes, dest: bytes, mtime_ns: int,
+               expect: os.stat_result | None = None) -> None:
+        """Install the finished file ``src`` (same filesystem) as ``dest`` (``expect``: the
+        local file it replaces, as it was looked at; ``Changed`` if it is no longer)."""
         prepared = self._prepared.pop(src, None)
         if prepared is not None and prepared[0] == mtime_ns:
             ready = prepared[1]
 
             def replace() -> None:
                 ready.result()  # submitted before this job: already running or done
+                if expect is not None and changed(dest, expect):
+                    raise Changed(f"{os.fsdecode(dest)}: changed while being restored; "
+                                  "left as it is")
                 os.replace(src, dest)
 
             self._submit(dest, replace, 0)
@@ -59,11 +64,14 @@ class Installer:
         if prepared is not None:  # not changing src while this still does; redone below
             with contextlib.suppress(Exception):
                 prepared[1].result()
-        self._submit(dest, lambda: _finish(src, dest, mtime_ns), 0)
+        self._submit(dest, (lambda: _finish(src, dest, mtime_ns)) if expect is None else
+                     (lambda: _finish(src, dest, mtime_ns, expect=expect)), 0)
 
-    def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+    def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
+              expect: os.stat_result | None = None) -> None:
         """Install ``content`` as ``dest``, through a temp file beside it."""
-        self._submit(dest, lambda: _write(content, dest, mtime_ns, mode), len(content))
+        self._submit(dest, lambda: _write(content, dest, mtime_ns, mode, expect),
+                     len(content))
 
     def produce(self, make: Callable[[], bytes], dest: bytes, mtime_ns: int,
                 memory: int) -> None:
@@ -110,27 +118,40 @@ class Installer:
         self._pool.shutdown(wait=True)
 
 
-def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+class Changed(RestoreError):
+    """A local file changed between the look that decided to replace it and its
+    replacement (being written here): left as it is."""
+
+
+def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
+           expect: os.stat_result | None = None) -> None:
     tmp = os.path.join(os.path.dirname(dest),
                        b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(content)
-        _finish(tmp, dest, mtime_ns, mode)
+        if expect is None:
+            _finish(tmp, dest, mtime_ns, mode)
+        else:
+            _finish(tmp, dest, mtime_ns, mode, expect=expect)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
 
 
-def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
+            expect: os.stat_result | None = None) -> None:
     """fsync, mode 0600 (or ``mode``: a hook script's 0700), an mtime Claude's cleanup will
-    not delete, then rename."""
+    not delete, then rename; over ``expect`` (the local file as it was decided on) only
+    while it is still that file: bytes appended meanwhile are never replaced."""
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     os.chmod(tmp, mode)
     if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
         mtime_ns = time.time_ns()
     os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    if expect is not None and changed(dest, expect):
+        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     os.replace(tmp, dest)
 
 

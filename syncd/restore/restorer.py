@@ -47,7 +47,7 @@ from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import create_private, private_dir, write_private
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
-from syncd.restore.install import Installer, changed, check_parents, make_parents
+from syncd.restore.install import Changed, Installer, changed, check_parents, make_parents
 from syncd.restore.merge import decide
 from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, preview, strays
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
@@ -124,6 +124,8 @@ class RestoreReport:
     rules: list[Rule] = field(default_factory=list)
     # Restored sessions: id → project path on this machine.
     sessions: dict[str, str] = field(default_factory=dict)
+    # Stored paths restored only up to this many of their bytes (the rest was lost).
+    cut: dict[bytes, int] = field(default_factory=dict)
 
     def _paths(self, *kinds: str) -> list[str]:
         return [a.path for a in self.actions if a.action in kinds]
@@ -232,6 +234,10 @@ def restore(repo: Repository, opts: RestoreOptions,
             queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
                             installer, planned, rewriters, rewrites.pop(path, None))
         except (RestoreError, OSError, ValueError, OverflowError) as e:
+            if isinstance(e, Changed) and opts.leave is not None:
+                sink.actions.append(Action("wait", os.fsdecode(_target_rel(path, remap)),
+                                           os.fsdecode(path), _why(e)))
+                return
             # This file only; the others still restore.
             sink.errors.append(_file_error(opts.target, path, e))
             sink.actions.append(Action("error", os.fsdecode(path), os.fsdecode(path), _why(e)))
@@ -302,6 +308,10 @@ def restore(repo: Repository, opts: RestoreOptions,
             early.stop(drop=True)  # after a failure, nothing more is placed
         for dest, err in installer.finish():
             act = placed.get(dest)
+            if act is not None and isinstance(err, Changed) and opts.leave is not None:
+                # Written here meanwhile: left until quiet, as if seen before the decision.
+                act.action, act.reason, act.size = "wait", _why(err), 0
+                continue
             if act is not None:
                 act.action, act.reason, act.size = "error", _why(err), 0
             report.errors.append(f"{os.fsdecode(dest)}: {_why(err)}")
@@ -761,6 +771,7 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
             if cut:
                 os.truncate(names[path], cut)
                 files[path] = dataclasses.replace(f, size=cut)
+                report.cut[path] = cut
             else:
                 del names[path]
     except OSError as e:
@@ -957,12 +968,13 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         report.actions.append(act)
         return None
     if st is not None and changed(dest, st):
-        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     make_parents(opts.target, rel, installer.known)
     if d.action == "fast-forward":
         _record(opts, backup.machine, rel, as_is, d.content)
     installer.write(d.content, dest,
-                    mtime_ns if d.action in ("create", "fast-forward") else time.time_ns())
+                    mtime_ns if d.action in ("create", "fast-forward") else time.time_ns(),
+                    expect=st)
     report.actions.append(act)
     return dest, act
 
@@ -1006,7 +1018,7 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
         report.actions.append(act)
         return None
     if st is not None and changed(dest, st):
-        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as "
+        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as "
                            "it is")
     make_parents(opts.target, rel)
     _record(opts, machine, rel, f if data == raw else None, data)
@@ -1038,10 +1050,10 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
         act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
         return None
     if changed(dest, st):
-        raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
     act.size = staged.stat().st_size
     _record(opts, backup.machine, rel, as_is, staged)
-    installer.rename(os.fsencode(staged), dest, mtime_ns)
+    installer.rename(os.fsencode(staged), dest, mtime_ns, expect=st)
     return dest, act
 
 

@@ -212,9 +212,15 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
                         ", not looked at yet")
                      + f", {f['imported']} sessions imported"
                      + (f"; {len(f['waiting'])} left until quiet" if f["waiting"] else "")
-                     + (f"; PROBLEM: {f['problem']}" if f["problem"] else ""))
-        lines += [f"  conflict copy: {c}" for c in f["conflicts"]]
+                     + (f"; PROBLEM: {_shown(f['problem'])}" if f["problem"] else ""))
+        # Paths and errors name what the followed machine's store named: no control
+        # character of theirs reaches the terminal.
+        lines += [f"  conflict copy: {_shown(c)}" for c in f["conflicts"]]
     return "\n".join(lines)
+
+
+def _shown(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 # Lag above this is worth a look: the daemon flushes within seconds of a change.

@@ -134,6 +134,9 @@ class LocalStore:
             raise NotFound(f"{self.url}{key}: not found") from None
         except OSError as e:
             raise StoreError(f"{self.url}{key}: {e.strerror or e}") from e
+        except (ValueError, OverflowError):  # an offset no file has (as S3 refuses a range)
+            raise StoreError(f"{self.url}{key}: cannot read {length} bytes at offset "
+                             f"{start}") from None
 
     def head(self, key: str) -> ObjectInfo | None:
         try:

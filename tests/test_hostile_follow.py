@@ -1,0 +1,582 @@
+"""Following a machine whose objects are hostile (syncd/follow/follower.py): whatever its
+segments, head and catalog claim, the follower survives, says one line naming the bad
+object, keeps importing the good sessions, costs what an idle machine costs while it
+waits, and never writes over a local session."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from syncd.archive.compact import compact
+from syncd.backup.ship import merged_from
+from syncd.backup.state import State
+from syncd.errors import StoreError
+from syncd.follow import follower as follow_module
+from syncd.follow.follower import HEAD_EVERY, KEPT
+from syncd.format.head import Head
+from syncd.format.head import encode as head_encode
+from syncd.format.segment import FRAME_MAX
+from syncd.repository import Repository
+from syncd.restore import install, restorer
+from syncd.restore.merge import Decision
+from syncd.restore.restorer import RestoreOptions, restore
+from syncd.service.status import format_status, status
+from syncd.store import LocalStore, layout
+from tests.counting import CountingStore
+from tests.helpers import write
+from tests.hostile import T0, Craft, Piece, line, sid, transcript
+from tests.test_follow import S1, Machine, extents_of
+
+DESK = "desk"
+CWD = "/home/desk/app"  # under desk's home: lands in the laptop's folder of "app"
+
+
+@pytest.fixture
+def laptop(tmp_path: Path) -> Machine:
+    return Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+
+
+def craft(m: Machine) -> Craft:
+    """The followed machine, made object by object in the laptop's store."""
+    c = Craft(m.store_dir)
+    c.machine_json(DESK, "/home/desk")
+    return c
+
+
+def followed(m: Machine, monkeypatch: pytest.MonkeyPatch) -> tuple[Craft, str, str]:
+    """desk with two sessions, the first imported by the laptop already (seq 0)."""
+    c = craft(m)
+    s1, s2 = sid(DESK, 1), sid(DESK, 2)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    m.poll(monkeypatch)
+    assert m.transcript("app", s1).read_bytes() == line(s1, m.cwd("app"), 0)
+    return c, s1, s2
+
+
+@pytest.mark.parametrize("cursor", [
+    {"seq": "zero"}, {"seq": 0, "misses": "x"}, {"seq": 0, "waiting": "abc"},
+    {"seq": 0, "conflicts": 5}, {"seq": 1.5}, {"seq": 0, "last_check": "yesterday"},
+    {"seq": 0, "imported": None}, {"seq": 0, "waiting": [1, 2]}, [1, 2], "desk",
+])
+def test_a_damaged_cursor_in_the_state_is_started_over(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, cursor: object) -> None:
+    c, _, s2 = followed(laptop, monkeypatch)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    state = State(laptop.settings.state_file)
+    try:
+        state.set_meta(follow=json.dumps({DESK: cursor}))
+    finally:
+        state.close()
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.cursor(DESK)["seq"] == 1 and laptop.cursor(DESK)["problem"] is None
+
+
+def test_a_size_past_what_the_state_holds_is_one_line_and_the_rest_imports(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    # s1's next bytes claim to sit just below 2**63: its size is past SQLite's integers.
+    c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0)),
+                        Piece(transcript(CWD, s1), line(s1, CWD, 1), start=(1 << 63) - 100)])
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    cur = laptop.cursor(DESK)
+    assert cur["seq"] == 1 and cur["problem"] is None
+    assert [r.message for r in caplog.records if s1 in r.message and "lost" in r.message]
+    # What the import wrote is recorded: the laptop never ships it as its own.
+    state = State(laptop.settings.state_file, readonly=True)
+    try:
+        got = {r.src_path.rsplit(b"/", 1)[1]: r for r in state.imports()}
+    finally:
+        state.close()
+    assert set(got) == {f"{s1}.jsonl".encode(), f"{s2}.jsonl".encode()}
+
+
+def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    s3 = sid(DESK, 3)
+    # s1's next bytes claim 1.6 GB: 400 extents of 4 MiB, all the same small frame.
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0)),
+                              Piece(transcript(CWD, s3), line(s3, CWD, 0)),
+                              Piece(transcript(CWD, s1), b"x" * 100,
+                                    start=len(line(s1, CWD, 0)))])
+
+    def claim(doc: dict[str, Any]) -> None:
+        e = next(x for x in doc["entries"] if x["op"] == "data" and s1 in json.dumps(x))
+        e["end"] = e["start"] + FRAME_MAX
+        doc["entries"] += [{**e, "start": e["start"] + i * FRAME_MAX,
+                            "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, 400)]
+
+    c.rewrite(key, claim)
+    # A disk with 1 GB free.
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
+        (4096, 4096, 1 << 20, 1 << 18, 1 << 18, 1000, 1000, 1000, 0, 255)
+        if os.fspath(p) == str(laptop.settings.source) else real(p)))
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s3).read_bytes() == line(s3, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and s1 in said[0] and "needs" in said[0], said
+    # Not tried again at every poll: the next one costs the one HEAD of an idle machine.
+    assert laptop.cursor(DESK)["seq"] == 1
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    assert counting.counts.by_kind() == {"HEAD": 1}, counting.counts.calls
+
+
+def test_a_session_left_until_quiet_costs_no_request_while_it_is_written_here(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"follow_quiet": 60.0})
+    c, s1, s2 = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    ours = line(s1, laptop.cwd("app"), 0) + line(s1, laptop.cwd("app"), 1, "typed here")
+    mine.write_bytes(ours)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 2),
+                              start=len(line(s1, CWD, 0)))])
+    laptop.now = mine.stat().st_mtime + 10
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    # One follower throughout, as the daemon keeps it.
+    for follower in laptop.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        follower.poll()
+        assert follower.cursors[DESK].waiting == [s1] and mine.read_bytes() == ours
+        counting.counts.calls.clear()
+        for _ in range(3):
+            laptop.now += 10
+            follower.poll()
+            assert mine.read_bytes() == ours
+        # Still written here: nothing read of desk's backup, only its next segment's HEAD.
+        assert counting.counts.by_kind() == {"HEAD": 3}, counting.counts.calls
+        assert follower.cursors[DESK].waiting == [s1]
+        # Quiet now: imported (merged, the local line kept), and desk's next session too.
+        c.segment(DESK, 2, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        laptop.now += 60
+        follower.poll()
+        assert mine.read_bytes() == ours + line(s1, laptop.cwd("app"), 2)
+        assert laptop.transcript("app", s2).exists()
+        assert follower.cursors[DESK].waiting == []
+
+
+@pytest.mark.parametrize("when", ["compared", "written"])
+def test_a_line_appended_here_while_the_import_writes_is_never_lost(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    c, s1, _ = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 2),
+                              start=len(line(s1, CWD, 0)))])
+    typed = line(s1, laptop.cwd("app"), 1, "typed here")
+
+    def claude_appends() -> None:
+        with open(mine, "ab") as f:
+            f.write(typed)
+
+    # Claude appends the moment after the import read the file (it decides on what it
+    # read), or the moment before its copy replaces it (written by an installer thread).
+    if when == "compared":
+        decide = restorer.decide
+
+        def deciding(kind: str, local: bytes | None, backup: bytes) -> Decision:
+            claude_appends()
+            return decide(kind, local, backup)
+
+        monkeypatch.setattr(restorer, "decide", deciding)
+    else:
+        write = install._write
+
+        def writing(content: bytes, dest: bytes, *rest: Any) -> None:
+            if dest == os.fsencode(mine):
+                claude_appends()
+            write(content, dest, *rest)
+
+        monkeypatch.setattr(install, "_write", writing)
+    laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed
+    assert laptop.cursor(DESK)["waiting"] == [s1]
+    monkeypatch.undo()
+    laptop.poll(monkeypatch)  # quiet now: merged
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed + line(
+        s1, laptop.cwd("app"), 2)
+    assert laptop.cursor(DESK)["waiting"] == []
+
+
+class CompactedWhileRead(LocalStore):
+    """desk's segment ``seq`` is compacted away between the follower's HEAD of it and its
+    GET (desk's archiver and the laptop's follower run whenever they like)."""
+
+    def __init__(self, root: Path, seq: int) -> None:
+        super().__init__(root)
+        self.key = layout.segment_key(DESK, seq)
+        self.raced = False
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        if key == self.key and not self.raced:
+            self.raced = True
+            compact(Repository(LocalStore(self.root), DESK))
+        return super().get(key, start, length)
+
+
+def test_a_segment_compacted_between_its_head_and_its_read_is_caught_from_the_head(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Machine(tmp_path, DESK, "/home/alice", head_interval=0.0)
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    racing = CompactedWhileRead(b.store_dir, 1)
+    b.poll(monkeypatch, racing)
+    assert racing.raced
+    for _ in range(HEAD_EVERY):
+        b.poll(monkeypatch)
+    assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0) + line(
+        S1, b.cwd("app"), 1)
+    assert b.cursor(DESK)["seq"] == 1
+
+
+def put_head(c: Craft, seq: int) -> None:
+    c.put(layout.head_key(DESK), head_encode(Head(DESK, T0, seq, T0)))
+
+
+@pytest.mark.parametrize("how", ["made again", "head ahead"])
+def test_a_machine_whose_seqs_went_back_is_followed_again(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        how: str) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    if how == "made again":
+        for seq in (1, 2, 3):
+            c.segment(DESK, seq, [Piece(f"todos/{s1}-agent-{s1}.json", b"[]\n", gen=seq)])
+        laptop.poll(monkeypatch)
+        assert laptop.cursor(DESK)["seq"] == 3
+        # desk's prefix is wiped and desk starts again from seq 0.
+        for seq in (0, 1, 2, 3):
+            c.delete(layout.segment_key(DESK, seq))
+        c.segment(DESK, 0, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        put_head(c, 0)
+    else:
+        # A head far ahead of desk's segments sends the cursor there; desk goes on.
+        put_head(c, 1 << 62)
+        for _ in range(HEAD_EVERY):
+            laptop.poll(monkeypatch)
+        assert laptop.cursor(DESK)["seq"] == 1 << 62
+        c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        put_head(c, 1)
+    for _ in range(HEAD_EVERY + 1):
+        laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and "following it again" in said[0], said
+
+
+def test_a_head_behind_the_segments_read_is_no_rollback(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, _ = followed(laptop, monkeypatch)
+    for seq in (1, 2, 3):
+        c.segment(DESK, seq, [Piece(f"todos/{s1}-agent-{s1}.json", b"[]\n", gen=seq)])
+    put_head(c, 0)  # written before those flushes (heads come every head_interval)
+    laptop.poll(monkeypatch)
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    for _ in range(HEAD_EVERY):
+        laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    assert laptop.cursor(DESK)["seq"] == 3
+    assert counting.counts.by_kind() == {"HEAD": HEAD_EVERY + 1, "GET": 1}
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_merge_here_ships_only_the_lines_it_added(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Machine(tmp_path, DESK, "/home/alice", follow=["laptop"])
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    wire = json.loads(line(S1, b.cwd("app"), 1, "laptop's branch"))
+    wire["uuid"] = "laptop-branch-1"
+    write(b.settings.source, mine.relative_to(b.settings.source),
+          json.dumps(wire, separators=(",", ":")).encode() + b"\n", mode="ab")
+    b.sync(monkeypatch)
+    for i in range(2, 5):  # desk's branch is the newer one: merged here each time
+        write(a.settings.source, rel, line(S1, a.cwd("app"), i, "desk's branch"), mode="ab")
+        a.sync(monkeypatch)
+        before = mine.stat().st_size
+        b.poll(monkeypatch)
+        assert mine.read_bytes().endswith(line(S1, b.cwd("app"), i, "desk's branch"))
+        b.sync(monkeypatch)
+        # One generation throughout; the merge's lines shipped once, as merged.
+        assert extents_of(b, mine)[-1] == (1, before, mine.stat().st_size,
+                                           merged_from(DESK))
+    assert sum(e - s for _, s, e, _ in extents_of(b, mine)) == mine.stat().st_size
+    out = tmp_path / "restored"
+    restore(Repository(LocalStore(b.store_dir), "laptop"),
+            RestoreOptions(target=out, local_home=str(b.home)))
+    assert (out / mine.relative_to(b.settings.source)).read_bytes() == mine.read_bytes()
+
+
+class FailingReads(LocalStore):
+    """The store fails the reads of ``key``'s data (not its index), after its retries:
+    the first ``times`` of them."""
+
+    def __init__(self, root: Path, key: str, times: int) -> None:
+        super().__init__(root)
+        self.key, self.times = key, times
+        self.failed = 0
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        if key == self.key and start >= 0 and self.failed < self.times:
+            self.failed += 1
+            raise StoreError(f"{key}: connection reset")
+        return super().get(key, start, length)
+
+
+@pytest.mark.parametrize("times", [1, 1000])
+def test_a_session_whose_bytes_could_not_be_fetched_is_tried_once_more(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+    c, _, s2 = followed(laptop, monkeypatch)
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    put_head(c, 1)  # a head that does not list s2: only the retry brings it
+    flaky = FailingReads(laptop.store_dir, key, times)
+    laptop.poll(monkeypatch, flaky)
+    assert flaky.failed == 1 and not laptop.transcript("app", s2).exists()
+    for _ in range(3 * HEAD_EVERY):
+        laptop.poll(monkeypatch, flaky)
+    assert laptop.cursor(DESK)["seq"] == 1
+    if times == 1:  # a passing failure: brought when the head is read next
+        assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    else:  # a lasting one: tried once more, not at every head
+        assert flaky.failed == 2 and not laptop.transcript("app", s2).exists()
+        assert laptop.cursor(DESK)["retry"] == []
+
+
+def test_a_frame_claimed_past_any_file_offset_is_one_line_and_the_rest_imports(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    key3 = c.segment(DESK, 2, [Piece(transcript(CWD, s1), line(s1, CWD, 1),
+                                     start=len(line(s1, CWD, 0)))])
+
+    def far(doc: dict[str, Any]) -> None:
+        doc["entries"][0]["off"] = 1 << 63  # the file:// store cannot seek there
+
+    c.rewrite(key, far)
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0) + line(
+        s1, laptop.cwd("app"), 1)
+    assert not laptop.transcript("app", s2).exists()
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert said and all(key in m for m in said) and key3 not in " ".join(said), said
+    assert laptop.cursor(DESK)["seq"] == 2
+
+
+def test_a_branch_merged_there_does_not_come_back_as_a_conflict_at_every_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Machine(tmp_path, DESK, "/home/alice", follow=["laptop"])
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    mine = b.transcript("app", S1)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1, "desk's branch"), mode="ab")
+
+    def laptops(i: int) -> bytes:
+        wire = json.loads(line(S1, b.cwd("app"), i, f"laptop's line {i}"))
+        wire["uuid"] = f"laptop-{i}"
+        return json.dumps(wire, separators=(",", ":")).encode() + b"\n"
+
+    # The laptop goes on with its branch (the newer one): the desk merges each line in.
+    for i in range(2, 7):
+        write(b.settings.source, mine.relative_to(b.settings.source), laptops(i), mode="ab")
+        a.sync(monkeypatch)
+        b.sync(monkeypatch)
+        b.poll(monkeypatch)
+        a.poll(monkeypatch)
+    desk = a.transcript("app", S1).read_bytes()
+    assert all(laptops(i).split(b'"cwd"')[0] in desk for i in range(2, 7))
+    # The desk's branch reached the laptop once, as one conflict copy.
+    conflicts = b.cursor(DESK)["conflicts"]
+    assert isinstance(conflicts, list) and len(conflicts) == 1, conflicts
+    assert b"desk's branch" in Path(conflicts[0]).read_bytes()
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + b"".join(
+        laptops(i) for i in range(2, 7))
+
+
+def test_a_file_as_the_import_left_it_is_not_being_written_here(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"follow_quiet": 60.0})
+    laptop.now = time.time()
+    c, s1, _ = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    # The import gave the file desk's mtime (or now, for an old one): recent, but no
+    # process here wrote it. desk's next line comes before follow_quiet is over.
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 1),
+                              start=len(line(s1, CWD, 0)))])
+    laptop.now = mine.stat().st_mtime + 30
+    laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(s1, laptop.cwd("app"), 1)
+    assert laptop.cursor(DESK)["waiting"] == []
+    # A line written here since: left until quiet.
+    with open(mine, "ab") as f:
+        f.write(line(s1, laptop.cwd("app"), 2, "typed here"))
+    c.segment(DESK, 2, [Piece(transcript(CWD, s1), line(s1, CWD, 3),
+                              start=len(line(s1, CWD, 0) + line(s1, CWD, 1)))])
+    laptop.now = mine.stat().st_mtime + 30
+    laptop.poll(monkeypatch)
+    assert laptop.cursor(DESK)["waiting"] == [s1]
+
+
+def test_every_session_left_until_quiet_is_imported_once_quiet(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"follow_quiet": 60.0})
+    c = craft(laptop)
+    ids = [sid(DESK, 100 + i) for i in range(KEPT + 10)]
+    c.segment(DESK, 0, [Piece(transcript(CWD, s), line(s, CWD, 0)) for s in ids])
+    laptop.poll(monkeypatch)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s), line(s, CWD, 1), start=len(line(s, CWD, 0)))
+                        for s in ids])
+    for s in ids:  # each written here a moment ago (a restore, a script)
+        with open(laptop.transcript("app", s), "ab") as f:
+            f.write(line(s, laptop.cwd("app"), 0, "typed here").replace(b"-000000", b"-here0"))
+    laptop.now = time.time()
+    laptop.poll(monkeypatch)
+    assert sorted(laptop.cursor(DESK)["waiting"]) == sorted(ids)  # type: ignore[type-var]
+    laptop.now += 120
+    laptop.poll(monkeypatch)
+    assert [s for s in ids if line(s, laptop.cwd("app"), 1)
+            not in laptop.transcript("app", s).read_bytes()] == []
+
+
+def test_machines_with_nothing_backed_up_cost_one_request_a_poll(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=["*"])
+    c = craft(m)
+    s1 = sid(DESK, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    ghosts = [f"ghost{i}" for i in range(3)]
+    for g in ghosts:  # a machine.json and nothing else (a machine not flushed yet, junk)
+        c.machine_json(g, f"/home/{g}")
+    counting = CountingStore(LocalStore(m.store_dir))
+    for follower in m.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        follower.poll()
+        assert m.transcript("app", s1).exists()
+        counting.counts.calls.clear()
+        for _ in range(3):
+            follower.poll()
+        # One HEAD per machine and poll, the idle desk's as the ghosts'.
+        assert counting.counts.by_kind() == {"HEAD": 3 * 4}, counting.counts.calls
+        # A ghost that flushes is imported at the next poll.
+        g = sid(ghosts[0], 1)
+        cwd = f"/home/{ghosts[0]}/app"
+        c.segment(ghosts[0], 0, [Piece(transcript(cwd, g), line(g, cwd, 0))])
+        follower.poll()
+        assert m.transcript("app", g).exists()
+
+
+def test_a_machine_whose_backup_does_not_read_is_looked_at_again_with_the_head_cadence(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = craft(laptop)
+    c.put(layout.snapshot_key(DESK, 3, 0), b"not a manifest" * 100)
+    counting = CountingStore(LocalStore(laptop.store_dir))
+    for _ in range(2 * HEAD_EVERY):
+        laptop.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 2 and all(layout.snapshot_key(DESK, 3, 0) in m for m in said), said
+    assert counting.counts.total() <= 2 * 8 + 2 * HEAD_EVERY, counting.counts.calls
+    assert laptop.cursor(DESK)["problem"] == said[-1].split(": ", 1)[1]
+    # Once it reads, it is followed.
+    c.delete(layout.snapshot_key(DESK, 3, 0))
+    s1 = sid(DESK, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    for _ in range(HEAD_EVERY):
+        laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s1).exists()
+    assert laptop.cursor(DESK)["problem"] is None
+
+
+def test_a_session_brought_only_in_part_is_behind_and_tried_once_more(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    c, _, s2 = followed(laptop, monkeypatch)
+    first, second = line(s2, CWD, 0), line(s2, CWD, 1)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s2), first)])
+    key = c.segment(DESK, 2, [Piece(transcript(CWD, s2), second, start=len(first))])
+    put_head(c, 2)
+    flaky = FailingReads(laptop.store_dir, key, 1)
+    laptop.poll(monkeypatch, flaky)
+    mine = laptop.transcript("app", s2)
+    assert flaky.failed == 1 and mine.read_bytes() == line(s2, laptop.cwd("app"), 0)
+    # Recorded as holding the bytes it holds: behind desk's copy, not up to date.
+    state = State(laptop.settings.state_file, readonly=True)
+    try:
+        got = {r.src_path: r.src_size for r in state.imports()}
+    finally:
+        state.close()
+    assert got[transcript(CWD, s2).encode()] == len(first)
+    for _ in range(HEAD_EVERY):
+        laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s2, laptop.cwd("app"), 0) + line(s2, laptop.cwd("app"), 1)
+
+
+def test_an_unforeseen_failure_on_one_machine_is_one_line_and_the_others_import(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK, "zulu"])
+    c = craft(m)
+    c.machine_json("zulu", "/home/zulu")
+    s1, z1 = sid(DESK, 1), sid("zulu", 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    zcwd = "/home/zulu/app"
+    c.segment("zulu", 0, [Piece(transcript(zcwd, z1), line(z1, zcwd, 0))])
+    real = follow_module.restore
+
+    def bug(repo: Repository, *args: Any) -> Any:
+        if repo.machine == DESK:  # whatever desk's objects make of a reader's bug
+            raise KeyError("a bug")
+        return real(repo, *args)
+
+    monkeypatch.setattr(follow_module, "restore", bug)
+    m.poll(monkeypatch)
+    assert m.transcript("app", z1).exists()
+    assert "a bug" in str(m.cursor(DESK)["problem"])
+    said = [r.message for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert len(said) == 1 and DESK in said[0], said
+
+
+def test_status_prints_no_control_character_a_followed_machine_named(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = craft(laptop)
+    s1 = sid(DESK, 1)
+    path = transcript(CWD, s1).replace("-app/", "-app\x1b[2J\x1b]0;owned\x07/")
+    c.segment(DESK, 0, [Piece(path, line(s1, CWD, 0))])
+    laptop.poll(monkeypatch)
+    [mine] = laptop.settings.source.glob(f"projects/*/{s1}.jsonl")
+    assert "\x1b" in str(mine)
+    with open(mine, "ab") as f:  # written here since, and newer than desk's next line
+        f.write(line(s1, laptop.cwd("app"), 8, "typed here").replace(b"-000008", b"-here8"))
+    c.segment(DESK, 1, [Piece(path, line(s1, CWD, 1), start=len(line(s1, CWD, 0)))])
+    laptop.now = mine.stat().st_mtime + 1000
+    laptop.poll(monkeypatch)
+    cur = laptop.cursor(DESK)
+    assert isinstance(cur["conflicts"], list) and "\x1b" in cur["conflicts"][0]
+    doc = status(laptop.settings)
+    doc["following"][0]["problem"] = "\x1b[31mred"  # an error naming such a path
+    shown = format_status(doc)
+    assert DESK in shown and "conflict copy" in shown
+    assert not [ch for ch in shown if not ch.isprintable() and ch != "\n"], repr(shown)
