@@ -212,8 +212,10 @@ class Pair:
         parts = []
         for m in self.both:
             r = m.syncd("status", "--json")
-            following = json.loads(r.stdout).get("following") if r.returncode == 0 else r.stderr
-            parts.append(f"{m.name} following: {following!r}\n{m.log_tail()}")
+            st = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr}
+            shown = {k: st.get(k) for k in ("following", "bytes_pending", "files_pending",
+                                            "last_flush_seq", "last_error", "error")}
+            parts.append(f"{m.name} status: {shown!r}\n{m.log_tail()}")
         return "\n".join(parts)
 
     def segment_keys(self) -> tuple[str, ...]:
