@@ -146,11 +146,16 @@ class Machine:
         return [str(w) for w in self.following().get("waiting") or []]
 
     def start(self) -> None:
+        self.launch()
+        self.wait_up()
+
+    def launch(self) -> None:
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen([sys.executable, "-m", "syncd", "run"],
                                          env=self.env, cwd=self.home, stdout=f,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
+    def wait_up(self) -> None:
         def up() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -192,7 +197,9 @@ class Pair:
 
     def start(self) -> None:
         for m in self.both:
-            m.start()
+            m.launch()
+        for m in self.both:
+            m.wait_up()
 
     def stop(self) -> None:
         for m in self.both:
