@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import errno
 import hashlib
+import json
 import math
 import os
 import re
@@ -14,13 +15,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Annotated, Any, Self
 from urllib.parse import urlparse
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -199,6 +201,12 @@ class Settings(BaseSettings):
     # The machine's head (what `machines`, `sessions` and `resume` read) is rewritten at
     # most this often while flushes come (seconds), and at once when a session appears.
     head_interval: float = Field(300.0, ge=0)
+    # Other machines of the store whose sessions `syncd run` brings here ("*": every
+    # other one), checked every follow_interval seconds; a local transcript written to in
+    # the last follow_quiet seconds, or held open, is left alone until it is quiet.
+    follow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    follow_interval: float = Field(30.0, ge=1)
+    follow_quiet: float = Field(60.0, ge=0)
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
     exclude: list[str] = Field(default_factory=list)
     # Restore: extra path prefixes to map (old → new), and where local clones live
@@ -256,6 +264,29 @@ class Settings(BaseSettings):
         if not MACHINE_ID.fullmatch(v):
             raise ValueError("machine id must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
         return v
+
+    @field_validator("follow", mode="before")
+    @classmethod
+    def _follow(cls, v: object) -> object:
+        # "*" or one id as a string, a list in TOML or as JSON in $SYNCD_FOLLOW.
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    raise ValueError("not a JSON list of machine ids") from None
+            return [m.strip() for m in text.split(",") if m.strip()]
+        return v
+
+    @field_validator("follow")
+    @classmethod
+    def _followed(cls, v: list[str]) -> list[str]:
+        for m in v:
+            if m != "*" and not MACHINE_ID.fullmatch(m):
+                raise ValueError(f"{m!r} is not a machine id (1-64 of "
+                                 "[A-Za-z0-9._-]) nor \"*\"")
+        return list(dict.fromkeys(v))
 
     @field_validator("log_level")
     @classmethod

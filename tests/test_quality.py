@@ -47,7 +47,7 @@ RANKS: list[tuple[str, ...]] = [
     ("syncd.format",),
     ("syncd.repository", "syncd.seen", "syncd.backup.state", "syncd.backup.errorlog"),
     ("syncd.view", "syncd.timeline"),
-    ("syncd.backup", "syncd.archive", "syncd.restore"),
+    ("syncd.backup", "syncd.archive", "syncd.restore", "syncd.follow"),
     ("syncd.service",),
     ("syncd.cli", "syncd", "syncd.__main__"),
 ]

@@ -50,6 +50,19 @@ log = logging.getLogger("syncd.ship")
 LOST = b"lost"
 # The reason of the extent that brings a deleted file's generation back (FORMAT.md).
 REVIVED = "revived: restored as it was shipped"
+# The reasons of extents an import wrote (FORMAT.md): from a followed machine as it
+# is, or merged with this machine's own lines.
+IMPORTED_FROM = "imported from "
+
+
+def imported_from(machine: str) -> str:
+    return IMPORTED_FROM + machine
+
+
+def merged_from(machine: str) -> str:
+    return f"merged with machine {machine}'s copy"
+
+
 # Revive no deletion older than this (default: a day less than tombstone_keep's 180 d).
 REVIVE_WITHIN = 179 * 86400.0
 # A snapshot this many seqs ahead of the state is no writer's: years of flushes.
@@ -529,6 +542,10 @@ class Shipper:
             return batch
         gen, start, reason = self._position(fd, st, prev)
         end = st.st_size
+        # Bytes an import from a followed machine wrote: shipped once, marked as such
+        # (that machine never imports them back); this machine's own bytes after them.
+        label, imported_to = (None, start) if reason == REVIVED else \
+            self._imported(rel, fd, st, start)
         mode = st.st_mode & 0o7777
         text = os.fsdecode(rel)
         if reason == REVIVED:
@@ -560,6 +577,8 @@ class Shipper:
                 return batch
         while True:
             want = min(FRAME_MAX, end - pos)
+            if pos < imported_to:
+                want = min(want, imported_to - pos)
             if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
                 # Bounded memory: this segment is full, the rest goes in the next one.
                 if in_batch:
@@ -568,7 +587,8 @@ class Shipper:
                 in_batch = False
             data = os.pread(fd, want, pos) if want else b""
             batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
-                                  reason=reason if pos == start else None)
+                                  reason=label if pos < imported_to else
+                                  reason if pos == start else None)
             pos += len(data)
             in_batch = True
             self.progress(len(data))
@@ -588,6 +608,16 @@ class Shipper:
         if scanner is not None:
             self._catalog(batch, rel, gen, scanner.finish())
         return batch
+
+    def _imported(self, rel: bytes, fd: int, st: os.stat_result,
+                  start: int) -> tuple[str | None, int]:
+        """(the label of bytes an import wrote from ``start``, where they end); (None,
+        start) when an import's record does not describe the file's bytes there."""
+        rec = self.state.imported(rel)
+        if rec is None or rec.size <= start or st.st_size < rec.size or \
+                check_hash(fd, rec.size) != rec.check_hash:
+            return None, start
+        return (merged_from(rec.source) if rec.merged else imported_from(rec.source)), rec.size
 
     @staticmethod
     def _shipped(rel: bytes, fd: int, st: os.stat_result, gen: int, pos: int) -> FileState:
@@ -616,6 +646,10 @@ class Shipper:
             # A restore put back exactly what the store holds: those bytes are not
             # this machine's new ones. A deleted file's generation comes back to life.
             return prev.gen, prev.offset, REVIVED if prev.deleted_at is not None else None
+        if prev.deleted_at is None and (prev.dev, prev.ino) != (st.st_dev, st.st_ino) and \
+                self._imported_after(fd, st, prev):
+            # An import replaced the file with one that continues what was shipped.
+            return prev.gen, prev.offset, None
         if prev.deleted_at is not None:
             return prev.gen + 1, 0, "recreated after deletion"
         if (prev.dev, prev.ino) != (st.st_dev, st.st_ino):
@@ -625,6 +659,14 @@ class Shipper:
         if prev.offset and check_hash(fd, prev.offset) != prev.check_hash:
             return prev.gen + 1, 0, "shipped bytes were rewritten"
         return prev.gen, prev.offset, None
+
+    def _imported_after(self, fd: int, st: os.stat_result, prev: FileState) -> bool:
+        """True when an import (not a merge) wrote this file, longer than what was shipped
+        of ``prev``'s generation, and those bytes are still its head."""
+        rec = self.state.imported(prev.path)
+        return rec is not None and not rec.merged and rec.size >= prev.offset and \
+            st.st_size >= rec.size and prev.check_hash not in (None, LOST) and \
+            check_hash(fd, prev.offset) == prev.check_hash
 
     def _restored_as_shipped(self, fd: int, st: os.stat_result, prev: FileState) -> bool:
         """True when a restore recorded writing this file (``Provenance``) as exactly the

@@ -52,6 +52,21 @@ CREATE TABLE IF NOT EXISTS restored (
     check_hash BLOB NOT NULL,
     at REAL NOT NULL
 );
+-- Files a followed machine's sessions were imported into (follow): the bytes up to
+-- ``size`` came from ``source`` (merged: mixed with this machine's own lines), and how
+-- much of the source's file they hold (``src_gen``, ``src_size``: up to date or behind).
+CREATE TABLE IF NOT EXISTS imported (
+    path BLOB PRIMARY KEY,
+    source TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    check_hash BLOB NOT NULL,
+    merged INTEGER NOT NULL,
+    src_path BLOB NOT NULL,
+    src_gen INTEGER NOT NULL,
+    src_size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL, -- the file's as the import left it (not a local write)
+    at REAL NOT NULL
+);
 """
 _COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
 
@@ -81,6 +96,24 @@ class RestoredFile:
     gen: int
     size: int
     check_hash: bytes
+    at: float
+
+
+@dataclass(frozen=True)
+class ImportedFile:
+    """A file an import from machine ``source`` wrote: its bytes [0, size) hash to
+    ``check_hash``; they are the source's ``src_path`` (generation ``src_gen``, its first
+    ``src_size`` bytes) remapped, or (``merged``) those merged with this machine's own."""
+
+    path: bytes
+    source: str
+    size: int
+    check_hash: bytes
+    merged: bool
+    src_path: bytes
+    src_gen: int
+    src_size: int
+    mtime_ns: int
     at: float
 
 
@@ -193,6 +226,27 @@ class State:
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
 
+    def imported(self, path: bytes) -> ImportedFile | None:
+        rows = self._read("SELECT path, source, size, check_hash, merged, src_path, src_gen, "
+                          "src_size, mtime_ns, at FROM imported WHERE path=?", (path,))
+        return _imported(rows[0]) if rows else None
+
+    def imports(self) -> list[ImportedFile]:
+        return [_imported(r) for r in self._read(
+            "SELECT path, source, size, check_hash, merged, src_path, src_gen, src_size, "
+            "mtime_ns, at FROM imported ORDER BY path")]
+
+    def record_imported(self, files: Iterable[ImportedFile]) -> None:
+        """Remember what an import wrote (a row per path, the newest wins)."""
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO imported VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(f.path, f.source, f.size, f.check_hash, int(f.merged), f.src_path,
+                      f.src_gen, f.src_size, f.mtime_ns, f.at) for f in files])
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
+
     def touch(self, updates: Iterable[FileState]) -> None:
         """Record metadata that needs no upload (a file looked at, nothing new in it)."""
         self._write(list(updates), [])
@@ -266,6 +320,13 @@ class State:
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
+
+
+def _imported(row: Any) -> ImportedFile:
+    path, source, size, digest, merged, src_path, src_gen, src_size, mtime_ns, at = row
+    return ImportedFile(bytes(path), str(source), int(size), bytes(digest), bool(merged),
+                        bytes(src_path), int(src_gen), int(src_size), int(mtime_ns),
+                        float(at))
 
 
 def key_hint(state: State) -> KeyHint:

@@ -14,6 +14,7 @@ import click
 from syncd.archive.options import policy_of
 from syncd.archive.retention import retention_groups
 from syncd.backup.ship import open_provenance
+from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table, printable
 from syncd.cli.util import (
@@ -30,8 +31,8 @@ from syncd.config import Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import find_session, machine_rows, session_rows
-from syncd.restore.remap import Rule
+from syncd.restore.listing import find_session, here, machine_rows, session_rows
+from syncd.restore.remap import Rule, config_rules
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
 from syncd.timeline import timeline
@@ -100,14 +101,15 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
-    stream = session_rows(repo, settings.source, machine, project, problems, seen)
+    stream = session_rows(repo, here(settings.source, imported_copies(settings)), machine,
+                          project, problems, seen)
     if as_json:
         echo_json_rows(stream)  # row by row: memory holds a few machines' catalogs
     else:
         rows = sorted(stream, key=lambda r: r["last_activity"] or "", reverse=True)
         Table(SESSION_COLUMNS, rows, lambda r: (
             _text(r["session_id"]), _text(r["last_activity"])[:16],
-            "yes" if r["local"] else "no", _size(r["size"]), _text(r["machine"]),
+            r["here"], _size(r["size"]), _text(r["machine"]),
             _text(r["project"]), _text(r["title"] or "")[:60])).echo()
     seen.save()
     _problems(problems)
@@ -154,6 +156,22 @@ def _text_line(line: str) -> str:
     return "".join(c if c.isprintable() or c == "\t" else "?" for c in body) + "\n"
 
 
+def imported_copies(settings: Settings) -> dict[tuple[str, bytes], tuple[int, int]]:
+    """What follow imported here: (machine, its path) → (generation, size) of its copy."""
+    if not settings.state_file.exists():
+        return {}
+    try:
+        state = State(settings.state_file, readonly=True)
+    except StateError:
+        return {}
+    try:
+        return {(r.source, r.src_path): (r.src_gen, r.src_size) for r in state.imports()}
+    except StateError:
+        return {}
+    finally:
+        state.close()
+
+
 def _problems(lines: list[str]) -> None:
     """One stderr line per object that could not be read; exit 1 when there was any."""
     for line in lines:
@@ -171,8 +189,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         if not sep or not old or not new:
             raise UsageError(f"--map takes OLD=NEW, got {m!r}")
         rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
-    rules += [Rule(o, str(Path(n).expanduser()), "config remap")
-              for o, n in settings.remap.items()]
+    rules += config_rules(settings)
     return RestoreOptions(
         target=target or settings.source, sessions=sessions, projects=projects,
         at=at, maps=tuple(rules), worktrees=worktrees,

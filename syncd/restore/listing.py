@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -158,18 +159,36 @@ def _objects_row(m: Repository, seen: Seen | None
             "sessions": None, "as_of": None}, problems
 
 
-def _local_sessions(root: Path) -> set[str]:
+@dataclass(frozen=True)
+class Here:
+    """What this machine has of the store's sessions: the ids in its tree, and what
+    follow imported (machine, path there) → (generation, size) of that copy."""
+
+    ids: set[str] = field(default_factory=set)
+    imported: Mapping[tuple[str, bytes], tuple[int, int]] = field(default_factory=dict)
+
+    def mark(self, s: Session) -> str:
+        """yes (here), no, imported (up to date with that machine's backup) or behind."""
+        got = self.imported.get((s.machine, s.path))
+        if got is not None and s.session_id in self.ids:
+            return "imported" if got == (s.gen, s.size) else "behind"
+        return "yes" if s.session_id in self.ids else "no"
+
+
+def here(root: Path, imported: Mapping[tuple[str, bytes], tuple[int, int]] | None = None
+         ) -> Here:
     try:
-        return {p.stem for p in (root / "projects").glob("*/*.jsonl")}
+        ids = {p.stem for p in (root / "projects").glob("*/*.jsonl")}
     except OSError:
-        return set()
+        ids = set()
+    return Here(ids, imported or {})
 
 
-def _row(s: Session, local: set[str]) -> dict[str, Any]:
+def _row(s: Session, local: Here) -> dict[str, Any]:
     return {"session_id": s.session_id, "machine": s.machine, "project": s.project,
             "title": s.title, "size": s.size, "last_activity": s.fields.get("last_activity"),
             "git_branch": s.fields.get("git_branch"), "deleted_locally_at": s.deleted_at,
-            "local": s.session_id in local}
+            "local": s.session_id in local.ids, "here": local.mark(s)}
 
 
 def load_all(repo: Repository, machine: str | None = None, at: float | None = None,
@@ -192,17 +211,18 @@ def load_all(repo: Repository, machine: str | None = None, at: float | None = No
     return out, problems
 
 
-def sessions_table(backups: list[Backup], local_root: Path,
+def sessions_table(backups: list[Backup], local: Here | Path,
                    project: str | None = None) -> list[dict[str, Any]]:
-    """The rows of ``backups``' sessions (loaded whole, e.g. as of a point in time)."""
-    local = _local_sessions(local_root)
+    """The rows of ``backups``' sessions (loaded whole, e.g. as of a point in time);
+    ``local``: what is here, or the tree to look at."""
+    local = local if isinstance(local, Here) else here(local)
     rows = [_row(s, local) for b in backups for s in b.sessions.values()
             if not project or _matches(s, b.info.get("home"), project)]
     rows.sort(key=lambda r: r["last_activity"] or "", reverse=True)
     return rows
 
 
-def session_rows(repo: Repository, local_root: Path, machine: str | None = None,
+def session_rows(repo: Repository, local: Here | Path, machine: str | None = None,
                  project: str | None = None, problems: list[str] | None = None,
                  seen: Seen | None = None) -> Iterator[dict[str, Any]]:
     """Every session of the store (or of ``machine``), machine by machine in name order,
@@ -210,7 +230,7 @@ def session_rows(repo: Repository, local_root: Path, machine: str | None = None,
     backup when it has none. Memory holds a few machines' catalogs, whatever the store
     holds; ``problems`` hears of what could not be read."""
     said = problems if problems is not None else []
-    local = _local_sessions(local_root)
+    local = local if isinstance(local, Here) else here(local)
     names = [machine] if machine else repo.machines()
     for _, (sessions, home, lines) in _each_machine(names, lambda m, most: _sessions_of(
             repo.for_machine(m), machine is not None, seen, most)):

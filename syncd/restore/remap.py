@@ -13,9 +13,11 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from syncd.claude import project_folder
+from syncd.config import Settings
 
 # Bytes that continue a path name: a prefix must not be followed or preceded by one.
 _NAME = rb"A-Za-z0-9._~\-\x80-\xff"
@@ -41,6 +43,12 @@ class Rule:
     old: str
     new: str
     why: str = "map"
+
+
+def config_rules(settings: Settings) -> list[Rule]:
+    """The ``remap`` table of the configuration, as rules."""
+    return [Rule(old, str(Path(new).expanduser()), "config remap")
+            for old, new in settings.remap.items()]
 
 
 class Remapper:

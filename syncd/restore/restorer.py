@@ -90,11 +90,17 @@ class RestoreOptions:
     # each file that holds exactly a generation of this machine's own backup is written
     # into its own tree: ``backup.ship.Provenance``, so the daemon never ships it again.
     record: Callable[[bytes, int, int, Path | bytes], None] | None = None
+    # Given a local file's path in the target and its stat: a reason to leave it as it is
+    # for now (a session being written here: follow), or None.
+    leave: Callable[[bytes, os.stat_result], str | None] | None = None
+    # A session's lines of history.jsonl go with it (follow leaves that file to Claude).
+    history: bool = True
 
 
 @dataclass
 class Action:
-    # create | fast-forward | merge | replace | skip | keep | conflict | refuse | error
+    # create | fast-forward | merge | replace | skip | keep | conflict | refuse | wait
+    # | error
     action: str
     path: str    # in the target
     source: str  # in the backup
@@ -160,16 +166,19 @@ def restore_tree(repo: Repository, target: Path,
                                         local_machine=repo.machine))
 
 
-def restore(repo: Repository, opts: RestoreOptions) -> RestoreReport:
-    """Restore the repository machine's backup as ``opts`` say."""
+def restore(repo: Repository, opts: RestoreOptions,
+            backup: Backup | None = None) -> RestoreReport:
+    """Restore the repository machine's backup as ``opts`` say (from ``backup``, that
+    machine's view the caller loaded, when given)."""
     machine = repo.machine
-    try:
-        # One session (or a few): only their part of the snapshot is read.
-        backup = load_backup(repo, opts.at,
-                             sessions=opts.sessions if opts.sessions and not opts.projects
-                             else None, seen=opts.seen)
-    except BackupError as e:
-        raise RestoreError(str(e)) from None
+    if backup is None:
+        try:
+            # One session (or a few): only their part of the snapshot is read.
+            backup = load_backup(repo, opts.at,
+                                 sessions=opts.sessions if opts.sessions and not opts.projects
+                                 else None, seen=opts.seen)
+        except BackupError as e:
+            raise RestoreError(str(e)) from None
     remap = build_remapper(backup, opts)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
     if opts.at is not None and backup.point is not None:
@@ -511,7 +520,7 @@ def _select(backup: Backup, opts: RestoreOptions,
                      b"file-history/" + raw + b"/", b"tasks/" + raw + b"/"]
     files = {p: f for p, f in backup.files.items()
              if p in {s.path for s in chosen} or p.startswith(tuple(prefixes))}
-    if b"history.jsonl" in backup.files:
+    if b"history.jsonl" in backup.files and opts.history:
         files[b"history.jsonl"] = _history_of(backup.files[b"history.jsonl"], sids)
     return files, sids
 
@@ -804,6 +813,10 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     if st is not None and not stat.S_ISREG(st.st_mode):
         report.actions.append(Action("keep", os.fsdecode(rel), src,
                                      "local is not a regular file"))
+        return None
+    busy = None if st is None or opts.leave is None else opts.leave(rel, st)
+    if busy is not None:
+        report.actions.append(Action("wait", os.fsdecode(rel), src, busy))
         return None
     mtime_ns = _sane_mtime(f, report)
     if is_user_config(os.fsdecode(f.path)):

@@ -25,6 +25,7 @@ from syncd.errors import (
     StoreError,
     SyncdError,
 )
+from syncd.follow.follower import Follower
 from syncd.service.catchup import Wakeup, catch_up
 from syncd.service.log import set_level
 from syncd.service.metrics import MetricsServer
@@ -76,6 +77,8 @@ class Daemon:
         self._backoff = 1.0
         self._stored_changed = False  # an archive job ran: the head lists objects again
         self._head_at: float | None = None  # when the head is due (monotonic)
+        self._follower: Follower | None = None
+        self._follow_at = 0.0  # when the followed machines are looked at next (monotonic)
 
     # -- called from the watcher thread -------------------------------------
     def mark(self, rel: bytes) -> None:
@@ -209,6 +212,7 @@ class Daemon:
                     _release_memory()  # the scan's garbage, and start-up's
                 self._flush(engine)
                 self._write_head(engine)
+                self._follow(engine)
                 if not self._ready and not self.stop.is_set():
                     # The first reconcile scan and its flush are done: we are up.
                     self._ready = True
@@ -295,9 +299,23 @@ class Daemon:
         if due is not None:
             self._head_at = time.monotonic() + max(0.0, due - time.time())
 
+    def _follow(self, engine: Engine) -> None:
+        """Import what the followed machines wrote since the last look (follow)."""
+        if not self.settings.follow or not engine.connected or self.stop.is_set() or \
+                time.monotonic() < self._follow_at:
+            return
+        if self._follower is None:
+            self._follower = Follower(self.settings, engine.repo, engine.state,
+                                      progress=lambda n: self.notify.watchdog())
+        self._follower.poll()
+        # From the end of the poll: a long import never makes the next one come at once.
+        self._follow_at = time.monotonic() + self.settings.follow_interval
+
     def _timeout(self, next_scan: float) -> float:
         now = time.monotonic()
         deadline = next_scan
+        if self.settings.follow and not self._unconnected:
+            deadline = min(deadline, self._follow_at)
         if self._head_at is not None:
             deadline = min(deadline, self._head_at)
         with self._lock:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import time
+from dataclasses import asdict
 from typing import Any
 
 from syncd.backup.errorlog import WINDOW, errors_since
@@ -17,6 +18,7 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import StoreError
+from syncd.follow.follower import Cursor, cursors
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store
 
@@ -92,6 +94,8 @@ def status(settings: Settings, *, probe_store: bool = False,
         "store_repair": None,
         "store_repair_time": None,
         "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
+        # Machines followed (follow): how far, the last import, what waits, conflicts.
+        "following": [],
     }
     if probe_store:
         out["store_reachable"], out["store_error"] = check_store(settings, store)
@@ -123,6 +127,13 @@ def status(settings: Settings, *, probe_store: bool = False,
                 doc = json.loads(repair)
                 out["store_repair"], out["store_repair_time"] = str(doc["note"]), \
                     float(doc["time"])
+        followed = cursors(state)
+        names = [m for m in settings.follow if m != "*"] + sorted(set(followed) - set(
+            settings.follow))
+        out["following"] = [{"machine": m, **asdict(followed.get(m, Cursor()))}
+                            for m in names]
+        for row in out["following"]:
+            del row["misses"]
         last = state.meta("last_reconcile_time")
         out["last_reconcile_time"] = float(last) if last else None
         for job in out["next_jobs"]:
@@ -195,6 +206,14 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}; "
         f"verify {later(jobs.get('verify'))}",
     ]
+    for f in s.get("following") or []:
+        lines.append(f"following:    {f['machine']}: last import {when(f['last_import'])}"
+                     + (f", through seq {f['seq']}" if f["seq"] is not None else
+                        ", not looked at yet")
+                     + f", {f['imported']} sessions imported"
+                     + (f"; {len(f['waiting'])} left until quiet" if f["waiting"] else "")
+                     + (f"; PROBLEM: {f['problem']}" if f["problem"] else ""))
+        lines += [f"  conflict copy: {c}" for c in f["conflicts"]]
     return "\n".join(lines)
 
 

@@ -1,0 +1,300 @@
+"""Following other machines: their sessions arrive in this tree on their own, remapped
+and merged exactly as ``syncd restore --machine M --session …`` would.
+
+A followed machine that is idle costs one request per interval: a HEAD of its next
+segment's key, which is not there. New segments name the sessions they changed; only
+those are imported, through the restorer (which reads only their part of the machine's
+backup). Segments compacted away before they were read are caught from the machine's
+head, read every ``HEAD_EVERY`` polls that found nothing.
+
+What an import writes is recorded in the state (``imported``) before the next flush:
+the shipper ships it once, marked as imported, and the machine it came from never
+imports it back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from syncd.backup.ship import check_hash, imported_from
+from syncd.backup.state import ImportedFile, State
+from syncd.claude import Selection
+from syncd.config import Settings
+from syncd.errors import FormatError, NotFound, SyncdError
+from syncd.follow.quiet import Quiet
+from syncd.format.catalog import is_session_id
+from syncd.progress import NullMeter
+from syncd.repository import Repository
+from syncd.restore.remap import config_rules
+from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
+from syncd.store import layout
+from syncd.view import Backup, load_backup
+
+log = logging.getLogger("syncd.follow")
+
+# Polls that found no new segment before the machine's head is read (compacted seqs).
+HEAD_EVERY = 10
+# Segments read in one poll; the rest come with the next.
+SEGMENTS_MAX = 256
+# With follow = "*", the store's machines are listed again every this many polls.
+MACHINES_EVERY = 20
+# Polls a machine that keeps failing waits at most (at 30 s each: an hour).
+RETRY_MAX = 120
+# Conflict copies and waiting sessions remembered per machine (for ``syncd status``).
+KEPT = 50
+# The state's meta key holding every followed machine's cursor.
+META = "follow"
+# Actions that leave a file written by the import; "skip": it already was.
+WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip")
+
+
+@dataclass
+class Cursor:
+    """How far this machine has followed another one."""
+
+    seq: int | None = None  # its last segment read (None: never imported)
+    last_import: float | None = None  # when a file was last written from it
+    last_check: float | None = None
+    imported: int = 0  # sessions written from it so far
+    waiting: list[str] = field(default_factory=list)  # sessions left until quiet
+    conflicts: list[str] = field(default_factory=list)  # conflict copies' paths
+    problem: str | None = None  # the last poll's failure, if any
+    misses: int = 0  # polls without a new segment since the head was read
+
+
+def cursors(state: State) -> dict[str, Cursor]:
+    """Every followed machine's cursor as the state holds it."""
+    try:
+        doc = json.loads(state.meta(META) or "{}")
+    except ValueError:
+        return {}
+    out = {}
+    for machine, c in doc.items() if isinstance(doc, dict) else ():
+        try:
+            out[str(machine)] = Cursor(**c)
+        except TypeError:
+            continue  # written by another version: started over
+    return out
+
+
+class Follower:
+    """Polls the followed machines (``poll``, every ``follow_interval``) and imports."""
+
+    def __init__(self, settings: Settings, repo: Repository, state: State, *,
+                 clock: Callable[[], float] = time.time,
+                 progress: Callable[[int], None] = lambda n: None) -> None:
+        self.settings = settings
+        # Told every chunk an import fetches: a long first import feeds the watchdog.
+        self.progress = progress
+        self.repo = repo
+        self.state = state
+        self.clock = clock
+        self.me = repo.machine
+        self.cursors = cursors(state)
+        self._machines: list[str] = []
+        self._polls = 0
+        # A failing machine: (the poll it is tried again at, the wait that was).
+        self._retry: dict[str, tuple[int, int]] = {}
+
+    def machines(self) -> list[str]:
+        """The machines followed now (never this one)."""
+        named = [m for m in self.settings.follow if m not in ("*", self.me)]
+        if "*" not in self.settings.follow:
+            return named
+        if self._polls % MACHINES_EVERY == 0:
+            self._machines = [m for m in self.repo.machines() if m != self.me]
+        return sorted(set(self._machines) | set(named))
+
+    def poll(self) -> None:
+        """One round: each followed machine's new sessions are imported."""
+        try:
+            machines = self.machines()
+        except SyncdError as e:
+            log.warning("following: cannot list the store's machines: %s", e)
+            machines = [m for m in self.settings.follow if m not in ("*", self.me)]
+        for machine in machines:
+            cur = self.cursors.setdefault(machine, Cursor())
+            if self._polls < self._retry.get(machine, (0, 0))[0]:
+                continue
+            cur.last_check = self.clock()
+            try:
+                self._poll(machine, cur)
+                cur.problem = None
+                self._retry.pop(machine, None)
+            except Exception as e:  # a follower's failure never stops the backup
+                # That machine only: tried again after 1, 2, 4 … polls (at most an hour's
+                # worth), so a machine that keeps failing costs little.
+                cur.problem = str(e)[:500]
+                last = self._retry.get(machine)
+                wait = 1 if last is None else min(last[1] * 2, RETRY_MAX)
+                self._retry[machine] = (self._polls + wait, wait)
+                log.warning("following %s: %s", machine, cur.problem)
+        self._polls += 1
+        self.state.set_meta(**{META: json.dumps({m: asdict(c)
+                                                 for m, c in self.cursors.items()})})
+
+    # -- one machine ------------------------------------------------------------------
+    def _poll(self, machine: str, cur: Cursor) -> None:
+        rm = self.repo.for_machine(machine)
+        if cur.seq is None:
+            # The first look: every session it holds.
+            backup = load_backup(rm)
+            live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
+            self._import(rm, cur, live, backup)
+            cur.seq = backup.last_seq if backup.last_seq is not None else -1
+            return
+        sids, top = self._changed(rm, cur.seq)
+        if top is None:
+            cur.misses += 1
+            if cur.misses >= HEAD_EVERY:
+                cur.misses = 0
+                sids, top = self._from_head(rm, cur.seq)
+        else:
+            cur.misses = 0
+        if sids or cur.waiting:
+            self._import(rm, cur, sids | set(cur.waiting), None)
+        if top is not None:
+            cur.seq = top
+
+    def _changed(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
+        """The sessions the segments after ``after`` changed, and the last seq read
+        (None: no new segment). Bytes this machine shipped as imported from that
+        machine are its own coming back: not imported again."""
+        sids: set[str] = set()
+        top = None
+        for seq in range(after + 1, after + 1 + SEGMENTS_MAX):
+            key = layout.segment_key(rm.machine, seq)
+            info = rm.store.head(key)
+            if info is None:
+                break
+            try:
+                ix = rm.read_index(key, info.size)
+            except (FormatError, NotFound) as e:
+                log.warning("following %s: skipping %s: %s", rm.machine, rm.where(key), e)
+                top = seq
+                continue
+            top = seq
+            if ix.machine != rm.machine or ix.seq != seq:
+                log.warning("following %s: skipping %s: written by machine %r seq %d",
+                            rm.machine, rm.where(key), ix.machine, ix.seq)
+                continue
+            echo: dict[str, bool] = {}
+            for x in ix.extents:
+                sid = session_of_any(x.path)
+                if sid is not None:
+                    echo[sid] = echo.get(sid, True) and x.reason == imported_from(self.me)
+            sids |= {sid for sid, back in echo.items() if not back}
+        return sids, top
+
+    def _from_head(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
+        """When segments were compacted before they were read: the sessions whose size in
+        the machine's head differs from what was imported from it."""
+        head = rm.head()
+        if head is None or head.seq <= after:
+            return set(), None
+        have = {r.src_path: r for r in self.state.imports() if r.source == rm.machine}
+        sids = set()
+        for s in head.sessions:
+            r = have.get(s.path)
+            if s.deleted_at is None and (r is None or (r.src_gen, r.src_size) != (s.gen,
+                                                                                  s.size)):
+                sids.add(s.session_id)
+        return sids, head.seq
+
+    def _import(self, rm: Repository, cur: Cursor, sids: set[str],
+                backup: Backup | None) -> None:
+        if backup is None:
+            backup = load_backup(rm, sessions=sorted(sids))
+        present = sorted(sid for sid in sids if (found := backup.find_session(sid))
+                         is not None and found.deleted_at is None)
+        cur.waiting = []
+        if not present:
+            return
+        cfg = self.settings
+        opts = RestoreOptions(
+            target=cfg.source, sessions=tuple(present), maps=tuple(config_rules(cfg)),
+            local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
+            conflicts_dir=cfg.state_dir / "conflicts",
+            selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
+            leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, self.state.imported),
+            history=False,
+            progress=_Fed(self.progress))
+        report = restore(rm, opts, backup)
+        self._account(rm.machine, cur, report, backup)
+
+    def _account(self, machine: str, cur: Cursor, report: RestoreReport,
+                 backup: Backup) -> None:
+        """Record what the import wrote (before the next flush looks at it), and what it
+        left for later."""
+        root = os.fsencode(self.settings.source)
+        records: list[ImportedFile] = []
+        written: set[str] = set()
+        for a in report.actions:
+            src = os.fsencode(a.source)
+            sid = session_of_any(src)
+            if a.action == "wait" and sid is not None:
+                cur.waiting = sorted(set(cur.waiting) | {sid})[:KEPT]
+            if a.conflict_copy:
+                cur.conflicts = [*cur.conflicts, a.conflict_copy][-KEPT:]
+            f = backup.files.get(src)
+            if a.action not in WRITTEN or f is None:
+                continue
+            rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
+                          machine, a.action not in ("create", "fast-forward", "skip"),
+                          src, f.gen, f.size, self.clock())
+            if rec is not None:
+                records.append(rec)
+                if a.action != "skip" and sid is not None:
+                    written.add(sid)
+        self.state.record_imported(records)
+        for line in report.errors:
+            log.warning("following %s: %s", machine, line)
+        if written:
+            cur.imported += len(written)
+            cur.last_import = self.clock()
+            log.info("imported %d sessions from %s%s", len(written), machine,
+                     f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
+
+
+class _Fed(NullMeter):
+    def __init__(self, told: Callable[[int], None]) -> None:
+        super().__init__()
+        self.told = told
+
+    def advance(self, n: int) -> None:
+        self.told(n)
+
+
+def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen: int,
+            size: int, now: float) -> ImportedFile | None:
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return ImportedFile(rel, machine, st.st_size, check_hash(fd, st.st_size), merged, src,
+                            gen, size, st.st_mtime_ns, now)
+    finally:
+        os.close(fd)
+
+
+def session_of_any(path: bytes) -> str | None:
+    """The session a path under projects/ belongs to: its transcript, or anything under
+    ``<sid>/`` beside it (subagents, tool results)."""
+    parts = path.split(b"/")
+    if len(parts) < 3 or parts[0] != b"projects":
+        return None
+    name = parts[2] if len(parts) > 3 else parts[2].removesuffix(b".jsonl")
+    if len(parts) == 3 and not parts[2].endswith(b".jsonl"):
+        return None
+    sid = name.decode("ascii", errors="replace")
+    return sid if is_session_id(sid) else None
+
+
+__all__ = ["Cursor", "Follower", "cursors", "session_of_any"]

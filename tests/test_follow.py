@@ -1,0 +1,387 @@
+"""Following another machine (syncd/follow/follower.py): imports remapped and merged as a
+restore would, one request per idle poll, shipped once and never echoed back, left alone
+while written here, caught up after a compaction."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from syncd.archive.compact import compact
+from syncd.backup.engine import sync_once
+from syncd.backup.ship import imported_from
+from syncd.backup.state import State
+from syncd.claude import project_folder
+from syncd.cli.restore import imported_copies
+from syncd.config import Settings, load_settings
+from syncd.follow.follower import HEAD_EVERY, Follower, cursors, session_of_any
+from syncd.repository import Repository
+from syncd.restore.listing import here, session_rows
+from syncd.restore.restorer import RestoreOptions, restore
+from syncd.service.status import format_status, status
+from syncd.store import LocalStore, Store, layout
+from tests.counting import CountingStore
+from tests.helpers import running, tree_bytes, wait_for, write
+from tests.hostile import line
+from tests.readers import read_index
+
+S1 = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+S2 = "1b1eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+
+
+class Machine:
+    """One machine of the test: its home, settings and state, over a shared store."""
+
+    def __init__(self, tmp: Path, name: str, home: str, **kw: object) -> None:
+        self.name = name
+        self.home = tmp / home.strip("/")
+        self.home.mkdir(parents=True, exist_ok=True)
+        base: dict[str, object] = dict(source=self.home / ".claude",
+                                       store=(tmp / "store").as_uri(),
+                                       state_dir=tmp / name / "state", machine_id=name,
+                                       follow_quiet=0)
+        base.update(kw)
+        self.settings: Settings = load_settings(config_file=tmp / "none.toml", **base)
+        self.store_dir = tmp / "store"
+        self.now = 2e9  # the follower's clock: far after any file's mtime
+
+    def cwd(self, project: str) -> str:
+        return f"{self.home}/{project}"
+
+    def transcript(self, project: str, sid: str) -> Path:
+        return self.settings.source / "projects" / project_folder(self.cwd(project)) / \
+            f"{sid}.jsonl"
+
+    def sync(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("HOME", str(self.home))
+        sync_once(self.settings)
+
+    def follower(self, monkeypatch: pytest.MonkeyPatch, store: Store | None = None
+                 ) -> Iterator[Follower]:
+        monkeypatch.setenv("HOME", str(self.home))
+        state = State(self.settings.state_file)
+        repo = Repository(store or LocalStore(self.store_dir), self.name)
+        try:
+            yield Follower(self.settings, repo, state, clock=lambda: self.now)
+        finally:
+            state.close()
+
+    def poll(self, monkeypatch: pytest.MonkeyPatch, store: Store | None = None) -> None:
+        for f in self.follower(monkeypatch, store):
+            f.poll()
+
+    def cursor(self, machine: str) -> dict[str, object]:
+        state = State(self.settings.state_file, readonly=True)
+        try:
+            return dict(vars(cursors(state)[machine]))
+        finally:
+            state.close()
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> tuple[Machine, Machine]:
+    a = Machine(tmp_path, "desk", "/home/alice", follow=["laptop"])
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=["desk"])
+    return a, b
+
+
+def extents_of(m: Machine, path: Path) -> list[tuple[int, int, int, str | None]]:
+    """(gen, start, end, reason) of every extent the machine's segments hold for ``path``."""
+    rel = os.fsencode(path.relative_to(m.settings.source))
+    store = LocalStore(m.store_dir)
+    out = []
+    for o in store.list(layout.segments_prefix(m.name)):
+        for x in read_index(store, o.key).extents:
+            if x.path == rel:
+                out.append((x.gen, x.start, x.end, x.reason))
+    return sorted(out)
+
+
+def test_the_first_poll_brings_every_session_remapped_into_this_machines_folder(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    write(a.settings.source, a.transcript("app", S1).relative_to(a.settings.source),
+          line(S1, a.cwd("app"), 0) + line(S1, a.cwd("app"), 1))
+    write(a.settings.source, a.transcript("lib", S2).relative_to(a.settings.source),
+          line(S2, a.cwd("lib"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    got = b.transcript("app", S1)
+    assert got.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+    assert b.transcript("lib", S2).read_bytes() == line(S2, b.cwd("lib"), 0)
+    cur = b.cursor("desk")
+    assert cur["imported"] == 2 and cur["seq"] == 0 and cur["problem"] is None
+
+
+def test_an_idle_followed_machine_costs_one_request_per_poll(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    write(a.settings.source, a.transcript("app", S1).relative_to(a.settings.source),
+          line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    counting = CountingStore(LocalStore(b.store_dir))
+    for _ in range(3):
+        b.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    assert counting.counts.by_kind() == {"HEAD": 3}, counting.counts.calls
+
+
+def test_appends_arrive_shipped_once_as_imported_and_never_come_back(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    theirs = b.transcript("app", S1)
+    assert theirs.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+    b.sync(monkeypatch)
+    # One generation, each byte once, every extent marked as desk's.
+    size = theirs.stat().st_size
+    ext = extents_of(b, theirs)
+    assert [(g, s, e) for g, s, e, _ in ext] == [(1, 0, len(line(S1, b.cwd("app"), 0))),
+                                                 (1, len(line(S1, b.cwd("app"), 0)), size)]
+    assert {r for *_, r in ext} == {imported_from("desk")}
+    # desk follows laptop: what laptop imported from it is not imported back.
+    before = {p: p.stat().st_mtime_ns for p in a.settings.source.rglob("*.jsonl")}
+    a.poll(monkeypatch)
+    assert {p: p.stat().st_mtime_ns for p in a.settings.source.rglob("*.jsonl")} == before
+    assert a.cursor("laptop")["imported"] == 0
+    a.sync(monkeypatch)
+    assert len(extents_of(a, a.transcript("app", S1))) == 2  # its own two appends only
+
+
+def test_a_continuation_here_ships_only_its_own_bytes_and_reaches_the_other_machine(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    mine = b.transcript("app", S1)
+    base = mine.stat().st_size
+    write(b.settings.source, mine.relative_to(b.settings.source),
+          line(S1, b.cwd("app"), 1, "continued on the laptop"), mode="ab")
+    b.sync(monkeypatch)
+    assert extents_of(b, mine)[-1] == (1, base, mine.stat().st_size, None)
+    a.poll(monkeypatch)
+    assert a.transcript("app", S1).read_bytes() == line(S1, a.cwd("app"), 0) + line(
+        S1, a.cwd("app"), 1, "continued on the laptop")
+    a.sync(monkeypatch)
+    assert extents_of(a, a.transcript("app", S1))[-1][3] == imported_from("laptop")
+    # Back on the laptop: nothing new to import, nothing written.
+    mtime = mine.stat().st_mtime_ns
+    b.poll(monkeypatch)
+    assert mine.stat().st_mtime_ns == mtime
+
+
+def test_a_session_written_here_is_left_until_quiet(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    b.settings = b.settings.model_copy(update={"follow_quiet": 60.0})
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    touched = mine.stat().st_mtime_ns + 10**9  # a write here: the bytes stay, the time moves
+    os.utime(mine, ns=(touched, touched))
+    b.now = touched / 1e9 + 10  # 10 s ago
+    b.poll(monkeypatch)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0)
+    assert b.cursor("desk")["waiting"] == [S1]
+    b.now += 60
+    b.poll(monkeypatch)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+    assert b.cursor("desk")["waiting"] == []
+
+
+def test_a_session_held_open_here_is_left_until_closed(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc")
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    with open(mine, "ab"):
+        b.poll(monkeypatch)
+        assert mine.read_bytes() == line(S1, b.cwd("app"), 0)
+    b.poll(monkeypatch)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+
+
+def test_both_continuing_at_once_keeps_both_branches_on_both_machines(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    mine = b.transcript("app", S1)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1, "desk's branch"), mode="ab")
+    wire = json.loads(line(S1, b.cwd("app"), 2, "laptop's branch"))
+    wire["uuid"] = "laptop-branch-1"
+    write(b.settings.source, mine.relative_to(b.settings.source),
+          json.dumps(wire, separators=(",", ":")).encode() + b"\n", mode="ab")
+    a.sync(monkeypatch)
+    b.sync(monkeypatch)
+    b.poll(monkeypatch)
+    a.poll(monkeypatch)
+
+    def uuids(m: Machine) -> set[str]:
+        found = set()
+        conflicts = m.settings.state_dir / "conflicts"
+        for p in [m.transcript("app", S1), *conflicts.rglob("*")]:
+            if p.is_file():
+                found |= {json.loads(x)["uuid"] for x in p.read_bytes().splitlines() if x}
+        return found
+
+    want = {f"{S1[:8]}-000000", f"{S1[:8]}-000001", "laptop-branch-1"}
+    assert uuids(a) == want and uuids(b) == want
+    # The laptop's backup alone gives its tree back byte for byte.
+    b.sync(monkeypatch)
+    out = tmp_path / "restored"
+    restore(Repository(LocalStore(b.store_dir), "laptop"),
+            RestoreOptions(target=out, local_home=str(b.home)))
+    assert tree_bytes(out) == tree_bytes(b.settings.source)
+
+
+def test_segments_compacted_before_they_were_read_are_caught_from_the_head(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    a.settings = a.settings.model_copy(update={"head_interval": 0.0})
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    # Its segment is folded by a compaction before the laptop read it; the head says how
+    # far the desk is.
+    store = LocalStore(b.store_dir)
+    compact(Repository(store, "desk"))
+    assert store.head(layout.segment_key("desk", 1)) is None
+    for _ in range(HEAD_EVERY):
+        b.poll(monkeypatch)
+    assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0) + line(
+        S1, b.cwd("app"), 1)
+    assert b.cursor("desk")["seq"] == 1
+
+
+def test_the_daemon_imports_on_its_own(two: tuple[Machine, Machine],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    monkeypatch.setenv("HOME", str(b.home))
+    s = b.settings.model_copy(update={"follow_interval": 1.0, "flush_quiet": 0.2})
+    with running(s):
+        wait_for(lambda: b.transcript("app", S1).exists(), what="the import")
+        write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+        monkeypatch.setenv("HOME", str(a.home))
+        sync_once(a.settings)
+        monkeypatch.setenv("HOME", str(b.home))
+        want = line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+        wait_for(lambda: b.transcript("app", S1).read_bytes() == want, what="the append")
+        wait_for(lambda: extents_of(b, b.transcript("app", S1))[-1][2] == len(want),
+                 what="the laptop's flush")
+    assert {r for *_, r in extents_of(b, b.transcript("app", S1))} == {imported_from("desk")}
+
+
+@pytest.mark.parametrize(("path", "sid"), [
+    (f"projects/-x/{S1}.jsonl", S1),
+    (f"projects/-x/{S1}/subagents/agent-1.jsonl", S1),
+    (f"projects/-x/{S1}/tool-results/t.txt", S1),
+    (f"projects/-x/{S1}", None),
+    (f"projects/-x/{S1}.json", None),
+    ("projects/-x/not-a-session.jsonl", None),
+    (f"todos/{S1}-agent.json", None),
+    ("history.jsonl", None),
+])
+def test_the_session_a_path_belongs_to(path: str, sid: str | None) -> None:
+    assert session_of_any(path.encode()) == sid
+
+
+def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    a.settings = a.settings.model_copy(update={"head_interval": 0.0})
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    shown = status(b.settings)
+    assert [(f["machine"], f["seq"], f["imported"], f["waiting"]) for f in shown["following"]
+            ] == [("desk", 0, 1, [])]
+    assert "following:    desk: last import" in format_status(shown)
+    repo = Repository(LocalStore(b.store_dir), "laptop")
+
+    def marks() -> dict[str, str]:
+        rows = session_rows(repo, here(b.settings.source, imported_copies(b.settings)))
+        return {r["machine"]: r["here"] for r in rows if r["session_id"] == S1}
+
+    assert marks() == {"desk": "imported"}
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.sync(monkeypatch)
+    assert marks() == {"desk": "behind"}
+    b.poll(monkeypatch)
+    assert marks() == {"desk": "imported"}
+
+
+def test_a_machine_that_keeps_failing_is_tried_less_and_less_often(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, b = two
+    counting = CountingStore(LocalStore(b.store_dir))  # desk has no backup at all
+    for f in b.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        tried = []
+        for _ in range(16):
+            before = counting.counts.total()
+            f.poll()
+            tried.append(counting.counts.total() > before)
+        assert f.cursors["desk"].problem is not None
+    # Polls 0, 1, 3, 7, 15: after 1, 2, 4, 8 polls.
+    assert [n for n, t in enumerate(tried) if t] == [0, 1, 3, 7, 15]
+
+
+def test_a_file_as_the_last_import_left_it_is_not_a_local_write(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    # An import gives the file the other machine's mtime: a session the desk is writing
+    # right now keeps arriving, since nothing wrote to it here.
+    a, b = two
+    b.settings = b.settings.model_copy(update={"follow_quiet": 60.0})
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    for i in (1, 2):
+        write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
+        a.sync(monkeypatch)
+        b.now = mine.stat().st_mtime + 1
+        b.poll(monkeypatch)
+        assert mine.read_bytes().count(b"\n") == i + 1
+    write(b.settings.source, mine.relative_to(b.settings.source),
+          line(S1, b.cwd("app"), 7, "typed here"), mode="ab")
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 3), mode="ab")
+    a.sync(monkeypatch)
+    b.now = mine.stat().st_mtime + 1
+    b.poll(monkeypatch)
+    assert b.cursor("desk")["waiting"] == [S1]
