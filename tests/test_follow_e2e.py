@@ -677,8 +677,6 @@ def _both_at_once(pair: Pair) -> None:
     s, base = seeded_session(pair)
     hist_a = a.root / "history.jsonl"
     history = hist_a.read_bytes()
-    wait_for(lambda: _read(b.root / "history.jsonl") == _moved(history, a, b),
-             "b to import the session's history line", explain=pair.explain)
 
     later = datetime.now(UTC)
     ta, ids_a = chain(s.sid, s.a_project, s.base_ids[-1], later, 3, "branch-a")
@@ -698,7 +696,7 @@ def _both_at_once(pair: Pair) -> None:
 
     wait_for(copies_hold_a, "a's older branch in a conflict copy b's status lists",
              explain=pair.explain)
-    pair.settle([s.a_file, s.b_file, hist_a, b.root / "history.jsonl"])
+    pair.settle([s.a_file, s.b_file, hist_a])
 
     assert _read(s.a_file) == want_a, "a's transcript changed after the merge"
     assert _read(s.b_file) == want_b, "b's transcript: its own branch, unchanged"
@@ -711,14 +709,31 @@ def _both_at_once(pair: Pair) -> None:
         row = m.following()
         assert row["imported"] >= 1 and row["last_import"] is not None, row
         assert isinstance(row["seq"], int), row
-    # History lines travel once and never come back.
-    assert _read(hist_a) == history
-    assert _read(b.root / "history.jsonl") == _moved(history, a, b)
+    assert _read(hist_a) == history, "a's history.jsonl changed"
 
-    assert_each_byte_once(pair, a, [s.a_file, hist_a])
-    assert_each_byte_once(pair, b, [s.b_file, b.root / "history.jsonl"])
     for m in pair.both:
         assert_restores_alone(m, m.home.parent / "restored")
+    # Nothing shipped twice: b's branch is appended after a's bytes, which stay shipped.
+    assert_each_byte_once(pair, a, [s.a_file, hist_a])
+    assert_each_byte_once(pair, b, [s.b_file])
+    pair.finish()
+
+
+def test_history_lines_travel_with_their_session(pair: Pair) -> None:
+    """The session's line of a's history.jsonl reaches b's, remapped (as `restore
+    --machine a --session SID` puts it there), once, and never comes back to a."""
+    a, b = pair.both
+    seeded_session(pair)
+    hist_a, hist_b = a.root / "history.jsonl", b.root / "history.jsonl"
+    history = hist_a.read_bytes()
+    wait_for(lambda: _read(hist_b) == _moved(history, a, b),
+             "b to import the session's history line", explain=lambda: (
+                 f"b's history.jsonl: {_read(hist_b)!r}\n{pair.explain()}"))
+    pair.settle([hist_a, hist_b])
+    assert _read(hist_a) == history, "a's history.jsonl changed"
+    assert _read(hist_b) == _moved(history, a, b)
+    assert_each_byte_once(pair, a, [hist_a])
+    assert_each_byte_once(pair, b, [hist_b])
     pair.finish()
 
 
@@ -763,7 +778,8 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
     assert before is not None
 
     def waits() -> bool:
-        return any(w.endswith(suffix) for w in b.waiting())
+        # Paths, as the interface says; a session's id names the same thing.
+        return any(w.endswith(suffix) or w == s.sid for w in b.waiting())
 
     def untouched_for(seconds: float, ok: Callable[[bytes | None], bool]) -> None:
         until = time.monotonic() + seconds
