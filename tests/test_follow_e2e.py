@@ -234,8 +234,7 @@ class Pair:
         seconds with nothing pending on either machine: every import (and any echo of
         one) has happened by then."""
         def signature() -> tuple[object, ...]:
-            pending = tuple(m.status()["bytes_pending"] for m in self.both)
-            return (self.segment_keys(), tuple(_read(f) for f in files), pending)
+            return self.segment_keys(), tuple(_read(f) for f in files)
 
         state: dict[str, Any] = {"sig": None, "since": 0.0}
 
@@ -245,7 +244,12 @@ class Pair:
             if sig != state["sig"]:
                 state["sig"], state["since"] = sig, now
                 return False
-            return sig[2] == (0, 0) and now - state["since"] >= SETTLE
+            if now - state["since"] < SETTLE:
+                return False
+            if any(m.status()["bytes_pending"] for m in self.both):
+                state["sig"] = None
+                return False
+            return signature() == sig
 
         wait_for(still, "both machines to settle", interval=0.5, explain=self.explain)
 
@@ -726,8 +730,9 @@ def test_history_lines_travel_with_their_session(pair: Pair) -> None:
     seeded_session(pair)
     hist_a, hist_b = a.root / "history.jsonl", b.root / "history.jsonl"
     history = hist_a.read_bytes()
+    # The transcript is there (seeded_session): the line comes with it, or soon after.
     wait_for(lambda: _read(hist_b) == _moved(history, a, b),
-             "b to import the session's history line", explain=lambda: (
+             "b to import the session's history line", timeout=30, explain=lambda: (
                  f"b's history.jsonl: {_read(hist_b)!r}\n{pair.explain()}"))
     pair.settle([hist_a, hist_b])
     assert _read(hist_a) == history, "a's history.jsonl changed"
