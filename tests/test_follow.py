@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from syncd.archive.compact import compact
 from syncd.backup.engine import sync_once
 from syncd.backup.ship import imported_from
 from syncd.backup.state import State
 from syncd.claude import project_folder
+from syncd.cli.main import cli
 from syncd.cli.restore import imported_copies
 from syncd.config import Settings, load_settings
 from syncd.follow.follower import HEAD_EVERY, Follower, cursors, session_of_any
@@ -385,3 +387,42 @@ def test_a_file_as_the_last_import_left_it_is_not_a_local_write(
     b.now = mine.stat().st_mtime + 1
     b.poll(monkeypatch)
     assert b.cursor("desk")["waiting"] == [S1]
+
+
+def test_resume_of_a_session_follow_keeps_here_fetches_nothing(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    for k in [k for k in os.environ if k.startswith("SYNCD_")]:
+        monkeypatch.delenv(k)
+    env = {"SYNCD_SOURCE": str(b.settings.source), "SYNCD_STORE": b.settings.store,
+           "SYNCD_STATE_DIR": str(b.settings.state_dir), "SYNCD_MACHINE_ID": "laptop",
+           "SYNCD_FOLLOW": '["desk"]', "SYNCD_CONFIG": os.devnull, "HOME": str(b.home)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    (Path(b.cwd("app"))).mkdir(parents=True)
+    reads: list[str] = []
+    real_get = LocalStore.get
+
+    def get(self: LocalStore, key: str, start: int = 0, length: int | None = None) -> bytes:
+        reads.append(key)
+        return real_get(self, key, start, length)
+
+    monkeypatch.setattr(LocalStore, "get", get)
+    r = CliRunner().invoke(cli, ["resume", S1[:8]], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().endswith(f"cd {b.cwd('app')} && claude --resume {S1}")
+    assert "is here already" in r.stderr
+    assert reads == [layout.head_key("desk")]  # the head to find it, nothing else
+    # Behind the desk's head: restored as before.
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    a.settings = a.settings.model_copy(update={"head_interval": 0.0})
+    a.sync(monkeypatch)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    r = CliRunner().invoke(cli, ["resume", S1[:8]], catch_exceptions=False)
+    assert r.exit_code == 0 and "is here already" not in r.stderr, r.output
+    assert b.transcript("app", S1).read_bytes().count(b"\n") == 2

@@ -173,12 +173,14 @@ def test_machines_plain_has_a_header_and_marks_this_machine(world: dict[str, str
 
 
 def test_json_is_what_it_was(world: dict[str, str]) -> None:
-    """--json is untouched by the tables: the same keys, the raw (escaped) title."""
+    """--json is untouched by the tables: the same keys (and, added at the end, ``here``:
+    the LOCAL column's yes/no/imported/behind), the raw (escaped) title."""
     doc = json.loads("\n".join(syncd(world, "sessions", "--json")))
     assert [r["session_id"] for r in doc] in ([DESK, LAPTOP], [LAPTOP, DESK])
     assert {r["title"] for r in doc} == {"fix the parser", HOSTILE}
     assert list(doc[0]) == ["session_id", "machine", "project", "title", "size",
-                            "last_activity", "git_branch", "deleted_locally_at", "local"]
+                            "last_activity", "git_branch", "deleted_locally_at", "local",
+                            "here"]
     machines = json.loads("\n".join(syncd(world, "machines", "--json")))
     assert [m["machine"] for m in machines] == ["desk", "laptop-long-name"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -29,9 +30,10 @@ from syncd.cli.util import (
 )
 from syncd.config import Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
+from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import find_session, here, machine_rows, session_rows
+from syncd.restore.listing import here, locate_session, machine_rows, session_rows
 from syncd.restore.remap import Rule, config_rules
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
@@ -154,6 +156,42 @@ def _text_line(line: str) -> str:
     """One line of a diff for a terminal: its text with no control characters."""
     body = line.rstrip("\n")
     return "".join(c if c.isprintable() or c == "\t" else "?" for c in body) + "\n"
+
+
+def _followed_copy(settings: Settings, machine: str, copies: list[Session]) -> str | None:
+    """The project path of this machine's copy of ``copies``' one session when follow
+    imported it from ``machine`` at least as far as that machine lists it, and it is
+    still here; None: restore it."""
+    if len(copies) != 1 or not ({"*", machine} & set(settings.follow)) or \
+            not settings.state_file.exists():
+        return None
+    s = copies[0]
+    try:
+        state = State(settings.state_file, readonly=True)
+    except StateError:
+        return None
+    try:
+        recs = [r for r in state.imports() if r.source == machine and r.src_path == s.path]
+    except StateError:
+        return None
+    finally:
+        state.close()
+    if len(recs) != 1 or recs[0].src_gen != s.gen or recs[0].src_size < s.size:
+        return None
+    local = settings.source / os.fsdecode(recs[0].path)
+    try:
+        if local.is_symlink() or local.stat().st_size < recs[0].size:
+            return None
+        with open(local, "rb") as fh:
+            scanner = MetaScanner(at_line_start=True)
+            scanner.feed(fh.read(READ_FOR_CWD))
+    except OSError:
+        return None
+    return scanner.finish().get("cwd")
+
+
+# Bytes of a local transcript read for its first ``cwd`` (the first lines carry it).
+READ_FOR_CWD = 256 << 10
 
 
 def imported_copies(settings: Settings) -> dict[tuple[str, bytes], tuple[int, int]]:
@@ -329,11 +367,19 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
     try:
-        where, sid = find_session(repo, session_id, machine, problems, seen)
+        where, copies = locate_session(repo, session_id, machine, problems, seen)
     finally:
         seen.save()
         for line in problems:  # a machine that cannot be read may hold the session too
             click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
+    sid = copies[0].session_id
+    here_cwd = _followed_copy(settings, where, copies)
+    if here_cwd is not None:
+        # Follow keeps it here, as current as that machine's head: nothing to fetch.
+        click.echo(f"syncd: {sid} is here already, imported from {where} by follow",
+                   err=True)
+        click.echo(resume_line(here_cwd, sid, settings.source))
+        return
     opts = _options(settings, target=None, sessions=(sid,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
     notes: list[str] = []

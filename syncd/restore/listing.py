@@ -275,6 +275,15 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
     prefix of 8 characters or more), from the machines' heads read concurrently (a
     machine without one: from its backup). ``LookupFailed`` when none has it, when it
     names several sessions, or when several machines have it."""
+    where, copies = locate_session(repo, session_id, machine, problems, seen)
+    return where, copies[0].session_id
+
+
+def locate_session(repo: Repository, session_id: str, machine: str | None = None,
+                   problems: list[str] | None = None, seen: Seen | None = None
+                   ) -> tuple[str, list[Session]]:
+    """``find_session``, with the session as the machine lists it (twice when that
+    machine holds it in two project folders)."""
     said = problems if problems is not None else []
     names = [machine] if machine else repo.machines()
     found: list[tuple[str, Session]] = []
@@ -307,4 +316,4 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
                             for m, s in found)
         raise LookupFailed(f"session {session_id} is in several machines' backups: {listing}; "
                            "pick one with --machine")
-    return found[0][0], found[0][1].session_id
+    return found[0][0], [s for _, s in found]
