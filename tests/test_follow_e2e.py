@@ -790,19 +790,28 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
         # Paths, as the interface says; a session's id names the same thing.
         return any(w.endswith(suffix) or w == s.sid for w in b.waiting())
 
+    def untouched(ok: Callable[[bytes | None], bool]) -> None:
+        got = _read(s.b_file)
+        assert ok(got), (f"b wrote its busy transcript: now {len(got or b'')} bytes "
+                         f"(was {len(before)}), last entries {_uuids(got)[-4:]}, a's {ids_a}")
+
     def untouched_for(seconds: float, ok: Callable[[bytes | None], bool]) -> None:
         until = time.monotonic() + seconds
         while time.monotonic() < until:
-            got = _read(s.b_file)
-            assert ok(got), f"b wrote its busy transcript: {got!r}"
+            untouched(ok)
             time.sleep(0.1)
+
+    def left_alone(ok: Callable[[bytes | None], bool]) -> bool:
+        untouched(ok)
+        return waits()
 
     if busy == "held-open":
         with open(s.b_file, "ab") as fd:
             holder = subprocess.Popen(["sleep", "600"], stdout=fd, stdin=subprocess.DEVNULL)
         try:
             _append(s.a_file, ta)
-            wait_for(waits, f"b's status to list {suffix} as waiting", explain=pair.explain)
+            wait_for(lambda: left_alone(lambda got: got == before),
+                     f"b's status to list {suffix} as waiting", explain=pair.explain)
             # Long after its last write, and through several polls: still left alone.
             untouched_for(FOLLOW_QUIET + 3 * FOLLOW_INTERVAL, lambda got: got == before)
             assert time.time() - s.b_file.stat().st_mtime > FOLLOW_QUIET
@@ -819,7 +828,8 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
         try:
             wait_for(lambda: len(writer.written) >= 2, "b's writer to start")
             _append(s.a_file, ta)
-            wait_for(waits, f"b's status to list {suffix} as waiting", explain=pair.explain)
+            wait_for(lambda: left_alone(lambda got: not set(ids_a) & set(_uuids(got))),
+                     f"b's status to list {suffix} as waiting", explain=pair.explain)
             untouched_for(FOLLOW_QUIET + 3 * FOLLOW_INTERVAL,
                           lambda got: not set(ids_a) & set(_uuids(got)))
         finally:
