@@ -578,7 +578,8 @@ def test_a_session_recorded_on_a_resumes_on_b(pair: Pair, claude: Claude) -> Non
     assert not todo, f"b's imported files differ from what a restore would write: {todo}"
     row = b.following()
     assert isinstance(row["seq"], int) and row["seq"] >= 0, row
-    assert isinstance(row["last_import"], float | int) and row["imported"] == 1, row
+    # (A session arriving in several polls may count once per poll: at least one.)
+    assert isinstance(row["last_import"], float | int) and row["imported"] >= 1, row
     assert row["waiting"] == [] and row["conflicts"] == [], row
     # The sidecars went along, byte for byte where no path of a's home is in them.
     a_side, b_side = (session_files(m.folder(p), rec.sid)
