@@ -135,3 +135,42 @@ def test_files_too_big_to_merge_in_memory_are_compared_as_streams(
     if action == "conflict":
         assert a.conflict_copy is not None
         assert Path(a.conflict_copy).read_bytes() == b"a\nb\nc\n"
+
+
+@pytest.mark.parametrize("later_mtime", [False, True])
+def test_a_prepared_file_is_installed_with_its_mode_and_mtime(
+        tmp_path: Path, later_mtime: bool) -> None:
+    """Prepared early (mode, mtime, fsync), installing it is a rename; told another mtime
+    when installed, it is installed as an unprepared one is."""
+    from syncd.restore.install import Installer
+
+    src, dest = tmp_path / "staged", tmp_path / "out" / "f"
+    dest.parent.mkdir()
+    src.write_bytes(b"bytes\n")
+    src.chmod(0o644)
+    mtime = time.time_ns() - 3600 * 10**9
+    installer = Installer()
+    try:
+        installer.prepare(os.fsencode(src), mtime)
+        installer.rename(os.fsencode(src), os.fsencode(dest), mtime + later_mtime * 10**9)
+        assert installer.finish() == []
+    finally:
+        installer.close()
+    assert dest.read_bytes() == b"bytes\n" and not src.exists()
+    st = dest.stat()
+    assert st.st_mode & 0o777 == 0o600 and st.st_mtime_ns == mtime + later_mtime * 10**9
+
+
+def test_parents_made_once_are_not_checked_again(tmp_path: Path) -> None:
+    """A folder made for one file serves the next ones of that folder without a check."""
+    from syncd.restore.install import make_parents
+
+    known: set[bytes] = set()
+    make_parents(tmp_path, b"a/b/f1", known)
+    assert (tmp_path / "a" / "b").is_dir()
+    assert known == {os.fsencode(tmp_path / "a"), os.fsencode(tmp_path / "a" / "b")}
+    (tmp_path / "a" / "b").rmdir()  # gone behind its back: the set still says made
+    make_parents(tmp_path, b"a/b/f2", known)
+    assert not (tmp_path / "a" / "b").exists()
+    make_parents(tmp_path, b"a/c/f3", known)
+    assert (tmp_path / "a" / "c").is_dir()

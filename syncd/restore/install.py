@@ -2,7 +2,9 @@
 once at the end.
 
 Done by worker threads, so waiting for the disk (fsync releases the GIL) overlaps the
-next file's fetch and rewrite; at most ``MAX_BYTES`` of content wait in memory.
+next file's fetch and rewrite; at most ``MAX_BYTES`` of content wait in memory. A file
+can be prepared (mode, mtime, fsync) before it is known where it goes: installing it is
+then a rename.
 """
 
 from __future__ import annotations
@@ -31,10 +33,32 @@ class Installer:
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="syncd-install")
         self._futures: list[tuple[bytes, Future[None]]] = []
         self._dirs: set[bytes] = set()
+        self._prepared: dict[bytes, tuple[int, Future[None]]] = {}
+        # Directories made or checked by this restore: see make_parents.
+        self.known: set[bytes] = set()
         self._room = threading.BoundedSemaphore(MAX_BYTES >> 20)
+
+    def prepare(self, src: bytes, mtime_ns: int) -> None:
+        """Make the finished file ``src`` ready to be renamed into place (mode, mtime, and
+        its bytes durable), now, in a worker thread: a later ``rename`` of it with the same
+        mtime only renames."""
+        self._prepared[src] = (mtime_ns, self._pool.submit(_ready, src, mtime_ns))
 
     def rename(self, src: bytes, dest: bytes, mtime_ns: int) -> None:
         """Install the finished file ``src`` (same filesystem) as ``dest``."""
+        prepared = self._prepared.pop(src, None)
+        if prepared is not None and prepared[0] == mtime_ns:
+            ready = prepared[1]
+
+            def replace() -> None:
+                ready.result()  # submitted before this job: already running or done
+                os.replace(src, dest)
+
+            self._submit(dest, replace, 0)
+            return
+        if prepared is not None:  # not changing src while this still does; redone below
+            with contextlib.suppress(Exception):
+                prepared[1].result()
         self._submit(dest, lambda: _finish(src, dest, mtime_ns), 0)
 
     def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
@@ -72,6 +96,10 @@ class Installer:
             except Exception as e:
                 errors.append((dest, e))
         self._futures = []
+        for _, fut in self._prepared.values():  # never renamed: staged files, thrown away
+            with contextlib.suppress(Exception):
+                fut.result()
+        self._prepared.clear()
         for d in sorted(self._dirs):
             with contextlib.suppress(OSError):
                 fsync_dir(d)
@@ -106,9 +134,25 @@ def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
     os.replace(tmp, dest)
 
 
-def check_parents(target: Path, rel: bytes) -> None:
-    """Refuse a path whose existing parents under ``target`` are not plain directories."""
+def _ready(tmp: bytes, mtime_ns: int) -> None:
+    """``_finish`` but the rename, mode and mtime first, so one fsync makes all durable."""
+    if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
+        mtime_ns = time.time_ns()
+    fd = os.open(tmp, os.O_RDWR)
+    try:
+        os.fchmod(fd, 0o600)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_parents(target: Path, rel: bytes, known: set[bytes] | None = None) -> None:
+    """Refuse a path whose existing parents under ``target`` are not plain directories.
+    ``known``: directories this restore made or checked already (their parents too)."""
     cur = os.fsencode(target)
+    if known is not None and os.path.join(cur, os.path.dirname(rel)) in known:
+        return
     for part in rel.split(b"/")[:-1]:
         cur = os.path.join(cur, part)
         try:
@@ -120,16 +164,25 @@ def check_parents(target: Path, rel: bytes) -> None:
                                "(symlinks are not followed)")
 
 
-def make_parents(target: Path, rel: bytes) -> None:
+def make_parents(target: Path, rel: bytes, known: set[bytes] | None = None) -> None:
     """``rel``'s parents under ``target``, made 0700 where missing; never through a
-    symlink."""
+    symlink. ``known``: as for ``check_parents``; the parents are added to it (the files
+    of one folder then cost no mkdir and no lstat of each parent again)."""
+    top = os.fsencode(target)
+    if known is not None and os.path.join(top, os.path.dirname(rel)) in known:
+        return
     check_parents(target, rel)
-    cur = os.fsencode(target)
+    cur = top
     for part in rel.split(b"/")[:-1]:
         cur = os.path.join(cur, part)
         with contextlib.suppress(FileExistsError):
             os.mkdir(cur, 0o700)
     check_parents(target, rel)
+    if known is not None:
+        cur = top
+        for part in rel.split(b"/")[:-1]:
+            cur = os.path.join(cur, part)
+            known.add(cur)
 
 
 def changed(path: bytes, before: os.stat_result) -> bool:

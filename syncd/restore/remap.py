@@ -106,23 +106,30 @@ class Remapper:
         return self.folders.get(name, name)
 
     def _sub(self, chunk: bytes) -> bytes:
+        # The matches come from ``split`` (in C: text, then each group, per match), not
+        # from ``sub`` with a callback: a transcript names its prefix on every line, and
+        # a Python call per match was most of the rewrite. The same matches either way.
         if self._prefix_re is not None and any(k in chunk for k in self._pairs):
-            chunk = self._prefix_re.sub(self._replace, chunk)
+            parts = self._prefix_re.split(chunk)
+            at = 0
+            for i in range(0, len(parts) - 1, 3):
+                at += len(parts[i])
+                old, rest = parts[i + 1], parts[i + 2]
+                # A prefix starts a path: after a non-name byte, or right after a JSON
+                # escape such as \n or \t (tool output); never inside a longer name
+                # (/x/home/a, bob/by).
+                if not at or chunk[at - 1] not in _NAME_BYTES or (
+                        at >= 2 and chunk[at - 2] == 0x5C and chunk[at - 1] in b"nrtbf"):
+                    parts[i + 1] = self._pairs[old]
+                    if old in self._to_posix:
+                        parts[i + 2] = rest.replace(b"\\\\", b"/")
+                at += len(old) + len(rest)
+            chunk = b"".join(parts)
         if self._folder_re is not None and b"projects" in chunk:
-            chunk = self._folder_re.sub(lambda m: m.group(1) + self._fpairs[m.group(2)], chunk)
+            parts = self._folder_re.split(chunk)
+            parts[2::3] = [self._fpairs[f] for f in parts[2::3]]
+            chunk = b"".join(parts)
         return chunk
-
-    def _replace(self, m: re.Match[bytes]) -> bytes:
-        s, at = m.string, m.start()
-        # A prefix starts a path: after a non-name byte, or right after a JSON escape such
-        # as \n or \t (tool output); never inside a longer name (/x/home/a, bob/by).
-        if at and s[at - 1] in _NAME_BYTES and not (
-                at >= 2 and s[at - 2] == 0x5C and s[at - 1] in b"nrtbf"):
-            return m.group(0)
-        old, rest = m.group(1), m.group(2)
-        if old in self._to_posix:
-            rest = rest.replace(b"\\\\", b"/")
-        return self._pairs[old] + rest
 
     def line(self, raw: bytes) -> bytes:
         """Rewrite JSON(L) text, any number of lines at once, keeping protected strings.

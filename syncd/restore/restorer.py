@@ -4,7 +4,8 @@ Files are fetched window by window (whole objects or byte ranges, two at a time)
 staging directory, every extent checked against its sha256. Then each file is remapped to
 this machine's paths (``restore/remap``; a big rewrite in worker processes), compared with
 what is already there (``restore/merge``) and written atomically: temp file, fsync,
-rename; a new file as soon as its bytes are in. A failure halfway leaves every existing
+rename. A new file is made durable (or rewritten) as soon as its bytes are in, and renamed
+into place once every object it has bytes in is read. A failure halfway leaves every existing
 file as it was; a local file is never replaced by an older or diverged copy, except a
 config file asked for with ``--config``, which is kept beside it first.
 """
@@ -25,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,6 +218,8 @@ def restore(repo: Repository, opts: RestoreOptions,
     rewriters: ProcessPoolExecutor | None = None
     installer = Installer()
     placed: dict[bytes, Action] = {}
+    # Rewrites started as soon as a file's bytes were in: its size then, and the job.
+    rewrites: dict[bytes, tuple[int, Future[tuple[Path, int]]]] = {}
     # Each file's actions, errors and notes, told in path order once all are placed.
     sinks: dict[bytes, RestoreReport] = {}
 
@@ -227,7 +230,7 @@ def restore(repo: Repository, opts: RestoreOptions,
             return
         try:
             queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
-                            installer, planned, rewriters)
+                            installer, planned, rewriters, rewrites.pop(path, None))
         except (RestoreError, OSError, ValueError, OverflowError) as e:
             # This file only; the others still restore.
             sink.errors.append(_file_error(opts.target, path, e))
@@ -242,7 +245,30 @@ def restore(repo: Repository, opts: RestoreOptions,
         if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
                 os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
             return
-        place(path, staging / _staged_name(path), {})
+        place(path, _staged_path(staging, path), {})
+
+    def prepare_early(path: bytes) -> None:
+        # A file that will be placed early (new): made durable as soon as its bytes are
+        # written, or rewritten by a worker process, while the others are fetched; once
+        # its objects are all read (a failure in its object's last window loses its bytes
+        # too), placing it is a rename. Placed otherwise, it is as if not prepared.
+        f = files[path]
+        if f.sparse or not 0 <= f.mtime_ns <= time.time_ns() + _MTIME_SLACK_NS:
+            return
+        if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
+                os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
+            return
+        staged = _staged_path(staging, path)
+        sids = history_sids if path == b"history.jsonl" else None
+        if not (_remapped(path) and not remap.identity) and sids is None:
+            installer.prepare(os.fsencode(staged), f.mtime_ns)
+        elif rewriters is not None and len({key for key, _ in f.extents}) == 1:
+            # Rewritten in place: only a file of one object, which a failure later in
+            # that object loses whole (one of several would keep its intact prefix, cut
+            # at an offset of the bytes as they were).
+            size = staged.stat().st_size
+            rewrites[path] = (size, rewriters.submit(_rewrite_job, staged, sids, False,
+                                                     size <= CHUNK))
 
     early: _Placer | None = None
     try:
@@ -256,7 +282,8 @@ def restore(repo: Repository, opts: RestoreOptions,
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size for f in files.values()))
         staged = _stage(repo, files, staging, report, meter,
-                        None if early is None else early.put)
+                        None if early is None else early.put,
+                        None if early is None or opts.dry_run else prepare_early)
         if early is not None:
             early.close()
         planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
@@ -588,18 +615,28 @@ class _Placer:
             raise self._error
 
 
-def _staged_name(path: bytes) -> str:
-    return hashlib.sha256(path).hexdigest()
+# Staged files are spread over this many subdirectories of the staging directory: the
+# fetching threads make them as their first bytes come, and files made at once in one
+# directory contend for its lock.
+STAGING_DIRS = 16
+
+
+def _staged_path(staging: Path, path: bytes) -> Path:
+    name = hashlib.sha256(path).hexdigest()
+    return staging / name[0] / name
 
 
 def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
            report: RestoreReport, meter: Meter,
-           ready: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
+           ready: Callable[[bytes], None] | None = None,
+           written: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns those that arrived, whole or as the
     intact prefix of a transcript whose later bytes are lost (cut at a line end).
 
     ``ready`` is told (from a fetching thread) of each file as soon as all its bytes are
-    staged, when nothing of it was lost: it may be placed before the others arrive."""
+    staged, when nothing of it was lost: it may be placed before the others arrive.
+    ``written`` is told of each file as soon as its last byte is written, when nothing of
+    it was lost so far (a window of one of its objects may still fail)."""
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
     # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
     lost: dict[bytes, tuple[int, int, str]] = {}
@@ -616,7 +653,7 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         for key, ext in f.extents:
             if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
                 by_key.setdefault(key, []).append((f, ext))
-    names = {p: staging / _staged_name(p) for p in files}
+    names = {p: _staged_path(staging, p) for p in files}
     owners = {key: {id(x): f for f, x in wanted} for key, wanted in by_key.items()}
     runs: dict[str, list[list[Extent]]] = {}
     for key in sorted(by_key):
@@ -643,20 +680,35 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
         paths_of[key] = {f.path for f, _ in wanted}
         for path in paths_of[key]:
             keys_left[path] = keys_left.get(path, 0) + 1
+    made: set[bytes] = set()
+    # Per file: its extents not yet written.
+    unwritten: dict[bytes, int] = {}
+    for wanted in by_key.values():
+        for f, _ in wanted:
+            unwritten[f.path] = unwritten.get(f.path, 0) + 1
 
     def fetch(key: str, run: list[Extent]) -> _Fetched:
         got, owner = _Fetched(), owners[key]
         try:
             for x, data in repo.read_extents(key, run, lambda x, e: got.damaged.append((x, e))):
                 f = owner[id(x)]
-                # At its offset: a file's extents can come from objects in any order.
-                fd = os.open(names[f.path], os.O_RDWR)
+                # At its offset: a file's extents can come from objects in any order. The
+                # file is made by whichever window reaches it first, while the other
+                # fetches (made up front, one at a time, they delayed the first GET).
+                fd = os.open(names[f.path], os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     _pwrite_all(fd, memoryview(data)[: max(0, f.size - x.start)], x.start)
                 finally:
                     os.close(fd)
                 with lock:
+                    made.add(f.path)
                     meter.advance(len(data))
+                    # All written: none of its extents was damaged (those are never
+                    # written); a gap would have made it faulty from the start.
+                    unwritten[f.path] -= 1
+                    whole = unwritten[f.path] == 0 and f.path not in faulty
+                if whole and written is not None:
+                    written(f.path)
         except (FormatError, StoreError) as e:
             got.failed = e
         with lock:
@@ -673,10 +725,8 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
 
     pool = ThreadPoolExecutor(FETCHERS, thread_name_prefix="syncd-fetch")
     try:
-        # Made here, one thread, before the fetching threads start: files made in one
-        # directory by several threads at once contend for its lock.
-        for name in names.values():
-            name.touch(mode=0o600)
+        for d in range(STAGING_DIRS):
+            (staging / f"{d:x}").mkdir(mode=0o700)
         jobs = {key: [pool.submit(fetch, key, run) for run in rs] for key, rs in runs.items()}
         for key, futures in jobs.items():
             wanted = by_key[key]
@@ -691,6 +741,10 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
                     for f, x in wanted:
                         lose(f, x.start, x.end, f"{key}: unreadable")
                     break
+        # Those no window reached: empty files, and those whose every extent was lost.
+        for path, name in names.items():
+            if path not in made:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o600))
     except OSError as e:
         raise RestoreError(f"{staging}: cannot write: {e.strerror}") from e
     finally:
@@ -791,13 +845,19 @@ def _filter_history(data: bytes, sids: set[str]) -> bytes:
 def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | None,
            backup: Backup, opts: RestoreOptions, report: RestoreReport,
            installer: Installer, planned: dict[bytes, Path],
-           rewriters: ProcessPoolExecutor | None = None) -> tuple[bytes, Action] | None:
+           rewriters: ProcessPoolExecutor | None = None,
+           rewriting: tuple[int, Future[tuple[Path, int]]] | None = None,
+           ) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
+
+    ``rewriting``: the staged file's size when its rewrite by ``rewriters`` (as
+    ``_rewrite_job`` whole when small, not sparse) was started, and that job.
 
     Returns the destination and the action when a write was queued (its failure, known
     later, turns the action into an error)."""
     src = os.fsdecode(f.path)
-    size = staged.stat().st_size
+    # A staged file being rewritten has the size it had before.
+    size = staged.stat().st_size if rewriting is None else rewriting[0]
     if size != f.size and not (f.sparse and size <= f.size):
         raise RestoreError(f"{src}: assembled {size} bytes, expected {f.size}")
     rel = _target_rel(f.path, remap)
@@ -805,7 +865,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     dest = os.path.join(os.fsencode(opts.target), rel)
     if rel in planned:  # a dry run: compared with what a move would have put there
         dest = os.fsencode(planned[rel])
-    check_parents(opts.target, rel)
+    check_parents(opts.target, rel, installer.known)
     try:
         st: os.stat_result | None = os.lstat(dest)
     except FileNotFoundError:
@@ -828,12 +888,14 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # Nothing local: rewritten by a worker process, as below (whole when small, else
         # a chunk of lines at a time), while an installer thread waits for it.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
-        make_parents(opts.target, rel)
+        make_parents(opts.target, rel, installer.known)
         whole = size <= CHUNK
         holes = f.sparse if whole else sids is not None and f.sparse
 
         def rewrite(staged: Path = staged, pool: ProcessPoolExecutor = rewriters) -> bytes:
-            out, act.size = pool.submit(_rewrite_job, staged, sids, holes, whole).result()
+            job = rewriting[1] if rewriting is not None else \
+                pool.submit(_rewrite_job, staged, sids, holes, whole)
+            out, act.size = job.result()
             return os.fsencode(out)
 
         installer.produce(rewrite, dest, mtime_ns, size if whole else CHUNK + LINE_MAX)
@@ -846,7 +908,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                           else staged.read_bytes(), remap, sids)
         act = Action("create", os.fsdecode(rel), src, "not present locally", len(data))
         if not opts.dry_run:
-            make_parents(opts.target, rel)
+            make_parents(opts.target, rel, installer.known)
             installer.write(data, dest, mtime_ns)
         report.actions.append(act)
         return dest, act
@@ -855,7 +917,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         # decides memory) by an installer thread, while the next file is placed.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
-            make_parents(opts.target, rel)
+            make_parents(opts.target, rel, installer.known)
 
             def rewritten(staged: Path = staged) -> bytes:
                 out, act.size = _rewrite(staged, f, remap, history_sids)
@@ -865,14 +927,15 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         report.actions.append(act)
         return dest, act
     if transform:
-        staged, size = _rewrite(staged, f, remap, history_sids)
+        staged, size = _rewrite(staged, f, remap, history_sids) if rewriting is None \
+            else rewriting[1].result()
     # What is written is the backup's generation as it is (nothing rewritten).
     as_is = f if not transform and not f.sparse else None
     if st is None:
         # The common case, streamed: nothing local.
         act = Action("create", os.fsdecode(rel), src, "not present locally", size)
         if not opts.dry_run:
-            make_parents(opts.target, rel)
+            make_parents(opts.target, rel, installer.known)
             _record(opts, backup.machine, rel, as_is, staged)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
         report.actions.append(act)
@@ -895,7 +958,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return None
     if st is not None and changed(dest, st):
         raise RestoreError(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
-    make_parents(opts.target, rel)
+    make_parents(opts.target, rel, installer.known)
     if d.action == "fast-forward":
         _record(opts, backup.machine, rel, as_is, d.content)
     installer.write(d.content, dest,
@@ -1062,8 +1125,15 @@ def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
     """In a worker process: ``staged`` rewritten as ``_place`` rewrites it (``whole``: at
     once, the small file's way), and the staged file that holds it now, and its size."""
     assert _worker_remap is not None
+    # Made durable here, by this process, so that installing it is only a rename.
     if not whole:
-        return _rewrite_lines(staged, _worker_remap, sids, holes)
+        path, size = _rewrite_lines(staged, _worker_remap, sids, holes)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return path, size
     # Written back into the staged file: a new file costs the filesystem an inode.
     with open(staged, "r+b") as fh:
         data = fh.read()
@@ -1071,6 +1141,8 @@ def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
         fh.seek(0)
         fh.write(out)
         fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
     return staged, len(out)
 
 
