@@ -7,6 +7,7 @@ adopted from the segment already in the store) or the new one, never a mix.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -135,8 +136,13 @@ class State:
             else:
                 private_dir(path.parent)
                 # Created 0600 before SQLite opens it (its -wal and -shm files copy the
-                # mode); an older, looser file is tightened.
-                os.close(create_private(path))
+                # mode); an older, looser file is tightened. An existing file is never
+                # opened here: closing a descriptor drops every POSIX lock this process
+                # holds on the file, those of its other connections too (the daemon has
+                # several), and another process closing its own connection (a restore)
+                # would then delete the WAL the daemon still writes to.
+                with contextlib.suppress(FileExistsError):
+                    os.close(create_private(path, os.O_EXCL))
                 os.chmod(path, FILE_MODE)
                 self._db = sqlite3.connect(path, check_same_thread=False)
                 self._db.execute("PRAGMA journal_mode=WAL")

@@ -1,0 +1,40 @@
+"""The state database shared by the daemon and the commands run beside it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from syncd.backup.state import State
+
+OTHER_PROCESS = """
+import sys
+from pathlib import Path
+from syncd.backup.state import State
+State(Path(sys.argv[1]), durable=False).close()
+"""
+
+
+def test_a_second_connection_keeps_the_daemons_wal(tmp_path: Path) -> None:
+    """The daemon opens the state more than once (engine, archive jobs); another process
+    (a restore recording what it writes) then opens and closes it. The daemon's WAL must
+    survive: what it writes afterwards is what every reader sees."""
+    path = tmp_path / "m@tag.sqlite"
+    engine = State(path)
+    try:
+        engine.set_meta(last_flush_seq="1")
+        State(path).close()  # the archiver's own connection, opened and closed
+        subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(path)], check=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert path.with_name(path.name + "-wal").exists()
+        engine.set_meta(last_flush_seq="2")
+        reader = State(path, readonly=True)
+        try:
+            assert reader.meta("last_flush_seq") == "2"
+        finally:
+            reader.close()
+    finally:
+        engine.close()
+    assert path.stat().st_mode & 0o777 == 0o600
