@@ -441,3 +441,30 @@ def test_resume_of_a_session_follow_keeps_here_fetches_nothing(
     r = CliRunner().invoke(cli, ["resume", S1[:8]], catch_exceptions=False)
     assert r.exit_code == 0 and "is here already" not in r.stderr, r.output
     assert b.transcript("app", S1).read_bytes().count(b"\n") == 2
+
+
+def test_a_busy_machines_segment_indexes_are_read_once(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    suffix_reads: list[str] = []
+
+    class Reads(CountingStore):
+        def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+            if start < 0:  # an index's suffix GET
+                suffix_reads.append(key)
+            return super().get(key, start, length)
+
+    store = Reads(LocalStore(b.store_dir))
+    for f in b.follower(monkeypatch, store):  # type: ignore[arg-type]
+        for i in range(1, 5):
+            write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
+            a.sync(monkeypatch)
+            monkeypatch.setenv("HOME", str(b.home))
+            f.poll()
+    segments = [k for k in suffix_reads if layout.segment_seq(k) is not None]
+    assert sorted(segments) == sorted(set(segments)), segments  # none read twice
+    assert len(set(segments)) == 5
+    assert b.transcript("app", S1).read_bytes().count(b"\n") == 5

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -28,6 +29,7 @@ from syncd.config import Settings
 from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
 from syncd.follow.quiet import Quiet
 from syncd.format.catalog import is_session_id
+from syncd.format.segment import SegmentIndex
 from syncd.progress import NullMeter
 from syncd.repository import Repository
 from syncd.restore.remap import config_rules
@@ -51,6 +53,8 @@ KEPT = 50
 META = "follow"
 # Actions that leave a file written by the import; "skip": it already was.
 WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip")
+# Segment indexes a follower keeps per followed machine (a few MB at most).
+INDEXES_KEPT = 4096
 # The largest integer the state holds: a source's generation or size past it (a number no
 # writer makes) is recorded as this.
 STATE_INT_MAX = (1 << 63) - 1
@@ -99,6 +103,29 @@ def _sound(c: Cursor) -> bool:
         and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)
 
 
+class _Remembered(Repository):
+    """A followed machine's objects, its segments' indexes kept once read. A segment is
+    written once, and each import's view reads every segment since the machine's last
+    compaction: kept, a busy machine's look reads only its new ones."""
+
+    def __init__(self, repo: Repository, machine: str) -> None:
+        super().__init__(repo.store, machine, repo.crypto)
+        self._indexes: OrderedDict[tuple[str, int], SegmentIndex] = OrderedDict()
+
+    def read_index(self, key: str, size: int | None = None) -> SegmentIndex:
+        if size is None or not key.startswith(layout.segments_prefix(self.machine)):
+            return super().read_index(key, size)
+        kept = self._indexes.get((key, size))
+        if kept is not None:
+            self._indexes.move_to_end((key, size))
+            return kept
+        ix = super().read_index(key, size)
+        self._indexes[(key, size)] = ix
+        if len(self._indexes) > INDEXES_KEPT:
+            self._indexes.popitem(last=False)
+        return ix
+
+
 class Follower:
     """Polls the followed machines (``poll``, every ``follow_interval``) and imports."""
 
@@ -115,6 +142,7 @@ class Follower:
         self.cursors = cursors(state)
         self._machines: list[str] = []
         self._polls = 0
+        self._repos: dict[str, _Remembered] = {}
         # A failing machine: (the poll it is tried again at, the wait that was).
         self._retry: dict[str, tuple[int, int]] = {}
         # (machine, session) → the local file an import left until quiet: while it is
@@ -164,7 +192,9 @@ class Follower:
     def _poll(self, machine: str, cur: Cursor) -> bool:
         """Look at one machine; False when it was left alone this time (its problem
         stands)."""
-        rm = self.repo.for_machine(machine)
+        rm = self._repos.get(machine)
+        if rm is None:
+            rm = self._repos[machine] = _Remembered(self.repo, machine)
         if cur.seq is None:
             if cur.problem is not None and cur.misses + 1 < HEAD_EVERY:
                 # Its first look failed (a backup that does not read): looked at again
