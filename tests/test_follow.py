@@ -104,6 +104,17 @@ def extents_of(m: Machine, path: Path) -> list[tuple[int, int, int, str | None]]
     return sorted(out)
 
 
+def imported_once(a: Machine, b: Machine, monkeypatch: pytest.MonkeyPatch
+                  ) -> tuple[Path, Path]:
+    """desk's session S1 with one line, brought to the laptop by its first poll: the
+    session's path in desk's tree, and the laptop's copy."""
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    return rel, b.transcript("app", S1)
+
+
 def test_the_first_poll_brings_every_session_remapped_into_this_machines_folder(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
@@ -136,10 +147,7 @@ def test_an_idle_followed_machine_costs_one_request_per_poll(
 def test_appends_arrive_shipped_once_as_imported_and_never_come_back(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, _ = imported_once(a, b, monkeypatch)
     b.sync(monkeypatch)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
@@ -165,12 +173,8 @@ def test_appends_arrive_shipped_once_as_imported_and_never_come_back(
 def test_a_continuation_here_ships_only_its_own_bytes_and_reaches_the_other_machine(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    _, mine = imported_once(a, b, monkeypatch)
     b.sync(monkeypatch)
-    mine = b.transcript("app", S1)
     base = mine.stat().st_size
     write(b.settings.source, mine.relative_to(b.settings.source),
           line(S1, b.cwd("app"), 1, "continued on the laptop"), mode="ab")
@@ -191,11 +195,7 @@ def test_a_session_written_here_is_left_until_quiet(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
     b.settings = b.settings.model_copy(update={"follow_quiet": 60.0})
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
-    mine = b.transcript("app", S1)
+    rel, mine = imported_once(a, b, monkeypatch)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
     typed = line(S1, b.cwd("app"), 0, "typed here").replace(b"-000000", b"-typed0")
@@ -215,11 +215,7 @@ def test_a_session_held_open_here_is_left_until_closed(
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("needs /proc")
     a, b = two
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
-    mine = b.transcript("app", S1)
+    rel, mine = imported_once(a, b, monkeypatch)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
     with open(mine, "ab"):
@@ -232,12 +228,8 @@ def test_a_session_held_open_here_is_left_until_closed(
 def test_both_continuing_at_once_keeps_both_branches_on_both_machines(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     a, b = two
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, mine = imported_once(a, b, monkeypatch)
     b.sync(monkeypatch)
-    mine = b.transcript("app", S1)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1, "desk's branch"), mode="ab")
     wire = json.loads(line(S1, b.cwd("app"), 2, "laptop's branch"))
     wire["uuid"] = "laptop-branch-1"
@@ -270,10 +262,7 @@ def test_segments_compacted_before_they_were_read_are_caught_from_the_head(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
     a.settings = a.settings.model_copy(update={"head_interval": 0.0})
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, _ = imported_once(a, b, monkeypatch)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
     # Its segment is folded by a compaction before the laptop read it; the head says how
@@ -327,10 +316,7 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
     a.settings = a.settings.model_copy(update={"head_interval": 0.0})
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, _ = imported_once(a, b, monkeypatch)
     shown = status(b.settings)
     assert [(f["machine"], f["seq"], f["imported"], f["waiting"]) for f in shown["following"]
             ] == [("desk", 0, 1, [])]
@@ -352,10 +338,7 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
 def test_a_machine_that_keeps_failing_is_tried_less_and_less_often(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, _ = imported_once(a, b, monkeypatch)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
 
@@ -384,11 +367,7 @@ def test_a_file_as_the_last_import_left_it_is_not_a_local_write(
     # right now keeps arriving, since nothing wrote to it here.
     a, b = two
     b.settings = b.settings.model_copy(update={"follow_quiet": 60.0})
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
-    mine = b.transcript("app", S1)
+    rel, mine = imported_once(a, b, monkeypatch)
     for i in (1, 2):
         write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
         a.sync(monkeypatch)
@@ -407,10 +386,7 @@ def test_a_file_as_the_last_import_left_it_is_not_a_local_write(
 def test_resume_of_a_session_follow_keeps_here_fetches_nothing(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, _ = imported_once(a, b, monkeypatch)
     for k in [k for k in os.environ if k.startswith("SYNCD_")]:
         monkeypatch.delenv(k)
     env = {"SYNCD_SOURCE": str(b.settings.source), "SYNCD_STORE": b.settings.store,

@@ -31,7 +31,7 @@ from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
 from tests.helpers import write
 from tests.hostile import T0, Craft, Piece, line, sid, transcript
-from tests.test_follow import S1, Machine, extents_of
+from tests.test_follow import S1, Machine, extents_of, imported_once
 
 DESK = "desk"
 CWD = "/home/desk/app"  # under desk's home: lands in the laptop's folder of "app"
@@ -230,10 +230,7 @@ def test_a_segment_compacted_between_its_head_and_its_read_is_caught_from_the_he
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = Machine(tmp_path, DESK, "/home/alice", head_interval=0.0)
     b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, _ = imported_once(a, b, monkeypatch)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
     a.sync(monkeypatch)
     racing = CompactedWhileRead(b.store_dir, 1)
@@ -301,11 +298,7 @@ def test_a_merge_here_ships_only_the_lines_it_added(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = Machine(tmp_path, DESK, "/home/alice", follow=["laptop"])
     b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
-    mine = b.transcript("app", S1)
+    rel, mine = imported_once(a, b, monkeypatch)
     wire = json.loads(line(S1, b.cwd("app"), 1, "laptop's branch"))
     wire["uuid"] = "laptop-branch-1"
     write(b.settings.source, mine.relative_to(b.settings.source),
@@ -388,12 +381,8 @@ def test_a_branch_merged_there_does_not_come_back_as_a_conflict_at_every_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = Machine(tmp_path, DESK, "/home/alice", follow=["laptop"])
     b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
-    rel = a.transcript("app", S1).relative_to(a.settings.source)
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
-    a.sync(monkeypatch)
-    b.poll(monkeypatch)
+    rel, mine = imported_once(a, b, monkeypatch)
     b.sync(monkeypatch)
-    mine = b.transcript("app", S1)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 1, "desk's branch"), mode="ab")
 
     def laptops(i: int) -> bytes:
