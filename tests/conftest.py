@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.claude_fixtures import Claude, install_claude
 from tests.counting import Counts, patch_open_store
 from tests.seaweed import Seaweed, start_seaweed
 
@@ -28,6 +30,16 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seaweed]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def claude() -> Claude:
+    """The real Claude Code CLI, installed once per cache directory (skips without npm)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not on PATH: cannot install the real Claude Code CLI "
+                    "(npm install @anthropic-ai/claude-code)")
+    return Claude(install_claude(npm))
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -112,18 +111,6 @@ def assert_shipped_once(store: Store, expected: dict[bytes, bytes],
         shipped = sum(end - start for (p, _g), rs in ranges.items() if p == path
                       for start, end in rs)
         assert shipped == len(data), f"{path!r}: {shipped} bytes shipped for {len(data)}"
-
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        threading.Event().wait(interval)
 
 
 def line(i: int, size: int = 80) -> bytes:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from syncd.backup.ship import Provenance, Shipper
 from syncd.backup.state import State
@@ -72,14 +73,20 @@ def all_extents(store: Store, machine: str = "m1") -> list:  # type: ignore[type
     return out
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll ``cond`` until true, failing after ``timeout`` seconds."""
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+             interval: float = 0.05, explain: Callable[[], str] | None = None) -> Any:
+    """Poll ``cond`` until it returns something truthy (returned); fail after ``timeout``
+    seconds, with ``explain()`` when given. The wait is an Event's, not ``time.sleep``
+    (which fault tests may patch)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            more = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{more}")
+        threading.Event().wait(interval)
 
 
 @dataclass

@@ -36,7 +36,6 @@ from tests.claude_fixtures import (
     first_cwd,
     first_user_text,
     git_repo_with_worktree,
-    install_claude,
     json_lines,
     last_user_text,
     message_counts,
@@ -99,15 +98,6 @@ class World:
 
     def laptop_file(self, case: Case) -> Path:
         return self.b / ".claude" / "projects" / project_folder(str(case.dst)) / f"{case.sid}.jsonl"
-
-
-@pytest.fixture(scope="session")
-def claude() -> Claude:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not on PATH: cannot install the real Claude Code CLI "
-                    "(npm install @anthropic-ai/claude-code)")
-    return Claude(install_claude(npm))
 
 
 def _place_sample(a: Path, rel: str) -> tuple[str, str, Path]:

@@ -30,10 +30,9 @@ from tests.faultkit import (
     line,
     make_settings,
     tree,
-    wait_for,
     write,
 )
-from tests.helpers import shipped
+from tests.helpers import shipped, wait_for
 from tests.seaweed import SECRET_KEY, Seaweed
 
 PASSPHRASE = "correct horse battery staple 7f3a"

@@ -41,10 +41,9 @@ from tests.faultkit import (
     restore,
     store_of,
     tree,
-    wait_for,
     write,
 )
-from tests.helpers import running, shipped
+from tests.helpers import running, shipped, wait_for
 from tests.seaweed import Seaweed
 
 SECRET = b"TOP-SECRET-7f3a9c-do-not-upload"

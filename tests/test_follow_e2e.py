@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -50,7 +50,6 @@ from syncd.store import Store, layout, open_store
 from tests.claude_fixtures import (
     Claude,
     Run,
-    install_claude,
     last_user_text,
     message_counts,
     recorded_session,
@@ -59,6 +58,7 @@ from tests.claude_fixtures import (
     tool_script,
 )
 from tests.faultkit import tree
+from tests.helpers import wait_for
 from tests.seaweed import Seaweed
 
 FOLLOW_INTERVAL = 1.0
@@ -71,23 +71,6 @@ SETTLE = FOLLOW_INTERVAL + FOLLOW_QUIET + FLUSH_MAX_DELAY + 1.0
 DEADLINE = 90.0  # for anything that should take a few seconds
 PROMPT = "ok"
 STORE_PREFIX = "team"
-
-T = TypeVar("T")
-
-
-def wait_for(cond: Callable[[], T | None], what: str, timeout: float = DEADLINE,
-             interval: float = 0.2, explain: Callable[[], str] | None = None) -> T:
-    """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            more = f"\n{explain()}" if explain is not None else ""
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{more}")
-        time.sleep(interval)
-
 
 # -- two machines ----------------------------------------------------------------------
 
@@ -163,7 +146,7 @@ class Machine:
                                      f":\n{self.log_tail()}")
             return bool(self.status().get("daemon_pid") == self.proc.pid)
 
-        wait_for(up, f"{self.name}'s daemon to start", explain=self.log_tail)
+        wait_for(up, DEADLINE, f"{self.name}'s daemon to start", explain=self.log_tail)
 
     def stop(self) -> None:
         """SIGTERM, then wait (SIGKILL only if it does not stop within a minute)."""
@@ -251,7 +234,7 @@ class Pair:
                 return False
             return signature() == sig
 
-        wait_for(still, "both machines to settle", interval=0.5, explain=self.explain)
+        wait_for(still, DEADLINE, "both machines to settle", interval=0.5, explain=self.explain)
 
     def extents(self, machine: str) -> dict[bytes, list[tuple[int, Extent]]]:
         """Every data extent in ``machine``'s segments, by path: (seq, extent)."""
@@ -433,7 +416,7 @@ def seeded_session(pair: Pair) -> tuple[Session, bytes]:
     _append(s.a_file, base)
     _append(a.root / "history.jsonl", history_line(s_a, sid, "base question 0", t0))
     want = _moved(base, a, b)
-    wait_for(lambda: _read(s.b_file) == want, f"b to import a's session into {s.b_file}",
+    wait_for(lambda: _read(s.b_file) == want, DEADLINE, f"b to import a's session into {s.b_file}",
              explain=lambda: f"b has {_read(s.b_file)!r}\n{pair.explain()}")
     return s, base
 
@@ -488,15 +471,6 @@ def assert_restores_alone(m: Machine, out: Path) -> None:
 # -- with the real CLI -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def claude() -> Claude:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not on PATH: cannot install the real Claude Code CLI "
-                    "(npm install @anthropic-ai/claude-code)")
-    return Claude(install_claude(npm))
-
-
 @dataclass
 class Recorded:
     sid: str
@@ -535,7 +509,8 @@ def record_and_follow(pair: Pair, claude: Claude) -> Recorded:
         on_b = sorted(str(p.relative_to(b.root)) for p in b.root.rglob("*"))
         return f"a has {sorted(have)}\nb has {on_b}\n{pair.explain()}"
 
-    wait_for(arrived, f"b to import a's session {sid} into {b.folder(pb)}", explain=explain)
+    wait_for(arrived, DEADLINE, f"b to import a's session {sid} into {b.folder(pb)}",
+             explain=explain)
     return rec
 
 
@@ -619,7 +594,7 @@ def test_b_continues_and_a_gets_it_back_with_nothing_shipped_twice(
 
     # a imports b's turn: a fast-forward, remapped to a's home.
     want_a = original_a + _moved(b_turn, b, a)
-    wait_for(lambda: _read(rec.a_file) == want_a, "a to import b's continuation",
+    wait_for(lambda: _read(rec.a_file) == want_a, DEADLINE, "a to import b's continuation",
              explain=lambda: (f"a's transcript: {len(_read(rec.a_file) or b'')} bytes, "
                               f"{len(want_a)} expected; uuids of b's turn missing on a: "
                               f"{set(_uuids(b_turn)) - set(_uuids(_read(rec.a_file)))}"
@@ -631,7 +606,7 @@ def test_b_continues_and_a_gets_it_back_with_nothing_shipped_twice(
     a_turn = final_a[len(want_a):]
     assert final_a.startswith(want_a) and a_turn
     want_b = continued_b + _moved(a_turn, a, b)
-    wait_for(lambda: _read(rec.b_file) == want_b, "b to import a's turn",
+    wait_for(lambda: _read(rec.b_file) == want_b, DEADLINE, "b to import a's turn",
              explain=pair.explain)
 
     # Both keep following each other: let every poll, import and flush happen.
@@ -696,14 +671,15 @@ def _both_at_once(pair: Pair) -> None:
 
     want_a = base + ta + _moved(tb, b, a)
     want_b = _moved(base, a, b) + tb
-    wait_for(lambda: _read(s.a_file) == want_a, "a to append b's newer branch after its own",
+    wait_for(lambda: _read(s.a_file) == want_a, DEADLINE,
+             "a to append b's newer branch after its own",
              explain=lambda: f"a has {_read(s.a_file)!r}\n{pair.explain()}")
 
     def copies_hold_a() -> bool:
         found = {u for p in b.conflict_copies() for u in _uuids(_read(p))}
         return set(ids_a) <= found
 
-    wait_for(copies_hold_a, "a's older branch in a conflict copy b's status lists",
+    wait_for(copies_hold_a, DEADLINE, "a's older branch in a conflict copy b's status lists",
              explain=pair.explain)
     pair.settle([s.a_file, s.b_file, hist_a])
 
@@ -806,7 +782,7 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
         try:
             _append(s.a_file, ta)
             wait_for(lambda: left_alone(lambda got: got == before),
-                     f"b's status to list {suffix} as waiting", explain=pair.explain)
+                     DEADLINE, f"b's status to list {suffix} as waiting", explain=pair.explain)
             # Long after its last write, and through several polls: still left alone.
             untouched_for(FOLLOW_QUIET + 3 * FOLLOW_INTERVAL, lambda got: got == before)
             assert time.time() - s.b_file.stat().st_mtime > FOLLOW_QUIET
@@ -815,16 +791,16 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
             holder.terminate()
             holder.wait()
         want = before + _moved(ta, a, b)
-        wait_for(lambda: _read(s.b_file) == want, "b to import a's lines once closed",
+        wait_for(lambda: _read(s.b_file) == want, DEADLINE, "b to import a's lines once closed",
                  explain=pair.explain)
     else:
         writer = Writer(s, later, every=0.2)  # older than a's lines
         writer.start()
         try:
-            wait_for(lambda: len(writer.written) >= 2, "b's writer to start")
+            wait_for(lambda: len(writer.written) >= 2, DEADLINE, "b's writer to start")
             _append(s.a_file, ta)
             wait_for(lambda: left_alone(lambda got: not set(ids_a) & set(_uuids(got))),
-                     f"b's status to list {suffix} as waiting", explain=pair.explain)
+                     DEADLINE, f"b's status to list {suffix} as waiting", explain=pair.explain)
             untouched_for(FOLLOW_QUIET + 3 * FOLLOW_INTERVAL,
                           lambda got: not set(ids_a) & set(_uuids(got)))
         finally:
@@ -841,13 +817,13 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
                 return True
             return False
 
-        wait_for(imported, "b to import a's lines once quiet", interval=0.05,
+        wait_for(imported, DEADLINE, "b to import a's lines once quiet", interval=0.05,
                  explain=pair.explain)
         assert seen["at"] >= stopped + FOLLOW_QUIET - 0.05, (
             f"imported {seen['at'] - stopped:.2f}s after b's last write, within follow_quiet")
         # a's lines are the newer branch: appended after every line b wrote.
         assert _read(s.b_file) == before + own + _moved(ta, a, b)
     pair.settle([s.a_file, s.b_file])
-    wait_for(lambda: not waits(), f"{suffix} no longer waiting", explain=pair.explain)
+    wait_for(lambda: not waits(), DEADLINE, f"{suffix} no longer waiting", explain=pair.explain)
     assert set(ids_a) <= set(_uuids(_read(s.b_file)))
     pair.finish()
