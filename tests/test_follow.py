@@ -21,10 +21,11 @@ from syncd.cli.main import cli
 from syncd.cli.restore import imported_copies
 from syncd.config import Settings, load_settings
 from syncd.errors import TransientError
+from syncd.follow import follower as follower_module
 from syncd.follow.follower import HEAD_EVERY, Follower, cursors, session_of_any
 from syncd.repository import Repository
 from syncd.restore.listing import here, session_rows
-from syncd.restore.restorer import RestoreOptions, restore
+from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.service.status import format_status, status
 from syncd.store import LocalStore, ObjectInfo, Store, layout
 from tests.counting import CountingStore
@@ -444,3 +445,25 @@ def test_a_busy_machines_segment_indexes_are_read_once(
     assert sorted(segments) == sorted(set(segments)), segments  # none read twice
     assert len(set(segments)) == 5
     assert b.transcript("app", S1).read_bytes().count(b"\n") == 5
+
+
+def test_a_line_appended_right_after_an_import_is_not_labelled_imported(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Claude continuing the session the moment it arrived: its line is this machine's.
+    a, b = two
+    real = follower_module.restore
+    typed = line(S1, b.cwd("app"), 9, "typed at once").replace(b"-000009", b"-typed9")
+
+    def restore_then_type(*args: object, **kw: object) -> RestoreReport:
+        report = real(*args, **kw)  # type: ignore[arg-type]
+        write(b.settings.source, b.transcript("app", S1).relative_to(b.settings.source),
+              typed, mode="ab")
+        return report
+
+    monkeypatch.setattr(follower_module, "restore", restore_then_type)
+    _, mine = imported_once(a, b, monkeypatch)
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + typed
+    b.sync(monkeypatch)
+    base = len(line(S1, b.cwd("app"), 0))
+    assert extents_of(b, mine) == [(1, 0, base, imported_from("desk")),
+                                   (1, base, base + len(typed), None)]

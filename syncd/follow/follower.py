@@ -386,9 +386,13 @@ class Follower:
             f = backup.files.get(src)
             if a.action not in WRITTEN or f is None:
                 continue
+            # What the import wrote, not what the file holds by now: a line Claude
+            # appended since is this machine's own, never labelled imported.
+            wrote = a.size if a.action in ("create", "fast-forward", "replace", "merge") \
+                and a.size else None
             rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
                           machine, a.action not in ("create", "fast-forward", "skip"),
-                          src, f.gen, report.cut.get(src, f.size), self.clock())
+                          src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)
             if rec is not None:
                 records.append(rec)
                 if a.action != "skip" and sid is not None:
@@ -413,13 +417,17 @@ class _Fed(NullMeter):
 
 
 def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen: int,
-            size: int, now: float) -> ImportedFile | None:
+            size: int, now: float, wrote: int | None = None) -> ImportedFile | None:
+    """The record of a file an import left (``wrote``: the bytes it wrote; None: the
+    file as it is, which it did not write)."""
     try:
         fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        length = os.fstat(fd).st_size
+        length = os.fstat(fd).st_size if wrote is None else wrote
+        if os.fstat(fd).st_size < length:
+            return None  # not what the import wrote any more
         return ImportedFile(rel, machine, length, check_hash(fd, length), merged, src,
                             max(0, min(gen, STATE_INT_MAX)), max(0, min(size, STATE_INT_MAX)),
                             now)
