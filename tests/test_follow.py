@@ -467,3 +467,44 @@ def test_a_line_appended_right_after_an_import_is_not_labelled_imported(
     base = len(line(S1, b.cwd("app"), 0))
     assert extents_of(b, mine) == [(1, 0, base, imported_from("desk")),
                                    (1, base, base + len(typed), None)]
+
+
+def test_a_busy_session_is_fetched_only_past_what_the_last_import_brought(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session the other machine keeps writing: each import fetches its new lines
+    alone, not the transcript again nor its unchanged subagent."""
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    agent = rel.parent / S1 / "subagents" / "agent-1.jsonl"
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0) + line(S1, a.cwd("app"), 1))
+    write(a.settings.source, agent, line(S1, a.cwd("app"), 5, "the agent's"))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    frames: list[str] = []
+
+    class Reads(CountingStore):
+        def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+            if start >= 0 and layout.segment_seq(key) is not None:
+                frames.append(key)
+            return super().get(key, start, length)
+
+    for i in (2, 3):
+        write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
+        a.sync(monkeypatch)
+        frames.clear()
+        b.poll(monkeypatch, Reads(LocalStore(b.store_dir)))
+        # The new segment's frame only (each segment holds one flush's appends).
+        assert frames == [layout.segment_key("desk", i - 1)], frames
+        assert b.transcript("app", S1).read_bytes() == b"".join(
+            line(S1, b.cwd("app"), n) for n in range(i + 1))
+    mine = b.settings.source / b.transcript("app", S1).relative_to(
+        b.settings.source).parent / S1 / "subagents" / "agent-1.jsonl"
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 5, "the agent's")
+    # Shipped as before: one generation continued, each new line once, marked desk's.
+    b.sync(monkeypatch)
+    theirs = b.transcript("app", S1)
+    ext = extents_of(b, theirs)
+    ends = [len(b"".join(line(S1, b.cwd("app"), n) for n in range(k))) for k in (2, 4)]
+    assert [(g, s, e) for g, s, e, _ in ext] == [(1, 0, ends[0]), (1, ends[0], ends[1])]
+    assert {r for *_, r in ext} == {imported_from("desk")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
 
@@ -178,28 +179,44 @@ def test_a_line_appended_here_while_the_import_writes_is_never_lost(
     typed = line(s1, laptop.cwd("app"), 1, "typed here")
 
     def claude_appends() -> None:
-        with open(mine, "ab") as f:
-            f.write(typed)
+        if not appended:
+            appended.append(True)
+            with open(mine, "ab") as f:
+                f.write(typed)
 
+    appended: list[bool] = []
     # Claude appends the moment after the import read the file (it decides on what it
-    # read), or the moment before its copy replaces it (written by an installer thread).
+    # read, or copies it before the lines fetched after it), or the moment before its
+    # copy replaces it (written by an installer thread). The file is as the last import
+    # left it: only the lines after it are fetched (the second hook of each pair).
     if when == "compared":
-        decide = restorer.decide
+        decide, lines_after = restorer.decide, restorer.rewrite_lines
 
         def deciding(kind: str, local: bytes | None, backup: bytes) -> Decision:
             claude_appends()
             return decide(kind, local, backup)
 
+        def rewriting(*args: Any, **kw: Any) -> None:
+            claude_appends()
+            lines_after(*args, **kw)
+
         monkeypatch.setattr(restorer, "decide", deciding)
+        monkeypatch.setattr(restorer, "rewrite_lines", rewriting)
     else:
-        write = install._write
+        write, finish = install._write, install._finish
 
         def writing(content: bytes, dest: bytes, *rest: Any) -> None:
             if dest == os.fsencode(mine):
                 claude_appends()
             write(content, dest, *rest)
 
+        def finishing(tmp: bytes, dest: bytes, *rest: Any, **kw: Any) -> None:
+            if dest == os.fsencode(mine):
+                claude_appends()
+            finish(tmp, dest, *rest, **kw)
+
         monkeypatch.setattr(install, "_write", writing)
+        monkeypatch.setattr(install, "_finish", finishing)
     laptop.poll(monkeypatch)
     assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed
     assert laptop.cursor(DESK)["waiting"] == [s1]
@@ -569,3 +586,38 @@ def test_status_prints_no_control_character_a_followed_machine_named(
     shown = format_status(doc)
     assert DESK in shown and "conflict copy" in shown
     assert not [ch for ch in shown if not ch.isprintable() and ch != "\n"], repr(shown)
+
+
+@pytest.mark.parametrize("bad", ["damaged frame", "gap before it", "shorter copy"])
+def test_the_lines_past_an_import_that_do_not_read_leave_the_copy_as_it_is(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """The second import of a session fetches only its lines past the first: when those
+    do not read, or do not start where the local copy ends, the copy stays as it is."""
+    c, s1, _ = followed(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1)
+    first = line(s1, CWD, 0)
+    start = len(first) + (7 if bad == "gap before it" else 0)
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 1), start=start)])
+    if bad == "damaged frame":
+        path = laptop.store_dir / key
+        blob = bytearray(path.read_bytes())
+        blob[len(blob) // 3] ^= 0xFF  # inside the one frame, before the index
+        path.write_bytes(bytes(blob))
+    if bad == "shorter copy":
+        # A record that claims more of the source than the copy holds (a damaged state).
+        state = State(laptop.settings.state_file)
+        try:
+            rec = state.imported(os.fsencode(mine.relative_to(laptop.settings.source)))
+            assert rec is not None
+            state.record_imported([dataclass_replace(rec, src_size=rec.src_size + 3)])
+        finally:
+            state.close()
+    laptop.poll(monkeypatch)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0)
+    assert laptop.cursor(DESK)["retry"] == [s1]
+    if bad == "shorter copy":  # tried again whole (with the head): then it reads
+        for _ in range(HEAD_EVERY):
+            laptop.poll(monkeypatch)
+        assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(
+            s1, laptop.cwd("app"), 1)
+        assert laptop.cursor(DESK)["retry"] == []

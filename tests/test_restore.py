@@ -8,8 +8,9 @@ import pytest
 
 from syncd.errors import RestoreError
 from syncd.repository import Repository
-from syncd.restore.restorer import restore_tree
-from syncd.store import MemoryStore
+from syncd.restore.restorer import RestoreOptions, restore, restore_tree
+from syncd.store import MemoryStore, layout
+from tests.counting import CountingStore
 from tests.helpers import shipper, tree_bytes, write
 
 S = "projects/-home-a/s.jsonl"
@@ -174,3 +175,62 @@ def test_parents_made_once_are_not_checked_again(tmp_path: Path) -> None:
     assert not (tmp_path / "a" / "b").exists()
     make_parents(tmp_path, b"a/c/f3", known)
     assert (tmp_path / "a" / "c").is_dir()
+
+
+L1, L2, L3 = b'{"n":1}\n', b'{"n":2}\n', b'{"n":3}\n'
+
+
+@pytest.mark.parametrize(("local", "base", "fetched", "action"), [
+    # The copy vouched for ends a line: only the bytes past it are fetched (cut inside
+    # the frame that holds the whole file here), then written after the local bytes.
+    (L1, (1, 8, 8), True, "fast-forward"),
+    # The backup holds no more than the copy: nothing is fetched.
+    (L1 + L2 + L3, (1, 24, 24), False, "skip"),
+    # Not at a line end, another generation, past the backup's size, a copy that is not
+    # that long: fetched whole, decided as any restore decides.
+    (L1 + b'{"n"', (1, 12, 12), True, "fast-forward"),
+    (L1, (2, 8, 8), True, "fast-forward"),
+    (L1, (1, 99, 8), True, "fast-forward"),
+    (L1, (1, 8, 0), True, "fast-forward"),
+    # Vouched for wrongly (the source's bytes past it do not start a line): not written.
+    (L1, (1, 9, 8), True, "error"),
+])
+def test_a_local_copy_vouched_for_is_fetched_only_past_its_end(
+        tmp_path: Path, local: bytes, base: tuple[int, int, int], fetched: bool,
+        action: str) -> None:
+    store = _backup(tmp_path, L1 + L2 + L3)
+    write(tmp_path / "out", S, local)
+    ranges: list[tuple[str, int, int | None]] = []
+
+    class Reads(CountingStore):
+        def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+            if start >= 0 and layout.segment_seq(key) is not None:  # a frame, not an index
+                ranges.append((key, start, length))
+            return super().get(key, start, length)
+
+    r = restore(Repository(Reads(store), "m1"), RestoreOptions(  # type: ignore[arg-type]
+        target=tmp_path / "out", base=lambda path, rel: base if rel == S.encode() else None))
+    assert (tmp_path / "out" / S).read_bytes() == (local if action == "error" else L1 + L2 + L3)
+    assert [(a.action, a.path) for a in r.actions] == [(action, S)]
+    assert len(r.errors) == (action == "error")
+    assert bool(ranges) == fetched, ranges
+
+
+def test_a_local_copy_vouched_for_that_changes_meanwhile_is_never_written_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import syncd.restore.restorer as restorer_mod
+
+    store = _backup(tmp_path, L1 + L2 + L3)
+    mine = write(tmp_path / "out", S, L1)
+    copy = restorer_mod.rewrite_lines
+
+    def typed_meanwhile(*args: object, **kw: object) -> None:
+        with open(mine, "ab") as f:
+            f.write(b'{"typed":1}\n')
+        copy(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(restorer_mod, "rewrite_lines", typed_meanwhile)
+    r = restore(Repository(store, "m1"), RestoreOptions(
+        target=tmp_path / "out", base=lambda path, rel: (1, 8, 8)))
+    assert mine.read_bytes() == L1 + b'{"typed":1}\n'
+    assert [a.action for a in r.actions] == ["error"] and "changed" in r.errors[0]

@@ -255,18 +255,39 @@ class Follower:
     def _as_imported(self, rel: bytes, st: os.stat_result) -> bool:
         """Whether a local file is exactly what an import (not a merge) wrote: its recent
         mtime is the other machine's, or the import's, not a write here."""
+        return self._intact(rel, st.st_size) is not None
+
+    def _intact(self, rel: bytes, size: int | None = None) -> ImportedFile | None:
+        """The record of the import (not a merge) that wrote the local file ``rel`` as it
+        is now (``size`` long, when known), or None."""
         rec = self.state.imported(rel)
-        if rec is None or rec.merged or rec.size != st.st_size:
-            return False
+        if rec is None or rec.merged or (size is not None and rec.size != size):
+            return None
         try:
             fd = os.open(os.path.join(os.fsencode(self.settings.source), rel),
                          os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return False
+            return None
         try:
-            return check_hash(fd, rec.size) == rec.check_hash
+            intact = os.fstat(fd).st_size == rec.size and \
+                check_hash(fd, rec.size) == rec.check_hash
         finally:
             os.close(fd)
+        return rec if intact else None
+
+    def _base(self, machine: str, again: set[str]
+              ) -> Callable[[bytes, bytes], tuple[int, int, int] | None]:
+        """For the restore of an import from ``machine``: the local files still as its last
+        import left them (but those of the sessions imported ``again``), so that only what
+        that machine added since is fetched."""
+        def base(src: bytes, rel: bytes) -> tuple[int, int, int] | None:
+            rec = self._intact(rel)
+            if rec is None or rec.source != machine or rec.src_path != src or \
+                    session_of_any(src) in again:
+                return None
+            return rec.src_gen, rec.src_size, rec.size
+
+        return base
 
     def _changed(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
         """The sessions the segments after ``after`` changed, and the last seq read
@@ -344,6 +365,9 @@ class Follower:
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
             leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, ours=self._as_imported),
             history=False,
+            # A first look (a machine made again under its id included) fetches whole, as
+            # does the import of a session that failed.
+            base=None if cur.seq is None else self._base(rm.machine, again),
             progress=_Fed(self.progress))
         batches = [tuple(present)]
         while batches:

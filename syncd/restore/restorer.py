@@ -96,6 +96,11 @@ class RestoreOptions:
     leave: Callable[[bytes, os.stat_result], str | None] | None = None
     # A session's lines of history.jsonl go with it (follow leaves that file to Claude).
     history: bool = True
+    # Given a stored path and its path in the target: (generation, size, local size) when
+    # the local file is exactly that generation's first size bytes remapped, local size
+    # bytes long (an earlier import wrote it: follow), else None. Such a file is not
+    # fetched when the backup holds no more of it, else only its bytes past those.
+    base: Callable[[bytes, bytes], tuple[int, int, int] | None] | None = None
 
 
 @dataclass
@@ -224,6 +229,9 @@ def restore(repo: Repository, opts: RestoreOptions,
     rewrites: dict[bytes, tuple[int, Future[tuple[Path, int]]]] = {}
     # Each file's actions, errors and notes, told in path order once all are placed.
     sinks: dict[bytes, RestoreReport] = {}
+    # Files whose local copy holds their first bytes (opts.base): the source offset their
+    # staged bytes start at, and the local copy's size.
+    tails: dict[bytes, tuple[int, int]] = {}
 
     def place(path: bytes, staged: Path, planned: dict[bytes, Path]) -> None:
         sink = sinks[path] = RestoreReport()
@@ -231,8 +239,10 @@ def restore(repo: Repository, opts: RestoreOptions,
             _set_aside(staged, path, aside[path], backup, opts, sink)
             return
         try:
-            queued = _place(staged, files[path], remap, history_sids, backup, opts, sink,
-                            installer, planned, rewriters, rewrites.pop(path, None))
+            queued = _place_tail(staged, files[path], *tails[path], remap, opts, sink,
+                                 installer) if path in tails else \
+                _place(staged, files[path], remap, history_sids, backup, opts, sink,
+                       installer, planned, rewriters, rewrites.pop(path, None))
         except (RestoreError, OSError, ValueError, OverflowError) as e:
             if isinstance(e, Changed) and opts.leave is not None:
                 sink.actions.append(Action("wait", os.fsdecode(_target_rel(path, remap)),
@@ -285,11 +295,15 @@ def restore(repo: Repository, opts: RestoreOptions,
         wanted = {s.session_id: remap.folder(s.folder) for s in backup.sessions.values()
                   if s.path in files}
         early = None if strays(opts.target, wanted) else _Placer(place_early)
+        if early is not None and opts.base is not None:
+            # (With no earlier copy to move: those where the base says are the ones.)
+            _bases(files, remap, opts, opts.base, aside, tails, sinks)
         meter = opts.progress or NullMeter()
-        meter.start(sum(f.size for f in files.values()))
+        meter.start(sum(f.size - tails.get(p, (0, 0))[0] for p, f in files.items()))
         staged = _stage(repo, files, staging, report, meter,
                         None if early is None else early.put,
-                        None if early is None or opts.dry_run else prepare_early)
+                        None if early is None or opts.dry_run else prepare_early,
+                        {p: start for p, (start, _) in tails.items()})
         if early is not None:
             early.close()
         planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
@@ -639,14 +653,18 @@ def _staged_path(staging: Path, path: bytes) -> Path:
 def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
            report: RestoreReport, meter: Meter,
            ready: Callable[[bytes], None] | None = None,
-           written: Callable[[bytes], None] | None = None) -> dict[bytes, Path]:
+           written: Callable[[bytes], None] | None = None,
+           tails: dict[bytes, int] | None = None) -> dict[bytes, Path]:
     """Fetch every file into ``staging``; returns those that arrived, whole or as the
     intact prefix of a transcript whose later bytes are lost (cut at a line end).
 
     ``ready`` is told (from a fetching thread) of each file as soon as all its bytes are
     staged, when nothing of it was lost: it may be placed before the others arrive.
     ``written`` is told of each file as soon as its last byte is written, when nothing of
-    it was lost so far (a window of one of its objects may still fail)."""
+    it was lost so far (a window of one of its objects may still fail). ``tails``: files
+    fetched from a byte on (their local copy holds the bytes before it), staged from there;
+    one of them that loses a byte is not restored."""
+    tails = tails or {}
     by_key: dict[str, list[tuple[Entry, Extent]]] = {}
     # Per file: the first byte lost (a gap, a damaged frame, an unreadable object) and why.
     lost: dict[bytes, tuple[int, int, str]] = {}
@@ -656,12 +674,14 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
             lost[f.path] = (start, end, why)
 
     for f in files.values():
+        base = tails.get(f.path, 0)
         if not f.sparse:
-            gap = _first_gap(f)
+            gap = _first_gap(f, base)
             if gap is not None:
                 lose(f, *gap)
         for key, ext in f.extents:
-            if ext.start < f.size or ext.start == 0:  # not past a point-in-time size
+            # Not past a point-in-time size, nor before a tail.
+            if (ext.start < f.size or ext.start == 0) and (not base or ext.end > base):
                 by_key.setdefault(key, []).append((f, ext))
     names = {p: _staged_path(staging, p) for p in files}
     owners = {key: {id(x): f for f, x in wanted} for key, wanted in by_key.items()}
@@ -706,8 +726,11 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
                 # file is made by whichever window reaches it first, while the other
                 # fetches (made up front, one at a time, they delayed the first GET).
                 fd = os.open(names[f.path], os.O_RDWR | os.O_CREAT, 0o600)
+                base = tails.get(f.path, 0)
+                cut = max(0, base - x.start)
                 try:
-                    _pwrite_all(fd, memoryview(data)[: max(0, f.size - x.start)], x.start)
+                    _pwrite_all(fd, memoryview(data)[cut : max(cut, f.size - x.start)],
+                                x.start + cut - base)
                 finally:
                     os.close(fd)
                 with lock:
@@ -763,7 +786,8 @@ def _stage(repo: Repository, files: dict[bytes, Entry], staging: Path,
     try:
         for path, (start, end, why) in lost.items():
             f = files[path]
-            cut = _intact_prefix(names[path], start) if _by_lines(f) else 0
+            cut = _intact_prefix(names[path], start) if _by_lines(f) and \
+                path not in tails else 0
             report.errors.append(
                 f"{why}: bytes {start}..{end} of {os.fsdecode(path)} (generation {f.gen}) are "
                 "lost; " + (f"restored its first {cut} bytes (whole lines)" if cut
@@ -786,10 +810,12 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         data, offset = data[n:], offset + n
 
 
-def _first_gap(f: Entry) -> tuple[int, int, str] | None:
-    """The first range of ``f``'s bytes that no extent holds: (start, end, why)."""
-    pos = 0
+def _first_gap(f: Entry, pos: int = 0) -> tuple[int, int, str] | None:
+    """The first range of ``f``'s bytes (from ``pos`` on) that no extent holds: (start,
+    end, why)."""
     for key, e in sorted(f.extents, key=lambda ke: ke[1].start):
+        if e.end <= pos:
+            continue
         if e.start > pos:
             return pos, e.start, f"{key}: a gap before this object's extent"
         pos = max(pos, e.end)
@@ -975,6 +1001,97 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     installer.write(d.content, dest,
                     mtime_ns if d.action in ("create", "fast-forward") else time.time_ns(),
                     expect=st)
+    report.actions.append(act)
+    return dest, act
+
+
+def _bases(files: dict[bytes, Entry], remap: Remapper, opts: RestoreOptions,
+           base: Callable[[bytes, bytes], tuple[int, int, int] | None],
+           aside: dict[bytes, tuple[bytes, bytes]], tails: dict[bytes, tuple[int, int]],
+           sinks: dict[bytes, RestoreReport]) -> None:
+    """The files whose local copy ``base`` vouches for: skipped, unfetched, when the backup
+    holds no more of them (taken out of ``files``, told in ``sinks``); a transcript whose
+    copy ends a line is fetched from there on (``tails``)."""
+    for path in sorted(files):
+        f = files[path]
+        if f.sparse or path in aside or is_user_config(os.fsdecode(path)):
+            continue
+        rel = _target_rel(path, remap)
+        known = base(path, rel)
+        if known is None or known[0] != f.gen or not 0 < known[1] <= f.size or known[2] <= 0:
+            continue
+        if known[1] == f.size:
+            del files[path]
+            sinks[path] = RestoreReport(actions=[Action(
+                "skip", os.fsdecode(rel), os.fsdecode(path), "as the last import left it")])
+        elif _kind(path) == "transcript" and _ends_line(
+                os.path.join(os.fsencode(opts.target), rel), known[2]):
+            tails[path] = (known[1], known[2])
+
+
+def _ends_line(path: bytes, size: int) -> bool:
+    """Whether byte ``size`` - 1 of the file ``path`` ends a line (lines after it can then
+    be remapped alone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, 1, size - 1) == b"\n"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _place_tail(staged: Path, f: Entry, start: int, local_size: int, remap: Remapper,
+                opts: RestoreOptions, report: RestoreReport,
+                installer: Installer) -> tuple[bytes, Action] | None:
+    """``f``'s bytes from ``start`` on (staged), remapped after the local copy of its first
+    ``start`` bytes (``local_size`` long): a fast-forward fetched from where the copy ends."""
+    src = os.fsdecode(f.path)
+    size = staged.stat().st_size
+    if size != f.size - start:
+        raise RestoreError(f"{src}: assembled {size} bytes from byte {start}, expected "
+                           f"{f.size - start}")
+    with open(staged, "rb") as fh:
+        if fh.read(1) != b"{":  # a transcript's lines are JSON objects
+            raise RestoreError(f"{src}: byte {start} does not start a line; fetched whole "
+                               "next time")
+    rel = _target_rel(f.path, remap)
+    safe_relpath(rel)
+    dest = os.path.join(os.fsencode(opts.target), rel)
+    check_parents(opts.target, rel, installer.known)
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != local_size:
+        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    busy = None if opts.leave is None else opts.leave(rel, st)
+    if busy is not None:
+        report.actions.append(Action("wait", os.fsdecode(rel), src, busy))
+        return None
+    mtime_ns = _sane_mtime(f, report)
+    act = Action("fast-forward", os.fsdecode(rel), src, "appended since the last import")
+    if opts.dry_run:
+        report.actions.append(act)
+        return None
+    out = staged.with_name(staged.name + ".out")
+    with open(dest, "rb") as local, os.fdopen(create_private(os.fsencode(out), os.O_EXCL),
+                                              "wb") as fh:
+        copied = 0
+        while copied < local_size:
+            chunk = local.read(min(CHUNK, local_size - copied))
+            if not chunk:
+                raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as "
+                              "it is")
+            fh.write(chunk)
+            copied += len(chunk)
+        with open(staged, "rb") as tail:
+            rewrite_lines(tail, fh.write, lambda text: _lines_out(text, remap, None))
+        act.size = fh.tell()
+    installer.rename(os.fsencode(out), dest, mtime_ns, expect=st)
     report.actions.append(act)
     return dest, act
 
