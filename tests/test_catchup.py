@@ -26,8 +26,8 @@ from syncd.security.lock import ProcessLock
 from syncd.service import catchup as _catchup
 from syncd.service.catchup import catch_up
 from syncd.store import open_store
-from tests.helpers import running, tree_bytes, wait_for, write
-from tests.test_daemon import _env, settings, shipped
+from tests.helpers import running, shipped, tree_bytes, wait_for, write
+from tests.test_daemon import _env, settings
 
 
 def tree(s: Settings, n: int) -> list[str]:
@@ -331,3 +331,38 @@ def _last_error(s: Settings) -> str | None:
 
 def _rels(s: Settings) -> list[str]:
     return [str(p.relative_to(s.source)) for p in s.source.rglob("*.jsonl")]
+
+
+def test_a_first_import_from_a_followed_machine_is_made_and_shipped_by_the_child(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Following a machine for the first time brings every session it holds: the child
+    imports them and ships what it brought; the daemon then follows on from there."""
+    caplog.set_level(logging.DEBUG, logger="syncd")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    desk = settings(tmp_path, source=tmp_path / "desk", state_dir=tmp_path / "desk-state",
+                    machine_id="desk")
+    rel = "projects/-home-a/0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b.jsonl"
+    content = b'{"type":"user","sessionId":"0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"}\n'
+    write(desk.source, rel, content)
+    sync_once(desk)
+    s = settings(tmp_path, follow=["desk"], follow_quiet=0)
+    s.source.mkdir()
+    with running(s):
+        child = wait_for(lambda: logged(caplog, r"shipped by child process (\d+)"),
+                         what="the child's catch-up")
+        assert int(child.group(1)) != os.getpid()
+        assert shipped(s, rel) == len(content)
+        done = logged(caplog, r"pending, and a first import from the followed machines")
+        assert done is not None, messages(caplog)
+        wait_for(lambda: logged(caplog, r"reconcile scan: 1 files, 0 changed") is not None,
+                 what="the daemon's own reconcile scan")
+    assert (s.source / rel).read_bytes() == content
+    # Imported by the child alone: the daemon's follower found it as imported already.
+    assert not any(m.startswith("imported ") for m in messages(caplog)), messages(caplog)
+    state = State(s.state_file, readonly=True)
+    try:
+        rec = state.imported(rel.encode())
+    finally:
+        state.close()
+    assert rec is not None and rec.source == "desk"

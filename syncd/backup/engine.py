@@ -165,13 +165,15 @@ class Engine:
 
 
 def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bool = False,
-              prompt: bool = False, stop: threading.Event | None = None) -> FlushResult:
+              prompt: bool = False, stop: threading.Event | None = None,
+              before: Callable[[Engine], None] | None = None) -> FlushResult:
     """Scan, ship everything pending, return when it is durable; raise SyncError otherwise.
 
     ``progress`` is told the bytes to read, then every frame read (a first seed's bar).
     The machine's lease is held for the duration (``takeover``: from a dead holder).
     ``stop``, once set, ends the pass at the next segment boundary (the segment in flight
-    is committed) with ``SyncStopped``.
+    is committed) with ``SyncStopped``. ``before`` is called with the connected engine
+    before the scan (what it writes in the tree is shipped by this pass).
     """
     # The store is connected to before the first upload, so the seed reads and compresses
     # while the S3 client is built; but a passphrase prompt comes first, not mid-progress.
@@ -180,6 +182,9 @@ def sync_once(settings: Settings, progress: Meter | None = None, *, takeover: bo
     engine = Engine(settings, stop, progress=progress.advance if progress is not None else None,
                     takeover=takeover, prompt=prompt, connect=may_prompt)
     try:
+        if before is not None:
+            engine.connect()
+            before(engine)
         found = scan(engine.root, engine.selection, engine.state)
         if progress is not None:
             progress.start(found.pending_bytes)

@@ -94,6 +94,16 @@ def cursors(state: State) -> dict[str, Cursor]:
     return out
 
 
+def first_look_due(settings: Settings, state: State) -> bool:
+    """Whether a followed machine was never looked at here: its first import (every session
+    it holds) is still to come. With ``"*"``: when none was."""
+    if not settings.follow:
+        return False
+    seen = {m for m, c in cursors(state).items() if c.seq is not None}
+    named = [m for m in settings.follow if m not in ("*", settings.machine_id)]
+    return any(m not in seen for m in named) or ("*" in settings.follow and not seen)
+
+
 def _sound(c: Cursor) -> bool:
     """Whether every field of a cursor read back from the state has its type."""
     names = (c.waiting, c.conflicts, c.retry)
@@ -472,4 +482,4 @@ def session_of_any(path: bytes) -> str | None:
     return sid if is_session_id(sid) else None
 
 
-__all__ = ["Cursor", "Follower", "cursors", "session_of_any"]
+__all__ = ["Cursor", "Follower", "cursors", "first_look_due", "session_of_any"]

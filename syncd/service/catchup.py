@@ -8,6 +8,9 @@ lock and the store's lease of its own), and all its memory goes back to the OS w
 exits. The daemon then starts as usual: its watch and reconcile scan catch whatever
 changed meanwhile. A child that fails costs only the memory benefit: the daemon ships
 everything itself.
+
+A first import from a followed machine (every session it holds) is such a backlog too:
+the child makes it and ships what it brought, and the daemon follows on from there.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Literal
 
-from syncd.backup.engine import sync_once
+from syncd.backup.engine import Engine, sync_once
 from syncd.backup.scan import ScanResult, scan
 from syncd.backup.ship import FlushResult
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import Locked, StateError, SyncStopped
+from syncd.follow.follower import Follower, first_look_due
 from syncd.redact import redact
 from syncd.security.lock import ProcessLock
 from syncd.service.log import setup as setup_logging
@@ -102,36 +106,44 @@ def catch_up(settings: Settings, stop: threading.Event, *, takeover: bool,
     if not settings.catchup_child or stop.is_set():
         return "skipped"
     try:
-        found = backlog(settings)
+        found, first = _pending(settings)
     except Locked:
         return "skipped"  # another syncd runs on this state: the daemon's start says so
     except (StateError, OSError) as e:
         log.warning("start-up catch-up skipped: %s", e)
         return "skipped"
-    if len(found.dirty) < MIN_FILES and found.pending_bytes < MIN_BYTES:
+    if len(found.dirty) < MIN_FILES and found.pending_bytes < MIN_BYTES and not first:
         return "skipped"
-    log.info("start-up catch-up: %d files, %s pending: shipping them in a child process",
-             len(found.dirty), _mb(found.pending_bytes))
+    log.info("start-up catch-up: %d files, %s pending%s: shipping them in a child process",
+             len(found.dirty), _mb(found.pending_bytes),
+             ", and a first import from the followed machines" if first else "")
     del found
     if wakeup is not None:
-        return _run_child(settings, stop, takeover, on_wait, wakeup)
+        return _run_child(settings, stop, takeover, on_wait, wakeup, first)
     own = Wakeup()  # nobody sets it: the stop is seen at the next POLL
     try:
-        return _run_child(settings, stop, takeover, on_wait, own)
+        return _run_child(settings, stop, takeover, on_wait, own, first)
     finally:
         own.close()
 
 
 def backlog(settings: Settings) -> ScanResult:
-    """The start-up reconcile scan (stat only). It takes the state's lock for the moment:
-    a first start has no state database to open read-only, and creating one wants it."""
+    """The start-up reconcile scan (stat only)."""
+    return _pending(settings)[0]
+
+
+def _pending(settings: Settings) -> tuple[ScanResult, bool]:
+    """The start-up reconcile scan, and whether a first import from a followed machine is
+    due. It takes the state's lock for the moment: a first start has no state database to
+    open read-only, and creating one wants it."""
     lock = ProcessLock(settings.state_file.with_suffix(".lock"))
     lock.acquire()
     try:
         state = State(settings.state_file)
         try:
             return scan(os.fsencode(settings.source),
-                        Selection(settings.include, settings.exclude), state)
+                        Selection(settings.include, settings.exclude), state), \
+                first_look_due(settings, state)
         finally:
             state.close()
     finally:
@@ -139,14 +151,14 @@ def backlog(settings: Settings) -> ScanResult:
 
 
 def _run_child(settings: Settings, stop: threading.Event, takeover: bool,
-               on_wait: Callable[[], None], wakeup: Wakeup) -> Outcome:
+               on_wait: Callable[[], None], wakeup: Wakeup, first: bool = False) -> Outcome:
     # spawn, not fork: a fresh interpreter owes nothing to our heap, and cannot inherit a
     # lock that another thread (an embedder's) held at the fork.
     ctx = multiprocessing.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, name="syncd-catchup",
                        args=(settings, takeover, logging.getLogger().getEffectiveLevel(),
-                             os.getpid(), sender))
+                             os.getpid(), sender, first))
     t0 = time.monotonic()
     try:
         try:
@@ -252,8 +264,9 @@ def _mb(n: int) -> str:
 # -- in the child ---------------------------------------------------------------------
 
 def _child(settings: Settings, takeover: bool, level: int, parent: int,
-           conn: Connection) -> None:
-    """The child's body: ship everything pending, send a ``_Report``, exit 0 (or 1).
+           conn: Connection, first: bool = False) -> None:
+    """The child's body: ship everything pending (after the followed machines' first
+    import, when ``first``), send a ``_Report``, exit 0 (or 1).
 
     SIGTERM and SIGINT stop it the way they stop the daemon: the shipper sees the stop
     between files and after each committed segment, its upload in flight is committed,
@@ -263,7 +276,8 @@ def _child(settings: Settings, takeover: bool, level: int, parent: int,
     stopping = stop_on_signals()
     _die_with(parent)
     try:
-        result = sync_once(settings, takeover=takeover, stop=stopping)
+        result = sync_once(settings, takeover=takeover, stop=stopping,
+                           before=_first_import if first else None)
     except SyncStopped:
         conn.send(_Report(os.getpid(), _peak_rss(), stopped=True))
         return
@@ -271,6 +285,11 @@ def _child(settings: Settings, takeover: bool, level: int, parent: int,
         conn.send(_Report(os.getpid(), _peak_rss(), error=redact(str(e))[:500]))
         sys.exit(1)
     conn.send(_Report(os.getpid(), _peak_rss(), result))
+
+
+def _first_import(engine: Engine) -> None:
+    """The followed machines' sessions, imported into the tree the pass then ships."""
+    Follower(engine.settings, engine.repo, engine.state).poll()
 
 
 def _die_with(parent: int) -> None:
