@@ -508,3 +508,62 @@ def test_a_busy_session_is_fetched_only_past_what_the_last_import_brought(
     ends = [len(b"".join(line(S1, b.cwd("app"), n) for n in range(k))) for k in (2, 4)]
     assert [(g, s, e) for g, s, e, _ in ext] == [(1, 0, ends[0]), (1, ends[0], ends[1])]
     assert {r for *_, r in ext} == {imported_from("desk")}
+
+
+def test_a_busy_machines_imports_list_nothing(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its listings (and machine.json) are kept from the first look; the segments the
+    polls HEAD are added to them: an import costs GETs, never a LIST."""
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    store = CountingStore(LocalStore(b.store_dir))
+    for f in b.follower(monkeypatch, store):  # type: ignore[arg-type]
+        f.poll()
+        assert store.counts.by_kind()["LIST"] > 0  # the first look lists
+        store.counts.calls.clear()
+        for i in range(1, 4):
+            write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
+            a.sync(monkeypatch)
+            monkeypatch.setenv("HOME", str(b.home))
+            f.poll()
+    assert store.counts.by_kind()["LIST"] == 0, store.counts.calls
+    assert "get_small" not in store.counts.calls  # machine.json once
+    assert b.transcript("app", S1).read_bytes() == b"".join(
+        line(S1, b.cwd("app"), n) for n in range(4))
+
+
+def test_objects_compacted_after_the_listing_was_kept_are_listed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk compacts between the laptop's view (from its kept listing) and its read of a
+    frame: the frame is gone, the import lists again and brings the lines from the
+    snapshot, in the same poll."""
+    a = Machine(tmp_path, "desk", "/home/alice", head_interval=0.0)
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=["desk"])
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    frame_of = layout.segment_key("desk", 1)
+    raced: list[str] = []
+
+    class CompactsAtFrame(CountingStore):
+        def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+            if key == frame_of and start >= 0 and not raced:
+                raced.append(key)
+                monkeypatch.setenv("HOME", str(a.home))
+                compact(Repository(LocalStore(b.store_dir), "desk"))
+                monkeypatch.setenv("HOME", str(b.home))
+            return super().get(key, start, length)
+
+    store = CompactsAtFrame(LocalStore(b.store_dir))
+    for f in b.follower(monkeypatch, store):  # type: ignore[arg-type]
+        f.poll()
+        write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+        a.sync(monkeypatch)
+        monkeypatch.setenv("HOME", str(b.home))
+        f.poll()
+        assert raced and f.cursors["desk"].retry == []
+    assert LocalStore(b.store_dir).head(frame_of) is None
+    assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0) + line(
+        S1, b.cwd("app"), 1)

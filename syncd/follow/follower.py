@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from syncd.backup.ship import check_hash, imported_from, merged_from
 from syncd.backup.state import ImportedFile, State
@@ -116,11 +117,59 @@ def _sound(c: Cursor) -> bool:
 class _Remembered(Repository):
     """A followed machine's objects, its segments' indexes kept once read. A segment is
     written once, and each import's view reads every segment since the machine's last
-    compaction: kept, a busy machine's look reads only its new ones."""
+    compaction: kept, a busy machine's look reads only its new ones.
+
+    Its listings too (manifests, deltas, segments: three LISTs, each 12.5 times a GET's
+    price) and its ``machine.json``, once read: the segments the follower HEADs since are
+    added (``saw``), so a busy machine's import lists nothing. Only a compaction there
+    changes the listings (objects gone, new ones); ``forget`` makes the next view list
+    again."""
 
     def __init__(self, repo: Repository, machine: str) -> None:
         super().__init__(repo.store, machine, repo.crypto)
         self._indexes: OrderedDict[tuple[str, int], SegmentIndex] = OrderedDict()
+        self._info: dict[str, Any] | None = None
+        self._snaps: list[tuple[int, int, str]] | None = None
+        self._deltas: list[tuple[int, int, str, int]] | None = None
+        self._segments: dict[int, tuple[str, int]] | None = None
+
+    @property
+    def listed(self) -> bool:
+        """Whether the listings are kept (the next view lists nothing)."""
+        return self._segments is not None
+
+    def forget(self) -> None:
+        self._info = self._snaps = self._deltas = self._segments = None
+
+    def saw(self, seq: int, key: str, size: int) -> None:
+        """Segment ``seq`` exists (a HEAD said so)."""
+        if self._segments is not None:
+            self._segments[seq] = (key, size)
+            if len(self._segments) > INDEXES_KEPT:
+                self.forget()
+
+    def info(self) -> dict[str, Any]:
+        if self._info is None:
+            self._info = super().info()
+        return self._info
+
+    def snapshots(self) -> list[tuple[int, int, str]]:
+        if self._snaps is None:
+            self._snaps = super().snapshots()
+        return self._snaps
+
+    def deltas(self) -> list[tuple[int, int, str, int]]:
+        if self._deltas is None:
+            self._deltas = super().deltas()
+        return self._deltas
+
+    def segments(self, after: int = -1) -> list[tuple[str, int]]:
+        if self._segments is None:
+            listed = super().segments(after)
+            self._segments = {seq: (k, n) for k, n in listed
+                              if (seq := layout.segment_seq(k)) is not None}
+            return listed
+        return [ks for seq, ks in sorted(self._segments.items()) if seq > after]
 
     def read_index(self, key: str, size: int | None = None) -> SegmentIndex:
         if size is None or not key.startswith(layout.segments_prefix(self.machine)):
@@ -228,6 +277,7 @@ class Follower:
             cur.misses += 1
             if cur.misses >= HEAD_EVERY:
                 cur.misses = 0
+                rm.forget()  # the next view lists again: a compaction there is seen
                 sids, top = self._from_head(rm, cur.seq)
                 if top is not None and top < cur.seq:
                     log.warning("following %s: its head is at seq %d, before the seq %d "
@@ -299,7 +349,7 @@ class Follower:
 
         return base
 
-    def _changed(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
+    def _changed(self, rm: _Remembered, after: int) -> tuple[set[str], int | None]:
         """The sessions the segments after ``after`` changed, and the last seq read
         (None: no new segment). Bytes this machine shipped as imported from that
         machine are its own coming back: not imported again."""
@@ -310,6 +360,7 @@ class Follower:
             info = rm.store.head(key)
             if info is None:
                 break
+            rm.saw(seq, key, info.size)
             try:
                 ix = rm.read_index(key, info.size)
             except NotFound:
@@ -356,10 +407,16 @@ class Follower:
                 sids.add(s.session_id)
         return sids, head.seq
 
-    def _import(self, rm: Repository, cur: Cursor, sids: set[str],
+    def _import(self, rm: _Remembered, cur: Cursor, sids: set[str],
                 backup: Backup | None) -> None:
+        # A view from the listings kept since the last one (see _Remembered).
+        kept = backup is None and rm.listed
         if backup is None:
             backup = load_backup(rm, sessions=sorted(sids))
+            if kept and backup.errors:  # listed before a compaction there
+                rm.forget()
+                kept = False
+                backup = load_backup(rm, sessions=sorted(sids))
         present = sorted(sid for sid in sids if (found := backup.find_session(sid))
                          is not None and found.deleted_at is None)
         cur.waiting = [s for s in cur.waiting if s not in sids]  # still written here
@@ -394,6 +451,16 @@ class Follower:
                 else:
                     batches += [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
                 continue
+            if kept and report.errors:
+                # Objects compacted away since the listing: what was written stays
+                # recorded, the batch is imported again from a view listed anew (the
+                # files just written are skipped, unfetched).
+                self._account(rm.machine, cur, report, backup, said=False)
+                rm.forget()
+                kept = False
+                backup = load_backup(rm, sessions=sorted(sids))
+                batches.append(batch)
+                continue
             self._account(rm.machine, cur, report, backup)
             brought = {a.source for a in report.actions if a.action != "error"}
             failed = {sid for sid in batch if sid not in again and (
@@ -402,9 +469,9 @@ class Follower:
             cur.retry = sorted(set(cur.retry) | failed)[:KEPT]
 
     def _account(self, machine: str, cur: Cursor, report: RestoreReport,
-                 backup: Backup) -> None:
+                 backup: Backup, said: bool = True) -> None:
         """Record what the import wrote (before the next flush looks at it), and what it
-        left for later."""
+        left for later; its errors are logged (unless not ``said``)."""
         root = os.fsencode(self.settings.source)
         records: list[ImportedFile] = []
         written: set[str] = set()
@@ -432,7 +499,7 @@ class Follower:
                 if a.action != "skip" and sid is not None:
                     written.add(sid)
         self.state.record_imported(records)
-        for line in report.errors:
+        for line in report.errors if said else ():
             log.warning("following %s: %s", machine, line)
         if written:
             cur.imported += len(written)
