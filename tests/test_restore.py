@@ -234,3 +234,17 @@ def test_a_local_copy_vouched_for_that_changes_meanwhile_is_never_written_over(
         target=tmp_path / "out", base=lambda path, rel: (1, 8, 8)))
     assert mine.read_bytes() == L1 + b'{"typed":1}\n'
     assert [a.action for a in r.actions] == ["error"] and "changed" in r.errors[0]
+
+
+def test_two_conflict_copies_of_one_file_in_one_second_are_both_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import syncd.restore.restorer as restorer_mod
+
+    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: "20261201T063900")
+    opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
+    staged = write(tmp_path, "staged", b'{"n":2}\n')
+    first = restorer_mod._save_conflict(b'{"n":1}\n', S.encode(), "desk", opts)
+    second = restorer_mod._save_conflict(staged, S.encode(), "desk", opts)
+    assert first != second and second.endswith(f"20261201T063900-2/{S}")
+    assert Path(first).read_bytes() == b'{"n":1}\n' and Path(second).read_bytes() == b'{"n":2}\n'
+    assert os.stat(second).st_mode & 0o777 == 0o600

@@ -44,7 +44,7 @@ from syncd.format.catalog import Session, session_of
 from syncd.format.segment import Extent, check_extent, windows
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
-from syncd.private import create_private, private_dir, write_private
+from syncd.private import create_private, private_dir
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.restore.install import Changed, Installer, changed, check_parents, make_parents
@@ -1298,17 +1298,31 @@ def _lines_out(text: bytes, remap: Remapper, sids: set[str] | None) -> bytes:
 
 
 def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOptions) -> str:
-    """The backup's copy (its bytes, or a file of them) beside syncd's state."""
+    """The backup's copy (its bytes, or a file of them) beside syncd's state, under the
+    second it was saved (``-2``, ``-3`` … after it for another copy of that second: none
+    is written over)."""
     base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    path = os.path.join(os.fsencode(base), os.fsencode(machine), stamp.encode(), rel)
-    private_dir(os.path.dirname(path))
-    if isinstance(data, Path):
-        with open(data, "rb") as src, os.fdopen(create_private(path, os.O_TRUNC), "wb") as out:
-            shutil.copyfileobj(src, out, CHUNK)
-    else:
-        write_private(path, data)
-    return os.fsdecode(path)
+    for n in range(1, CONFLICTS_PER_SECOND + 1):
+        path = os.path.join(os.fsencode(base), os.fsencode(machine),
+                            (stamp if n == 1 else f"{stamp}-{n}").encode(), rel)
+        private_dir(os.path.dirname(path))
+        try:
+            fd = create_private(path, os.O_EXCL)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as out:
+            if isinstance(data, Path):
+                with open(data, "rb") as src:
+                    shutil.copyfileobj(src, out, CHUNK)
+            else:
+                out.write(data)
+        return os.fsdecode(path)
+    raise RestoreError(f"{os.fsdecode(rel)}: {CONFLICTS_PER_SECOND} conflict copies of it "
+                       "saved this second already")
+
+
+CONFLICTS_PER_SECOND = 100
 
 
 __all__ = ["Action", "RestoreError", "RestoreOptions", "RestoreReport", "restore",
