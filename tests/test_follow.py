@@ -319,9 +319,16 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
     a.settings = a.settings.model_copy(update={"head_interval": 0.0})
     rel, _ = imported_once(a, b, monkeypatch)
     shown = status(b.settings)
-    assert [(f["machine"], f["seq"], f["imported"], f["waiting"]) for f in shown["following"]
-            ] == [("desk", 0, 1, [])]
+    assert [(f["machine"], f["seq"], f["imported"], f["sessions"], f["waiting"])
+            for f in shown["following"]] == [("desk", 0, 1, 1, [])]
     assert "following:    desk: last import" in format_status(shown)
+    # Imported again as desk writes it: one session here, two imports.
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 9), mode="ab")
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    row = status(b.settings)["following"][0]
+    assert (row["imported"], row["sessions"]) == (2, 1)
+    assert "1 of its sessions here (2 imports)" in format_status(status(b.settings))
     repo = Repository(LocalStore(b.store_dir), "laptop")
 
     def marks() -> dict[str, str]:
@@ -329,7 +336,7 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
         return {r["machine"]: r["here"] for r in rows if r["session_id"] == S1}
 
     assert marks() == {"desk": "imported"}
-    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 10), mode="ab")
     a.sync(monkeypatch)
     assert marks() == {"desk": "behind"}
     b.poll(monkeypatch)

@@ -18,7 +18,7 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import StoreError
-from syncd.follow.follower import Cursor, cursors
+from syncd.follow.follower import Cursor, cursors, session_of_any
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store
 
@@ -132,8 +132,14 @@ def status(settings: Settings, *, probe_store: bool = False,
             settings.follow))
         out["following"] = [{"machine": m, **asdict(followed.get(m, Cursor()))}
                             for m in names]
+        # Its sessions here now (the cursor's "imported" counts imports: a session the
+        # other machine keeps writing is imported again at each look).
+        here: dict[str, set[str | None]] = {}
+        for rec in state.imports():
+            here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
         for row in out["following"]:
             del row["misses"]
+            row["sessions"] = len(here.get(row["machine"], set()) - {None})
         last = state.meta("last_reconcile_time")
         out["last_reconcile_time"] = float(last) if last else None
         for job in out["next_jobs"]:
@@ -210,7 +216,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"following:    {f['machine']}: last import {when(f['last_import'])}"
                      + (f", through seq {f['seq']}" if f["seq"] is not None else
                         ", not looked at yet")
-                     + f", {f['imported']} sessions imported"
+                     + f", {f.get('sessions', 0)} of its sessions here "
+                       f"({f['imported']} imports)"
                      + (f"; {len(f['waiting'])} left until quiet" if f["waiting"] else "")
                      + (f"; PROBLEM: {_shown(f['problem'])}" if f["problem"] else ""))
         # Paths and errors name what the followed machine's store named: no control
