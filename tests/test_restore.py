@@ -248,3 +248,25 @@ def test_two_conflict_copies_of_one_file_in_one_second_are_both_kept(
     assert first != second and second.endswith(f"20261201T063900-2/{S}")
     assert Path(first).read_bytes() == b'{"n":1}\n' and Path(second).read_bytes() == b'{"n":2}\n'
     assert os.stat(second).st_mode & 0o777 == 0o600
+
+
+def test_a_conflict_copy_that_extends_an_older_one_supersedes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two machines writing one session: each import saves the other's branch again,
+    longer; the newest copy holds all the older ones held, which go. One that is not its
+    prefix stays."""
+    import syncd.restore.restorer as restorer_mod
+
+    seconds = iter(["20261201T070000", "20261201T070001", "20261201T070002",
+                    "20261201T070003"])
+    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: next(seconds))
+    opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
+    save = restorer_mod._save_conflict
+    other = save(L2, S.encode(), "desk", opts)  # another branch: never a prefix
+    first = save(L1, S.encode(), "desk", opts)
+    second = save(L1 + L2, S.encode(), "desk", opts)
+    third = save(L1 + L2 + L3, S.encode(), "desk", opts)
+    left = sorted(p for p in (tmp_path / "c").rglob("*") if p.is_file())
+    assert left == sorted([Path(other), Path(third)])
+    assert Path(third).read_bytes() == L1 + L2 + L3
+    assert not Path(first).parent.exists() and not Path(second).parent.exists()

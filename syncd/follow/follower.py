@@ -483,7 +483,9 @@ class Follower:
                 cur.waiting = sorted(set(cur.waiting) | {sid})
                 self._left[(machine, sid)] = os.fsencode(a.path)
             if a.conflict_copy:
-                cur.conflicts = [*cur.conflicts, a.conflict_copy][-KEPT:]
+                # Those a newer copy superseded (restorer._drop_superseded) are gone.
+                cur.conflicts = [*(c for c in cur.conflicts if os.path.exists(c)),
+                                 a.conflict_copy][-KEPT:]
             f = backup.files.get(src)
             if a.action not in WRITTEN or f is None:
                 continue

@@ -1317,12 +1317,55 @@ def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOp
                     shutil.copyfileobj(src, out, CHUNK)
             else:
                 out.write(data)
+        _drop_superseded(os.path.join(os.fsencode(base), os.fsencode(machine)), rel, path)
         return os.fsdecode(path)
     raise RestoreError(f"{os.fsdecode(rel)}: {CONFLICTS_PER_SECOND} conflict copies of it "
                        "saved this second already")
 
 
 CONFLICTS_PER_SECOND = 100
+
+
+def _drop_superseded(under: bytes, rel: bytes, newest: bytes) -> None:
+    """Remove the older conflict copies of ``rel`` (``under``/<second>/``rel``) whose bytes
+    all begin ``newest``: while two machines keep writing one session, each import would
+    save another, longer copy of the other's branch; the newest holds every byte of those.
+    A copy that is not such a prefix stays."""
+    try:
+        seconds = os.listdir(under)
+    except OSError:
+        return
+    for second in seconds:
+        old = os.path.join(under, second, rel)
+        if old == newest:
+            continue
+        try:
+            st = os.lstat(old)
+            if not stat.S_ISREG(st.st_mode) or not _begins(newest, old, st.st_size):
+                continue
+            os.unlink(old)
+        except OSError:
+            continue
+        # Its now empty directories, up to the second's (never ``under``).
+        d = os.path.dirname(old)
+        while d != under:
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)
+
+
+def _begins(path: bytes, prefix: bytes, size: int) -> bool:
+    """Whether the file ``path`` begins with the ``size`` bytes of the file ``prefix``."""
+    with open(path, "rb") as a, open(prefix, "rb") as b:
+        left = size
+        while left > 0:
+            x = a.read(min(CHUNK, left))
+            if not x or x != b.read(len(x)):
+                return False
+            left -= len(x)
+        return b.read(1) == b""
 
 
 __all__ = ["Action", "RestoreError", "RestoreOptions", "RestoreReport", "restore",
