@@ -574,3 +574,24 @@ def test_objects_compacted_after_the_listing_was_kept_are_listed_again(
     assert LocalStore(b.store_dir).head(frame_of) is None
     assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0) + line(
         S1, b.cwd("app"), 1)
+
+
+def test_follow_all_follows_at_most_so_many_machines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """"*" in a team's bucket of thousands: each machine followed costs a HEAD a poll, so
+    at most FOLLOW_ALL_MAX are (those named first), and the rest is said once."""
+    monkeypatch.setattr(follower_module, "FOLLOW_ALL_MAX", 3)
+    others = [Machine(tmp_path, f"m{i}", f"/home/u{i}") for i in range(5)]
+    for m in others:
+        rel = m.transcript("app", S1).relative_to(m.settings.source)
+        write(m.settings.source, rel, line(S1, m.cwd("app"), 0))
+        m.sync(monkeypatch)
+    me = Machine(tmp_path, "laptop", "/users/bob", follow=["*", "m4"])
+    for f in me.follower(monkeypatch):
+        assert f.machines() == ["m0", "m1", "m4"]
+        f._polls += 1
+        assert f.machines() == ["m0", "m1", "m4"]  # listed again only every so often
+    said = [r.getMessage() for r in caplog.records if "only 3 are followed" in r.getMessage()]
+    assert said == ['following "*": the store holds 5 other machines; only 3 are followed '
+                    "(name them in follow to choose)"]

@@ -593,7 +593,7 @@ def test_the_lines_past_an_import_that_do_not_read_leave_the_copy_as_it_is(
         laptop: Machine, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
     """The second import of a session fetches only its lines past the first: when those
     do not read, or do not start where the local copy ends, the copy stays as it is."""
-    c, s1, _ = followed(laptop, monkeypatch)
+    c, s1, s2 = followed(laptop, monkeypatch)
     mine = laptop.transcript("app", s1)
     first = line(s1, CWD, 0)
     start = len(first) + (7 if bad == "gap before it" else 0)
@@ -615,9 +615,11 @@ def test_the_lines_past_an_import_that_do_not_read_leave_the_copy_as_it_is(
     laptop.poll(monkeypatch)
     assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0)
     assert laptop.cursor(DESK)["retry"] == [s1]
-    if bad == "shorter copy":  # tried again whole (with the head): then it reads
-        for _ in range(HEAD_EVERY):
-            laptop.poll(monkeypatch)
+    if bad == "shorter copy":
+        # Tried again whole, with the next look that finds anything (desk writing another
+        # session): then it reads.
+        c.segment(DESK, 2, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+        laptop.poll(monkeypatch)
         assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(
             s1, laptop.cwd("app"), 1)
         assert laptop.cursor(DESK)["retry"] == []

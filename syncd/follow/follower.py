@@ -44,8 +44,11 @@ log = logging.getLogger("syncd.follow")
 HEAD_EVERY = 10
 # Segments read in one poll; the rest come with the next.
 SEGMENTS_MAX = 256
-# With follow = "*", the store's machines are listed again every this many polls.
+# With follow = "*", the store's machines are listed again every this many polls; at
+# most this many of them are followed (each costs a HEAD a poll; a team's bucket may
+# hold thousands): those named in the config, then the others in name order.
 MACHINES_EVERY = 20
+FOLLOW_ALL_MAX = 64
 # Polls a machine that keeps failing waits at most (at 30 s each: an hour).
 RETRY_MAX = 120
 # Conflict copies (for ``syncd status``) and sessions to retry remembered per machine.
@@ -200,6 +203,7 @@ class Follower:
         self.me = repo.machine
         self.cursors = cursors(state)
         self._machines: list[str] = []
+        self._left_out = 0  # machines "*" leaves out (said once)
         self._polls = 0
         self._repos: dict[str, _Remembered] = {}
         # A failing machine: (the poll it is tried again at, the wait that was).
@@ -214,7 +218,14 @@ class Follower:
         if "*" not in self.settings.follow:
             return named
         if self._polls % MACHINES_EVERY == 0:
-            self._machines = [m for m in self.repo.machines() if m != self.me]
+            others = [m for m in self.repo.machines() if m != self.me and m not in named]
+            room = max(0, FOLLOW_ALL_MAX - len(named))
+            if len(others) > room and len(others) != self._left_out:
+                log.warning('following "*": the store holds %d other machines; only %d are '
+                            "followed (name them in follow to choose)", len(others) +
+                            len(named), FOLLOW_ALL_MAX)
+            self._left_out = len(others) if len(others) > room else 0
+            self._machines = others[:room]
         return sorted(set(self._machines) | set(named))
 
     def poll(self) -> None:
@@ -289,6 +300,9 @@ class Follower:
                 sids |= set(cur.retry)
         else:
             cur.misses = 0
+            # Tried once more with what changed there: a machine that never goes quiet
+            # would never have its head read.
+            sids |= set(cur.retry)
         ready = self._quiet_now(machine, cur.waiting)
         if sids or ready:
             self._import(rm, cur, sids | ready, None)
