@@ -202,8 +202,9 @@ class Settings(BaseSettings):
     # most this often while flushes come (seconds), and at once when a session appears.
     head_interval: float = Field(300.0, ge=0)
     # Other machines of the store whose sessions `syncd run` brings here ("*": every
-    # other one), checked every follow_interval seconds; a local transcript written to in
-    # the last follow_quiet seconds, or held open, is left alone until it is quiet.
+    # other one, 64 at most), checked every follow_interval seconds; a local transcript
+    # written to in the last follow_quiet seconds, or held open, is left alone until it
+    # is quiet.
     follow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     follow_interval: float = Field(30.0, ge=1)
     follow_quiet: float = Field(60.0, ge=0)
