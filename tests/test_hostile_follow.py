@@ -623,3 +623,23 @@ def test_the_lines_past_an_import_that_do_not_read_leave_the_copy_as_it_is(
         assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(
             s1, laptop.cwd("app"), 1)
         assert laptop.cursor(DESK)["retry"] == []
+
+
+def test_a_machine_whose_first_look_failed_is_listed_again_once_it_reads(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon keeps one follower: a first look that failed on desk's listing (a
+    manifest that does not read, and nothing else) is made from a new listing the next
+    time, so desk is followed once its backup reads."""
+    c = craft(laptop)
+    c.put(layout.snapshot_key(DESK, 3, 0), b"not a manifest" * 100)
+    s1 = sid(DESK, 1)
+    for follower in laptop.follower(monkeypatch):
+        follower.poll()
+        assert follower.cursors[DESK].problem is not None
+        # desk is backed up anew: its bad manifest gone, a first segment there.
+        c.delete(layout.snapshot_key(DESK, 3, 0))
+        c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+        for _ in range(HEAD_EVERY):
+            follower.poll()
+        assert follower.cursors[DESK].problem is None
+        assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)

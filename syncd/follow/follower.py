@@ -272,7 +272,9 @@ class Follower:
                 cur.misses += 1
                 return False
             cur.misses = 0
-            # The first look: every session it holds.
+            # The first look: every session it holds, from a new listing (one kept from
+            # a first look that failed may name objects gone since).
+            rm.forget()
             try:
                 backup = load_backup(rm)
             except NoBackup:
