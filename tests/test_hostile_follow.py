@@ -643,3 +643,39 @@ def test_a_machine_whose_first_look_failed_is_listed_again_once_it_reads(
             follower.poll()
         assert follower.cursors[DESK].problem is None
         assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+
+
+def test_a_line_appended_here_to_a_file_the_import_skips_is_shipped_as_this_machines(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's file desk did not change is skipped, unfetched, as the last import left
+    it; a line written here meanwhile is this machine's own, not recorded as imported."""
+    c = craft(laptop)
+    s1 = sid(DESK, 1)
+    agent = transcript(CWD, s1)[: -len(".jsonl")] + "/subagents/agent-a1.jsonl"
+    first = line(s1, CWD, 0)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), first), Piece(agent, line(s1, CWD, 50))])
+    laptop.poll(monkeypatch)
+    mine = laptop.transcript("app", s1).with_suffix("") / "subagents" / "agent-a1.jsonl"
+    rel = os.fsencode(mine.relative_to(laptop.settings.source))
+    before = mine.read_bytes()
+    assert before == line(s1, laptop.cwd("app"), 50)
+    c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 1), start=len(first))])
+    typed = line(s1, laptop.cwd("app"), 51, "typed here")
+    lines_after = restorer.rewrite_lines
+
+    def rewriting(*args: Any, **kw: Any) -> None:
+        with open(mine, "ab") as f:  # Claude writes the subagent's file meanwhile
+            f.write(typed)
+        lines_after(*args, **kw)
+
+    monkeypatch.setattr(restorer, "rewrite_lines", rewriting)
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0) + \
+        line(s1, laptop.cwd("app"), 1)
+    assert mine.read_bytes() == before + typed
+    state = State(laptop.settings.state_file, readonly=True)
+    try:
+        rec = state.imported(rel)
+    finally:
+        state.close()
+    assert rec is not None and rec.size == len(before)

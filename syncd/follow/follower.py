@@ -505,10 +505,11 @@ class Follower:
             f = backup.files.get(src)
             if a.action not in WRITTEN or f is None:
                 continue
-            # What the import wrote, not what the file holds by now: a line Claude
-            # appended since is this machine's own, never labelled imported.
-            wrote = a.size if a.action in ("create", "fast-forward", "replace", "merge") \
-                and a.size else None
+            # What the import wrote (or, skipped, found as the last one left it), not what
+            # the file holds by now: a line Claude appended since is this machine's own,
+            # never labelled imported.
+            wrote = a.size if a.action in ("create", "fast-forward", "replace", "merge",
+                                           "skip") and a.size else None
             rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
                           machine, a.action not in ("create", "fast-forward", "skip"),
                           src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)

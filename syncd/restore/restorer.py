@@ -1022,8 +1022,10 @@ def _bases(files: dict[bytes, Entry], remap: Remapper, opts: RestoreOptions,
             continue
         if known[1] == f.size:
             del files[path]
+            # Its size: the bytes vouched for (a line written here since is not).
             sinks[path] = RestoreReport(actions=[Action(
-                "skip", os.fsdecode(rel), os.fsdecode(path), "as the last import left it")])
+                "skip", os.fsdecode(rel), os.fsdecode(path), "as the last import left it",
+                known[2])])
         elif _kind(path) == "transcript" and _ends_line(
                 os.path.join(os.fsencode(opts.target), rel), known[2]):
             tails[path] = (known[1], known[2])
