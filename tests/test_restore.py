@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -270,3 +271,30 @@ def test_a_conflict_copy_that_extends_an_older_one_supersedes_it(
     assert left == sorted([Path(other), Path(third)])
     assert Path(third).read_bytes() == L1 + L2 + L3
     assert not Path(first).parent.exists() and not Path(second).parent.exists()
+
+
+def test_a_conflict_copy_being_saved_by_another_restore_is_not_superseded_half_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another restore (the daemon's follow import, ``syncd restore``) saves a copy of the
+    same file the moment this one is halfway written: what it holds so far is a prefix of
+    the other's, the whole of it is not. Both are kept, whole."""
+    import syncd.restore.restorer as restorer_mod
+
+    seconds = iter(["20261201T080000", "20261201T080001"])
+    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: next(seconds))
+    opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
+    mine = L1 + b'{"branch":"mine"}\n'
+    staged = write(tmp_path, "staged", mine)
+    copy = restorer_mod.shutil.copyfileobj
+    other: list[str] = []
+
+    def halfway(src: Any, dst: Any, length: int = 0) -> None:
+        dst.write(src.read(len(L1)))
+        dst.flush()
+        other.append(restorer_mod._save_conflict(L1 + L2, S.encode(), "desk", opts))
+        copy(src, dst)
+
+    monkeypatch.setattr(restorer_mod.shutil, "copyfileobj", halfway)
+    first = restorer_mod._save_conflict(staged, S.encode(), "desk", opts)
+    assert Path(first).read_bytes() == mine
+    assert Path(other[0]).read_bytes() == L1 + L2

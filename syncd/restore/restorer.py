@@ -12,6 +12,7 @@ config file asked for with ``--config``, which is kept beside it first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -1304,23 +1305,31 @@ def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOp
     second it was saved (``-2``, ``-3`` … after it for another copy of that second: none
     is written over)."""
     base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
+    under = os.path.join(os.fsencode(base), os.fsencode(machine))
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    for n in range(1, CONFLICTS_PER_SECOND + 1):
-        path = os.path.join(os.fsencode(base), os.fsencode(machine),
-                            (stamp if n == 1 else f"{stamp}-{n}").encode(), rel)
-        private_dir(os.path.dirname(path))
-        try:
-            fd = create_private(path, os.O_EXCL)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "wb") as out:
+    # Written whole first, then linked into place: another restore superseding copies
+    # meanwhile never meets this one half written (its bytes so far a prefix of another).
+    private_dir(under)
+    tmp = os.path.join(under, b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
+    try:
+        with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             if isinstance(data, Path):
                 with open(data, "rb") as src:
                     shutil.copyfileobj(src, out, CHUNK)
             else:
                 out.write(data)
-        _drop_superseded(os.path.join(os.fsencode(base), os.fsencode(machine)), rel, path)
-        return os.fsdecode(path)
+        for n in range(1, CONFLICTS_PER_SECOND + 1):
+            path = os.path.join(under, (stamp if n == 1 else f"{stamp}-{n}").encode(), rel)
+            private_dir(os.path.dirname(path))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            _drop_superseded(under, rel, path)
+            return os.fsdecode(path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
     raise RestoreError(f"{os.fsdecode(rel)}: {CONFLICTS_PER_SECOND} conflict copies of it "
                        "saved this second already")
 
