@@ -298,3 +298,18 @@ def test_a_conflict_copy_being_saved_by_another_restore_is_not_superseded_half_w
     first = restorer_mod._save_conflict(staged, S.encode(), "desk", opts)
     assert Path(first).read_bytes() == mine
     assert Path(other[0]).read_bytes() == L1 + L2
+
+
+def test_files_skipped_as_the_last_import_left_them_need_no_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _backup(tmp_path, L1 + L2 + L3)
+    write(tmp_path / "out", S, L1 + L2 + L3)
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
+        (4096, 4096, 1 << 20, 0, 0, 1000, 1000, 1000, 0, 255))  # a full disk
+        if os.fspath(p) == str(tmp_path / "out") else real(p))
+    r = restore(Repository(store, "m1"), RestoreOptions(
+        target=tmp_path / "out", base=lambda path, rel: (1, 24, 24)))
+    assert [(a.action, a.path) for a in r.actions] == [("skip", S)] and r.errors == []
+    with pytest.raises(RestoreError, match="the restore needs"):
+        restore(Repository(store, "m1"), RestoreOptions(target=tmp_path / "out"))

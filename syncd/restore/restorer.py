@@ -207,6 +207,17 @@ def restore(repo: Repository, opts: RestoreOptions,
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
     aside = _collisions(files, remap)
+    # Each file's actions, errors and notes, told in path order once all are placed.
+    sinks: dict[bytes, RestoreReport] = {}
+    # Files whose local copy holds their first bytes (opts.base): the source offset their
+    # staged bytes start at, and the local copy's size.
+    tails: dict[bytes, tuple[int, int]] = {}
+    # Sessions whose earlier copy is in another folder (moved, see _relocate).
+    moving = strays(opts.target, {s.session_id: remap.folder(s.folder)
+                                  for s in backup.sessions.values() if s.path in files})
+    if not moving and opts.base is not None:
+        # (With no earlier copy to move: those where the base says are the ones.)
+        _bases(files, remap, opts, opts.base, aside, tails, sinks)
     if not opts.dry_run:
         try:
             opts.target.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -214,7 +225,8 @@ def restore(repo: Repository, opts: RestoreOptions,
             raise RestoreError(f"{opts.target}: cannot create: {e.strerror}") from e
         if not os.access(opts.target, os.W_OK | os.X_OK):
             raise RestoreError(f"{opts.target}: not writable")
-        # Sizes are what the backup claims: a disk that cannot hold them is said at once.
+        # Sizes are what the backup claims: a disk that cannot hold them is said at once
+        # (a file skipped as the last import left it needs nothing).
         need = sum(min(f.size, sum(x.end - x.start for _, x in f.extents))
                    for f in files.values())
         fs = os.statvfs(opts.target)
@@ -228,11 +240,6 @@ def restore(repo: Repository, opts: RestoreOptions,
     placed: dict[bytes, Action] = {}
     # Rewrites started as soon as a file's bytes were in: its size then, and the job.
     rewrites: dict[bytes, tuple[int, Future[tuple[Path, int]]]] = {}
-    # Each file's actions, errors and notes, told in path order once all are placed.
-    sinks: dict[bytes, RestoreReport] = {}
-    # Files whose local copy holds their first bytes (opts.base): the source offset their
-    # staged bytes start at, and the local copy's size.
-    tails: dict[bytes, tuple[int, int]] = {}
 
     def place(path: bytes, staged: Path, planned: dict[bytes, Path]) -> None:
         sink = sinks[path] = RestoreReport()
@@ -293,12 +300,7 @@ def restore(repo: Repository, opts: RestoreOptions,
         rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
         # With no earlier copy of a session to move (a new machine, a fresh target), a new
         # file is placed as soon as its bytes are in, while the others are still fetched.
-        wanted = {s.session_id: remap.folder(s.folder) for s in backup.sessions.values()
-                  if s.path in files}
-        early = None if strays(opts.target, wanted) else _Placer(place_early)
-        if early is not None and opts.base is not None:
-            # (With no earlier copy to move: those where the base says are the ones.)
-            _bases(files, remap, opts, opts.base, aside, tails, sinks)
+        early = None if moving else _Placer(place_early)
         meter = opts.progress or NullMeter()
         meter.start(sum(f.size - tails.get(p, (0, 0))[0] for p, f in files.items()))
         staged = _stage(repo, files, staging, report, meter,
