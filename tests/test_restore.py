@@ -313,3 +313,27 @@ def test_files_skipped_as_the_last_import_left_them_need_no_room(
     assert [(a.action, a.path) for a in r.actions] == [("skip", S)] and r.errors == []
     with pytest.raises(RestoreError, match="the restore needs"):
         restore(Repository(store, "m1"), RestoreOptions(target=tmp_path / "out"))
+
+
+def test_staging_left_by_a_killed_restore_is_removed_by_the_next(tmp_path: Path) -> None:
+    import fcntl
+
+    store = _backup(tmp_path, L1)
+    out = tmp_path / "out"
+    left = write(out, ".syncd-restore-killed/3/staged", b"a copy of the store's bytes")
+    write(out, ".syncd-restore-killed/.held", b"")
+    running = write(out, ".syncd-restore-running/.held", b"")
+    old = write(out, ".syncd-restore-old/f", b"x").parent  # an older version's, no lock
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    young = write(out, ".syncd-restore-young/f", b"x").parent
+    fd = os.open(running, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        restore_tree(Repository(store, "m1"), out)
+    finally:
+        os.close(fd)
+    assert not left.parent.parent.exists() and not old.exists()
+    assert running.exists() and young.exists()
+    assert (out / S).read_bytes() == L1
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".syncd")) == [
+        ".syncd-restore-running", ".syncd-restore-young"]  # its own is gone too

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import gc
 import hashlib
 import logging
@@ -233,8 +234,13 @@ def restore(repo: Repository, opts: RestoreOptions,
         if need > fs.f_bavail * fs.f_frsize:
             raise RestoreError(f"{opts.target}: the restore needs {need / 1e6:.1f} MB, the "
                                f"filesystem has {fs.f_bavail * fs.f_frsize / 1e6:.1f} MB free")
-    staging = Path(tempfile.mkdtemp(prefix=".syncd-restore-",
+        _sweep_staging(opts.target)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX,
                                     dir=None if opts.dry_run else opts.target))
+    # Held while the restore runs: a staging folder nobody holds was left by a restore
+    # that was killed (a later one removes it).
+    held = os.open(staging / STAGING_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
     rewriters: ProcessPoolExecutor | None = None
     installer = Installer()
     placed: dict[bytes, Action] = {}
@@ -336,7 +342,45 @@ def restore(repo: Repository, opts: RestoreOptions,
         if rewriters is not None:
             rewriters.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
+        os.close(held)
     return report
+
+
+STAGING_PREFIX = ".syncd-restore-"
+STAGING_LOCK = ".held"
+# A staging folder without its lock file (made by an older version, or killed between
+# the two) is left alone this long: it may be a restore's that is just starting.
+STAGING_STALE = 3600
+
+
+def _sweep_staging(target: Path) -> None:
+    """Remove the staging folders that killed restores left in ``target`` (their files
+    are copies of the store's bytes: nothing of the user's)."""
+    try:
+        names = [e.name for e in os.scandir(target)
+                 if e.name.startswith(STAGING_PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for name in names:
+        d = target / name
+        try:
+            fd = os.open(d / STAGING_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if time.time() - os.lstat(d).st_mtime > STAGING_STALE:
+                    shutil.rmtree(d, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a restore running now
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(d, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _collisions(files: dict[bytes, Entry],
