@@ -595,3 +595,28 @@ def test_follow_all_follows_at_most_so_many_machines(
     said = [r.getMessage() for r in caplog.records if "only 3 are followed" in r.getMessage()]
     assert said == ['following "*": the store holds 5 other machines; only 3 are followed '
                     "(name them in follow to choose)"]
+
+
+def test_a_conflict_labels_none_of_this_machines_own_lines(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both wrote the session, this machine's line the newer and not shipped yet when the
+    import keeps it (a conflict copy of desk's): that line ships as this machine's own,
+    and desk imports it."""
+    a, b = two
+    rel, mine = imported_once(a, b, monkeypatch)
+    b.sync(monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1, "desk's"), mode="ab")
+    a.sync(monkeypatch)
+    ours = line(S1, b.cwd("app"), 2, "laptop's").replace(b"-000002", b"-laptop2")
+    write(b.settings.source, mine.relative_to(b.settings.source), ours, mode="ab")
+    b.poll(monkeypatch)  # diverged, the laptop's newer: kept, desk's saved aside
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + ours
+    assert b.cursor("desk")["conflicts"]
+    b.sync(monkeypatch)
+    size = len(line(S1, b.cwd("app"), 0))
+    assert extents_of(b, mine)[-1] == (1, size, size + len(ours), None)
+    a.poll(monkeypatch)
+    assert ours.replace(b.cwd("app").encode(), a.cwd("app").encode()) in \
+        a.settings.source.joinpath(rel).read_bytes() or any(
+        b"laptop2" in p.read_bytes() for p in (a.settings.state_dir / "conflicts").rglob("*")
+        if p.is_file())

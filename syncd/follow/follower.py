@@ -508,8 +508,10 @@ class Follower:
             # What the import wrote (or, skipped, found as the last one left it), not what
             # the file holds by now: a line Claude appended since is this machine's own,
             # never labelled imported.
-            wrote = a.size if a.action in ("create", "fast-forward", "replace", "merge",
-                                           "skip") and a.size else None
+            # A conflict wrote nothing: the local file is this machine's own, none of its
+            # bytes labelled (the record only says how far that machine was looked at).
+            wrote = 0 if a.action == "conflict" else a.size if a.action in (
+                "create", "fast-forward", "replace", "merge", "skip") and a.size else None
             rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
                           machine, a.action not in ("create", "fast-forward", "skip"),
                           src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)

@@ -1031,7 +1031,9 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     with open(dest, "rb") as fh:
         local = fh.read()
     d = decide(_kind(f.path), local, data)
-    act = Action(d.action, os.fsdecode(rel), src, d.reason, len(d.content or b""))
+    # A skip's size: the local bytes found identical (a line written here since is not).
+    act = Action(d.action, os.fsdecode(rel), src, d.reason,
+                 len(local) if d.action == "skip" else len(d.content or b""))
     if opts.dry_run or (d.content is None and not d.conflict):
         report.actions.append(act)
         return None
