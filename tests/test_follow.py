@@ -620,3 +620,28 @@ def test_a_conflict_labels_none_of_this_machines_own_lines(
         a.settings.source.joinpath(rel).read_bytes() or any(
         b"laptop2" in p.read_bytes() for p in (a.settings.state_dir / "conflicts").rglob("*")
         if p.is_file())
+
+
+def test_a_merge_labels_none_of_this_machines_unshipped_lines(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both wrote the session, desk's line the newer: the import merges it after the
+    laptop's own line, not shipped yet. That line ships as the laptop's own, and desk
+    (which looked at the laptop before) gets it."""
+    a, b = two
+    rel, mine = imported_once(a, b, monkeypatch)
+    b.sync(monkeypatch)
+    a.poll(monkeypatch)
+    ours = line(S1, b.cwd("app"), 1, "laptop's").replace(b"-000001", b"-laptop1")
+    write(b.settings.source, mine.relative_to(b.settings.source), ours, mode="ab")
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 2, "desk's"), mode="ab")
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)  # diverged, desk's newer: merged after the laptop's line
+    base = len(line(S1, b.cwd("app"), 0))
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + ours + line(
+        S1, b.cwd("app"), 2, "desk's")
+    b.sync(monkeypatch)
+    assert extents_of(b, mine)[-1] == (1, base, mine.stat().st_size, None)
+    a.poll(monkeypatch)
+    assert b"laptop1" in a.settings.source.joinpath(rel).read_bytes() or any(
+        b"laptop1" in p.read_bytes() for p in (a.settings.state_dir / "conflicts").rglob("*")
+        if p.is_file())

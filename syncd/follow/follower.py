@@ -512,7 +512,16 @@ class Follower:
             # bytes labelled (the record only says how far that machine was looked at).
             wrote = 0 if a.action == "conflict" else a.size if a.action in (
                 "create", "fast-forward", "replace", "merge", "skip") and a.size else None
-            rec = _record(os.path.join(root, os.fsencode(a.path)), os.fsencode(a.path),
+            full = os.path.join(root, os.fsencode(a.path))
+            if a.action == "merge" and wrote is not None:
+                # The merged lines follow the local ones it kept: those not shipped yet
+                # are this machine's own. Then none is labelled (the record vouches only
+                # for what was shipped, continued): the other machine, finding its own
+                # lines in them, keeps what it has.
+                shipped = self._shipped(os.fsencode(a.path), full)
+                if a.kept > shipped:
+                    wrote = shipped
+            rec = _record(full, os.fsencode(a.path),
                           machine, a.action not in ("create", "fast-forward", "skip"),
                           src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)
             if rec is not None:
@@ -527,6 +536,24 @@ class Follower:
             cur.last_import = self.clock()
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
+
+
+    def _shipped(self, rel: bytes, full: bytes) -> int:
+        """How many of the local file's first bytes this machine has shipped (as its
+        generation the state knows, still at its head)."""
+        row = self.state.get(rel)
+        if row is None or row.deleted_at is not None or not row.offset or \
+                row.check_hash is None:
+            return 0
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        try:
+            return row.offset if os.fstat(fd).st_size >= row.offset and \
+                check_hash(fd, row.offset) == row.check_hash else 0
+        finally:
+            os.close(fd)
 
 
 class _Fed(NullMeter):

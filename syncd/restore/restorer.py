@@ -119,6 +119,8 @@ class Action:
     previous_copy: str | None = None
     # A config file in a dry run: what would change, as a unified diff (local → backup).
     diff: str | None = None
+    # A merge: how many bytes of the local file it kept, the backup's lines after them.
+    kept: int = 0
 
 
 @dataclass
@@ -1034,6 +1036,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     # A skip's size: the local bytes found identical (a line written here since is not).
     act = Action(d.action, os.fsdecode(rel), src, d.reason,
                  len(local) if d.action == "skip" else len(d.content or b""))
+    if d.action == "merge":
+        act.kept = len(local)
     if opts.dry_run or (d.content is None and not d.conflict):
         report.actions.append(act)
         return None
