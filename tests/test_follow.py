@@ -645,3 +645,35 @@ def test_a_merge_labels_none_of_this_machines_unshipped_lines(
     assert b"laptop1" in a.settings.source.joinpath(rel).read_bytes() or any(
         b"laptop1" in p.read_bytes() for p in (a.settings.state_dir / "conflicts").rglob("*")
         if p.is_file())
+
+
+def test_a_line_appended_right_after_an_empty_file_arrived_is_not_labelled_imported(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk's subagent file was empty when it flushed; the laptop's Claude writes to its
+    copy the moment the import made it: that line is the laptop's own, and desk gets it."""
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    agent = rel.parent / S1 / "subagents" / "agent-1.jsonl"
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    write(a.settings.source, agent, b"")
+    a.sync(monkeypatch)
+    a.poll(monkeypatch)  # desk has looked at the laptop: what comes next is new
+    mine = b.settings.source / b.transcript("app", S1).relative_to(
+        b.settings.source).parent / S1 / "subagents" / "agent-1.jsonl"
+    typed = line(S1, b.cwd("app"), 1, "the laptop's agent").replace(b"-000001", b"-agent1")
+    real = follower_module.restore
+
+    def restore_then_type(*args: object, **kw: object) -> RestoreReport:
+        report = real(*args, **kw)  # type: ignore[arg-type]
+        write(b.settings.source, mine.relative_to(b.settings.source), typed, mode="ab")
+        return report
+
+    monkeypatch.setattr(follower_module, "restore", restore_then_type)
+    b.poll(monkeypatch)
+    monkeypatch.setattr(follower_module, "restore", real)
+    assert mine.read_bytes() == typed
+    b.sync(monkeypatch)
+    assert [(s, e, r) for _, s, e, r in extents_of(b, mine)] == [
+        (0, len(typed), "new file")]
+    a.poll(monkeypatch)
+    assert b"agent1" in a.settings.source.joinpath(agent).read_bytes()

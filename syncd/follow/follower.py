@@ -510,8 +510,9 @@ class Follower:
             # never labelled imported.
             # A conflict wrote nothing: the local file is this machine's own, none of its
             # bytes labelled (the record only says how far that machine was looked at).
+            # An empty file it wrote is that: 0 bytes (a line appended since is not its).
             wrote = 0 if a.action == "conflict" else a.size if a.action in (
-                "create", "fast-forward", "replace", "merge", "skip") and a.size else None
+                "create", "fast-forward", "replace", "merge", "skip") else None
             full = os.path.join(root, os.fsencode(a.path))
             if a.action == "merge" and wrote is not None:
                 # The merged lines follow the local ones it kept: those not shipped yet
