@@ -677,3 +677,37 @@ def test_a_line_appended_right_after_an_empty_file_arrived_is_not_labelled_impor
         (0, len(typed), "new file")]
     a.poll(monkeypatch)
     assert b"agent1" in a.settings.source.joinpath(agent).read_bytes()
+
+
+def test_a_file_too_big_to_merge_in_memory_is_recorded_and_never_comes_back(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The laptop holds an older copy of desk's session (restored by hand) when it first
+    looks at desk, the file too big to merge in memory: the fast-forward is recorded as an
+    import, its bytes ship as desk's, and desk does not fetch them back."""
+    from syncd.restore import restorer as restorer_module
+
+    monkeypatch.setattr(restorer_module, "MERGE_MAX", 2)
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0) + line(S1, a.cwd("app"), 1))
+    a.sync(monkeypatch)
+    a.poll(monkeypatch)
+    mine = b.transcript("app", S1)
+    write(b.settings.source, mine.relative_to(b.settings.source), line(S1, b.cwd("app"), 0))
+    seen: list[tuple[str, str, str]] = []
+
+    def told(*args: object, **kw: object) -> RestoreReport:
+        report = restore(*args, **kw)  # type: ignore[arg-type]
+        seen.extend((x.action, x.path, x.source) for x in report.actions)
+        return report
+
+    monkeypatch.setattr(follower_module, "restore", told)
+    b.poll(monkeypatch)
+    assert seen == [("fast-forward", os.fsdecode(mine.relative_to(b.settings.source)),
+                     os.fsdecode(rel))]
+    assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+    assert b.cursor("desk")["retry"] == []
+    b.sync(monkeypatch)
+    assert {r for *_, r in extents_of(b, mine)} == {imported_from("desk")}
+    a.poll(monkeypatch)
+    assert a.cursor("laptop")["imported"] == 0

@@ -1208,13 +1208,16 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     """``_place`` for a file too big to merge in memory: the same skip, fast-forward and
     keep; two diverged copies keep the local one and save the backup's beside it."""
     relation = _relation(dest, staged)
-    act = Action(*{
+    kind, why = {
         "same": ("skip", "identical"),
         "local-prefix": ("fast-forward", "local is a prefix of the backup"),
         "backup-prefix": ("keep", "backup is a prefix of local"),
         "diverged": ("conflict", "diverged, too big to merge in memory: local kept, "
                                  "backup copy saved"),
-    }[relation], os.fsdecode(rel), src)
+    }[relation]
+    act = Action(kind, os.fsdecode(rel), src, why)
+    if act.action == "skip":
+        act.size = st.st_size  # the local bytes found identical
     report.actions.append(act)
     if opts.dry_run or act.action in ("skip", "keep"):
         return None
