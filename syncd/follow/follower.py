@@ -538,7 +538,6 @@ class Follower:
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
 
-
     def _shipped(self, rel: bytes, full: bytes) -> int:
         """How many of the local file's first bytes this machine has shipped (as its
         generation the state knows, still at its head)."""
