@@ -252,9 +252,10 @@ def test_a_restore_with_the_daemon_running_ships_nothing_again(
     if slow:
         finish = install._finish
 
-        def slow_finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+        def slow_finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
+                        expect: os.stat_result | None = None) -> None:
             time.sleep(0.5)
-            finish(tmp, dest, mtime_ns, mode)
+            finish(tmp, dest, mtime_ns, mode, expect)
 
         monkeypatch.setattr(install, "_finish", slow_finish)
     files = {f"projects/-home-a/{n}.jsonl": b'{"n":%d}\n' % n * 200 for n in range(3)}

@@ -394,9 +394,10 @@ def test_two_variant_folders_of_one_start_directory_never_overwrite_each_other(
     make_shipper(src, store, tmp_path / "st.db").ship([r.encode() for r in files])
     slow = install._finish
 
-    def finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600) -> None:
+    def finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
+               expect: os.stat_result | None = None) -> None:
         time.sleep(0.2)  # fsync on a busy disk
-        slow(tmp, dest, mtime_ns, mode)
+        slow(tmp, dest, mtime_ns, mode, expect)
 
     monkeypatch.setattr(install, "_finish", finish)
     out = tmp_path / "out"

@@ -54,9 +54,7 @@ class Installer:
 
             def replace() -> None:
                 ready.result()  # submitted before this job: already running or done
-                if expect is not None and changed(dest, expect):
-                    raise Changed(f"{os.fsdecode(dest)}: changed while being restored; "
-                                  "left as it is")
+                unchanged(dest, expect)
                 os.replace(src, dest)
 
             self._submit(dest, replace, 0)
@@ -64,8 +62,7 @@ class Installer:
         if prepared is not None:  # not changing src while this still does; redone below
             with contextlib.suppress(Exception):
                 prepared[1].result()
-        self._submit(dest, (lambda: _finish(src, dest, mtime_ns)) if expect is None else
-                     (lambda: _finish(src, dest, mtime_ns, expect=expect)), 0)
+        self._submit(dest, lambda: _finish(src, dest, mtime_ns, expect=expect), 0)
 
     def write(self, content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
               expect: os.stat_result | None = None) -> None:
@@ -122,6 +119,10 @@ class Changed(RestoreError):
     """A local file changed between the look that decided to replace it and its
     replacement (being written here): left as it is."""
 
+    @classmethod
+    def at(cls, path: bytes) -> Changed:
+        return cls(f"{os.fsdecode(path)}: changed while being restored; left as it is")
+
 
 def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
            expect: os.stat_result | None = None) -> None:
@@ -130,10 +131,7 @@ def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(content)
-        if expect is None:
-            _finish(tmp, dest, mtime_ns, mode)
-        else:
-            _finish(tmp, dest, mtime_ns, mode, expect=expect)
+        _finish(tmp, dest, mtime_ns, mode, expect=expect)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -150,8 +148,7 @@ def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
     if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
         mtime_ns = time.time_ns()
     os.utime(tmp, ns=(mtime_ns, mtime_ns))
-    if expect is not None and changed(dest, expect):
-        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    unchanged(dest, expect)
     os.replace(tmp, dest)
 
 
@@ -211,6 +208,13 @@ def changed(path: bytes, before: os.stat_result) -> bool:
     after = os.lstat(path)
     return (after.st_size, after.st_mtime_ns, after.st_ino) != (
         before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def unchanged(path: bytes, before: os.stat_result | None) -> None:
+    """``Changed`` when ``path`` is no longer the file ``before`` saw (None: nothing to
+    check)."""
+    if before is not None and changed(path, before):
+        raise Changed.at(path)
 
 
 def fsync_dir(path: bytes | str | Path) -> None:

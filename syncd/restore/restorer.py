@@ -49,7 +49,13 @@ from syncd.gitinfo import find_clones, normalize_remote, project_info
 from syncd.private import create_private, private_dir
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
-from syncd.restore.install import Changed, Installer, changed, check_parents, make_parents
+from syncd.restore.install import (
+    Changed,
+    Installer,
+    check_parents,
+    make_parents,
+    unchanged,
+)
 from syncd.restore.merge import decide
 from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, preview, strays
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
@@ -1046,8 +1052,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     if d.content is None:
         report.actions.append(act)
         return None
-    if st is not None and changed(dest, st):
-        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    unchanged(dest, st)
     make_parents(opts.target, rel, installer.known)
     if d.action == "fast-forward":
         _record(opts, backup.machine, rel, as_is, d.content)
@@ -1122,7 +1127,7 @@ def _place_tail(staged: Path, f: Entry, start: int, local_size: int, remap: Rema
     except FileNotFoundError:
         st = None
     if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != local_size:
-        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+        raise Changed.at(dest)
     busy = None if opts.leave is None else opts.leave(rel, st)
     if busy is not None:
         report.actions.append(Action("wait", os.fsdecode(rel), src, busy))
@@ -1139,8 +1144,7 @@ def _place_tail(staged: Path, f: Entry, start: int, local_size: int, remap: Rema
         while copied < local_size:
             chunk = local.read(min(CHUNK, local_size - copied))
             if not chunk:
-                raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as "
-                              "it is")
+                raise Changed.at(dest)
             fh.write(chunk)
             copied += len(chunk)
         with open(staged, "rb") as tail:
@@ -1189,9 +1193,7 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
         act.diff = config_diff(os.fsdecode(rel), local, data)
         report.actions.append(act)
         return None
-    if st is not None and changed(dest, st):
-        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as "
-                           "it is")
+    unchanged(dest, st)
     make_parents(opts.target, rel)
     _record(opts, machine, rel, f if data == raw else None, data)
     # Now, not by the installer's threads: the local file is kept beside it the moment
@@ -1224,8 +1226,7 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     if act.action == "conflict":
         act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
         return None
-    if changed(dest, st):
-        raise Changed(f"{os.fsdecode(dest)}: changed while being restored; left as it is")
+    unchanged(dest, st)
     act.size = staged.stat().st_size
     _record(opts, backup.machine, rel, as_is, staged)
     installer.rename(os.fsencode(staged), dest, mtime_ns, expect=st)
