@@ -277,13 +277,17 @@ def restore(repo: Repository, opts: RestoreOptions,
         if queued is not None:
             placed[queued[0]] = queued[1]
 
+    def new_here(path: bytes) -> bool:
+        # Placed early: only a new file (no config, none set aside); one that changes a
+        # local file waits for the whole fetch, so a failure halfway leaves every local
+        # file as it was.
+        return path not in aside and not is_user_config(os.fsdecode(path)) and \
+            not os.path.lexists(os.path.join(os.fsencode(opts.target),
+                                             _target_rel(path, remap)))
+
     def place_early(path: bytes) -> None:
-        # Only a new file (no config, none set aside): one that changes a local file waits
-        # for the whole fetch, so a failure halfway leaves every local file as it was.
-        if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
-                os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
-            return
-        place(path, _staged_path(staging, path), {})
+        if new_here(path):
+            place(path, _staged_path(staging, path), {})
 
     def prepare_early(path: bytes) -> None:
         # A file that will be placed early (new): made durable as soon as its bytes are
@@ -291,10 +295,8 @@ def restore(repo: Repository, opts: RestoreOptions,
         # its objects are all read (a failure in its object's last window loses its bytes
         # too), placing it is a rename. Placed otherwise, it is as if not prepared.
         f = files[path]
-        if f.sparse or not 0 <= f.mtime_ns <= time.time_ns() + _MTIME_SLACK_NS:
-            return
-        if path in aside or is_user_config(os.fsdecode(path)) or os.path.lexists(
-                os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
+        if f.sparse or not 0 <= f.mtime_ns <= time.time_ns() + _MTIME_SLACK_NS or \
+                not new_here(path):
             return
         staged = _staged_path(staging, path)
         sids = history_sids if path == b"history.jsonl" else None
