@@ -339,17 +339,8 @@ class Follower:
         rec = self.state.imported(rel)
         if rec is None or rec.merged or (size is not None and rec.size != size):
             return None
-        try:
-            fd = os.open(os.path.join(os.fsencode(self.settings.source), rel),
-                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            intact = os.fstat(fd).st_size == rec.size and \
-                check_hash(fd, rec.size) == rec.check_hash
-        finally:
-            os.close(fd)
-        return rec if intact else None
+        full = os.path.join(os.fsencode(self.settings.source), rel)
+        return rec if _holds(full, rec.size, rec.check_hash) == rec.size else None
 
     def _base(self, machine: str, again: set[str]
               ) -> Callable[[bytes, bytes], tuple[int, int, int] | None]:
@@ -425,14 +416,16 @@ class Follower:
 
     def _import(self, rm: _Remembered, cur: Cursor, sids: set[str],
                 backup: Backup | None) -> None:
+        def listed_anew() -> Backup:
+            rm.forget()
+            return load_backup(rm, sessions=sorted(sids))
+
         # A view from the listings kept since the last one (see _Remembered).
         kept = backup is None and rm.listed
         if backup is None:
             backup = load_backup(rm, sessions=sorted(sids))
             if kept and backup.errors:  # listed before a compaction there
-                rm.forget()
-                kept = False
-                backup = load_backup(rm, sessions=sorted(sids))
+                kept, backup = False, listed_anew()
         present = sorted(sid for sid in sids if (found := backup.find_session(sid))
                          is not None and found.deleted_at is None)
         cur.waiting = [s for s in cur.waiting if s not in sids]  # still written here
@@ -472,9 +465,7 @@ class Follower:
                 # recorded, the batch is imported again from a view listed anew (the
                 # files just written are skipped, unfetched).
                 self._account(rm.machine, cur, report, backup, said=False)
-                rm.forget()
-                kept = False
-                backup = load_backup(rm, sessions=sorted(sids))
+                kept, backup = False, listed_anew()
                 batches.append(batch)
                 continue
             self._account(rm.machine, cur, report, backup)
@@ -511,10 +502,9 @@ class Follower:
             # A conflict wrote nothing: the local file is this machine's own, none of its
             # bytes labelled (the record only says how far that machine was looked at).
             # An empty file it wrote is that: 0 bytes (a line appended since is not its).
-            wrote = 0 if a.action == "conflict" else a.size if a.action in (
-                "create", "fast-forward", "replace", "merge", "skip") else None
+            wrote = 0 if a.action == "conflict" else a.size
             full = os.path.join(root, os.fsencode(a.path))
-            if a.action == "merge" and wrote is not None:
+            if a.action == "merge":
                 # The merged lines follow the local ones it kept: those not shipped yet
                 # are this machine's own. Then none is labelled (the record vouches only
                 # for what was shipped, continued): the other machine, finding its own
@@ -545,15 +535,7 @@ class Follower:
         if row is None or row.deleted_at is not None or not row.offset or \
                 row.check_hash is None:
             return 0
-        try:
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return 0
-        try:
-            return row.offset if os.fstat(fd).st_size >= row.offset and \
-                check_hash(fd, row.offset) == row.check_hash else 0
-        finally:
-            os.close(fd)
+        return 0 if _holds(full, row.offset, row.check_hash) is None else row.offset
 
 
 class _Fed(NullMeter):
@@ -566,20 +548,32 @@ class _Fed(NullMeter):
 
 
 def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen: int,
-            size: int, now: float, wrote: int | None = None) -> ImportedFile | None:
-    """The record of a file an import left (``wrote``: the bytes it wrote; None: the
-    file as it is, which it did not write)."""
+            size: int, now: float, wrote: int) -> ImportedFile | None:
+    """The record of a file an import left, its first ``wrote`` bytes the import's."""
     try:
         fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        length = os.fstat(fd).st_size if wrote is None else wrote
-        if os.fstat(fd).st_size < length:
+        if os.fstat(fd).st_size < wrote:
             return None  # not what the import wrote any more
-        return ImportedFile(rel, machine, length, check_hash(fd, length), merged, src,
+        return ImportedFile(rel, machine, wrote, check_hash(fd, wrote), merged, src,
                             max(0, min(gen, STATE_INT_MAX)), max(0, min(size, STATE_INT_MAX)),
                             now)
+    finally:
+        os.close(fd)
+
+
+def _holds(full: bytes, size: int, digest: bytes) -> int | None:
+    """The local file's size when its first ``size`` bytes have check hash ``digest``,
+    else None."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd).st_size
+        return now if now >= size and check_hash(fd, size) == digest else None
     finally:
         os.close(fd)
 
