@@ -1,5 +1,5 @@
-"""JSON from outside (a store's index or group, machine.json, a lease, a key file), parsed
-within bounds.
+"""Text from outside: JSON (a store's index or group, machine.json, a lease, a key file),
+parsed within bounds, and strings made printable before they reach a terminal.
 
 ``json.loads`` builds whatever the text describes: a few MiB of ``[{},{},…]`` become
 millions of objects (64 bytes and more each), ``[[[…`` exhausts the stack, a number
@@ -59,3 +59,9 @@ def loads(data: bytes | str) -> Any:
         return json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (a control character, an escape,
+    a bidirectional override) replaced by ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in text)

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
-from syncd.cli.table import Column, Table, printable, width
+from syncd.cli.table import Column, Table, width
 from syncd.store import LocalStore
+from syncd.untrusted import printable
 from tests.helpers import shipper, write
 
 DESK = "aaaaaaaa-0000-4000-8000-000000000001"

@@ -17,7 +17,7 @@ from syncd.archive.retention import retention_groups
 from syncd.backup.ship import open_provenance
 from syncd.backup.state import State
 from syncd.claude import Selection
-from syncd.cli.table import Column, Table, printable
+from syncd.cli.table import Column, Table
 from syncd.cli.util import (
     echo_json,
     echo_json_rows,
@@ -38,6 +38,7 @@ from syncd.restore.remap import Rule, config_rules
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
 from syncd.timeline import timeline
+from syncd.untrusted import printable
 
 
 def _when(t: float | None) -> str:

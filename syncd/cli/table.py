@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
 
 import click
 
+from syncd.untrusted import printable
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -39,12 +41,6 @@ class Column:
     # Free text (a title, a path) that rich may wrap on a narrow terminal; the other
     # columns (ids, names, times, numbers) are kept whole on one line.
     wrap: bool = False
-
-
-def printable(text: str) -> str:
-    """``text`` with each character that is not printable (a control character, an escape,
-    a bidirectional override) replaced by ``?``."""
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def width(text: str) -> int:

@@ -21,6 +21,7 @@ from syncd.errors import StoreError
 from syncd.follow.follower import Cursor, cursors, session_of_any
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store
+from syncd.untrusted import printable
 
 # How long ``status`` waits for the store before calling it unreachable.
 STORE_CHECK_TIMEOUT = 3.0
@@ -219,15 +220,11 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
                      + f", {f.get('sessions', 0)} of its sessions here "
                        f"({f['imported']} imports)"
                      + (f"; {len(f['waiting'])} left until quiet" if f["waiting"] else "")
-                     + (f"; PROBLEM: {_shown(f['problem'])}" if f["problem"] else ""))
+                     + (f"; PROBLEM: {printable(f['problem'])}" if f["problem"] else ""))
         # Paths and errors name what the followed machine's store named: no control
         # character of theirs reaches the terminal.
-        lines += [f"  conflict copy: {_shown(c)}" for c in f["conflicts"]]
+        lines += [f"  conflict copy: {printable(c)}" for c in f["conflicts"]]
     return "\n".join(lines)
-
-
-def _shown(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 # Lag above this is worth a look: the daemon flushes within seconds of a change.
