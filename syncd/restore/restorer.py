@@ -1235,7 +1235,7 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     return dest, act
 
 
-def _relation(local: bytes, backup: Path) -> str:
+def _relation(local: bytes, backup: bytes | Path) -> str:
     """How two files compare, read a chunk at a time: "same", "local-prefix" (backup
     extends local), "backup-prefix" or "diverged"."""
     with open(local, "rb") as a, open(backup, "rb") as b:
@@ -1410,7 +1410,8 @@ def _drop_superseded(under: bytes, rel: bytes, newest: bytes) -> None:
             continue
         try:
             st = os.lstat(old)
-            if not stat.S_ISREG(st.st_mode) or not _begins(newest, old, st.st_size):
+            if not stat.S_ISREG(st.st_mode) or \
+                    _relation(old, newest) not in ("same", "local-prefix"):
                 continue
             os.unlink(old)
         except OSError:
@@ -1423,18 +1424,6 @@ def _drop_superseded(under: bytes, rel: bytes, newest: bytes) -> None:
             except OSError:
                 break
             d = os.path.dirname(d)
-
-
-def _begins(path: bytes, prefix: bytes, size: int) -> bool:
-    """Whether the file ``path`` begins with the ``size`` bytes of the file ``prefix``."""
-    with open(path, "rb") as a, open(prefix, "rb") as b:
-        left = size
-        while left > 0:
-            x = a.read(min(CHUNK, left))
-            if not x or x != b.read(len(x)):
-                return False
-            left -= len(x)
-        return b.read(1) == b""
 
 
 __all__ = ["Action", "RestoreError", "RestoreOptions", "RestoreReport", "restore",
