@@ -138,11 +138,25 @@ def test_an_idle_followed_machine_costs_one_request_per_poll(
     write(a.settings.source, a.transcript("app", S1).relative_to(a.settings.source),
           line(S1, a.cwd("app"), 0))
     a.sync(monkeypatch)
-    b.poll(monkeypatch)
     counting = CountingStore(LocalStore(b.store_dir))
-    for _ in range(3):
-        b.poll(monkeypatch, counting)  # type: ignore[arg-type]
-    assert counting.counts.by_kind() == {"HEAD": 3}, counting.counts.calls
+    for f in b.follower(monkeypatch, counting):  # type: ignore[arg-type]
+        f.poll()  # the first look
+        counting.counts.calls.clear()
+        for _ in range(HEAD_EVERY - 1):
+            f.poll()
+        assert counting.counts.by_kind() == {"HEAD": HEAD_EVERY - 1}, counting.counts.calls
+        # Every HEAD_EVERY polls its head is reconciled: one HEAD more (a GET only when
+        # it changed since it was read).
+        f.poll()
+        assert counting.counts.by_kind()["HEAD"] == HEAD_EVERY + 1, counting.counts.calls
+        assert counting.counts.by_kind()["GET"] <= 1, counting.counts.calls
+        counting.counts.calls.clear()
+        f.poll()
+        assert counting.counts.by_kind() == {"HEAD": 1}, counting.counts.calls
+    # A start reconciles at once: the head's HEAD, no GET (read already, unchanged).
+    counting.counts.calls.clear()
+    b.poll(monkeypatch, counting)  # type: ignore[arg-type]
+    assert counting.counts.by_kind() == {"HEAD": 2}, counting.counts.calls
 
 
 def test_appends_arrive_shipped_once_as_imported_and_never_come_back(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import zstandard
 
-from syncd.backup.state import FileState, RestoredFile, State
+from syncd.backup.state import FileState, OriginRecord, RestoredFile, State
 from syncd.claude import Selection
 from syncd.errors import (
     AlreadyExists,
@@ -34,7 +34,7 @@ from syncd.errors import (
     StateError,
     SyncError,
 )
-from syncd.format.catalog import MetaScanner, session_of
+from syncd.format.catalog import MetaScanner, Origin, session_of
 from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
@@ -80,6 +80,32 @@ def check_hash(fd: int, length: int) -> bytes:
     if tail < length:
         h.update(os.pread(fd, length - tail, tail))
     return h.digest()
+
+
+def holds(full: bytes, size: int, digest: bytes) -> int | None:
+    """The local file's size when its first ``size`` bytes have check hash ``digest``,
+    else None."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd).st_size
+        return now if now >= size and check_hash(fd, size) == digest else None
+    finally:
+        os.close(fd)
+
+
+def shipped_bytes(state: State, root: bytes, rel: bytes) -> int:
+    """How many of the local file ``rel``'s first bytes this machine has shipped (as its
+    generation the state knows, still at its head)."""
+    row = state.get(rel)
+    if row is None or row.deleted_at is not None or not row.offset or \
+            row.check_hash in (None, LOST):
+        return 0
+    digest = row.check_hash
+    assert digest is not None
+    return 0 if holds(os.path.join(root, rel), row.offset, digest) is None else row.offset
 
 
 @dataclass
@@ -626,6 +652,15 @@ class Shipper:
                          st.st_mode & 0o7777, check_hash(fd, pos))
 
     def _catalog(self, batch: _Batch, rel: bytes, gen: int, fields: dict[str, str]) -> None:
+        sid = session_of(rel)
+        rec = None if sid is None else self.state.origin(sid)
+        if rec is not None:
+            # Where the session came from, once per generation (the catalog keeps it):
+            # that machine maps its lines back to its own paths (FORMAT.md "origin").
+            origin = Origin(rec.machine, os.fsdecode(rec.src_path), rec.rules).encode()
+            known = self.state.catalog_of(rel)
+            if known is None or known[0] != gen or known[1].get("origin") != origin:
+                fields = {**fields, "origin": origin}
         batch.writer.add_session(rel, gen, fields)
         cwd = fields.get("cwd")
         if cwd and cwd not in self._projects_seen:
@@ -718,15 +753,34 @@ class Provenance:
             self.problem = f"{e}: the daemon will ship the restored files again"
             self.close()
 
+    def record_origin(self, rec: OriginRecord) -> None:
+        """Where a session new here came from (``restore/origin``), before it appears."""
+        if self.state is None:
+            return
+        try:
+            self.state.record_origins([rec])
+        except StateError as e:
+            self.problem = f"{e}: where restored sessions came from is not recorded"
+            self.close()
+
+    def origin_of(self, sid: str) -> OriginRecord | None:
+        return None if self.state is None else self.state.origin(sid)
+
+    def shipped(self, root: bytes) -> Callable[[bytes], int]:
+        """``shipped_bytes`` of the tree ``root`` (0 once the state is gone)."""
+        return lambda rel: 0 if self.state is None else shipped_bytes(self.state, root, rel)
+
     def close(self) -> None:
         if self.state is not None:
             self.state.close()
             self.state = None
 
 
-def open_provenance(state_file: Path) -> Provenance | None:
-    """This machine's ``Provenance`` when it has a state (a daemon or a sync ran)."""
-    return Provenance(state_file) if state_file.exists() else None
+def open_provenance(state_file: Path, create: bool = False) -> Provenance | None:
+    """This machine's ``Provenance`` when it has a state (a daemon or a sync ran), or
+    (``create``) a new one: a restore into the tree before the daemon's first start
+    records where the sessions it brings came from."""
+    return Provenance(state_file) if create or state_file.exists() else None
 
 
 def _check_hash_of(data: bytes, length: int) -> bytes:

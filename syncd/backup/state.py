@@ -66,6 +66,17 @@ CREATE TABLE IF NOT EXISTS imported (
     src_size INTEGER NOT NULL,
     at REAL NOT NULL
 );
+-- Sessions a restore or an import brought here from another machine, as they were first
+-- written here: where from, and the path rules that restore used (JSON [[old, new], …]).
+-- The shipper tells the store (the catalog's "origin"), so that the machine they came
+-- from maps them back; that machine's lines enter them here as its own (merge).
+CREATE TABLE IF NOT EXISTS origins (
+    sid TEXT PRIMARY KEY,
+    machine TEXT NOT NULL,
+    src_path BLOB NOT NULL,
+    rules TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
 _COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
 
@@ -112,6 +123,18 @@ class ImportedFile:
     src_path: bytes
     src_gen: int
     src_size: int
+    at: float
+
+
+@dataclass(frozen=True)
+class OriginRecord:
+    """Session ``sid`` was first written here by a restore (or an import) of machine
+    ``machine``'s ``src_path``, through the path rules ``rules`` ((old, new) prefixes)."""
+
+    sid: str
+    machine: str
+    src_path: bytes
+    rules: tuple[tuple[str, str], ...]
     at: float
 
 
@@ -245,6 +268,23 @@ class State:
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
 
+    def origin(self, sid: str) -> OriginRecord | None:
+        rows = self._read("SELECT sid, machine, src_path, rules, at FROM origins WHERE sid=?",
+                          (sid,))
+        return _origin(rows[0]) if rows else None
+
+    def record_origins(self, records: Iterable[OriginRecord]) -> None:
+        """Remember where sessions came from; the first record of a session stays (where it
+        was first brought from, not where it was last merged from)."""
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO origins VALUES (?, ?, ?, ?, ?)",
+                    [(r.sid, r.machine, r.src_path, json.dumps([list(x) for x in r.rules]),
+                      r.at) for r in records])
+        except sqlite3.Error as e:
+            raise StateError(f"state database {self.path}: {e}") from e
+
     def touch(self, updates: Iterable[FileState]) -> None:
         """Record metadata that needs no upload (a file looked at, nothing new in it)."""
         self._write(list(updates), [])
@@ -263,6 +303,11 @@ class State:
         """Each session's catalog fields of its newest generation that named any."""
         return {bytes(p): (g, json.loads(f)) for p, g, f in
                 self._read("SELECT path, gen, fields FROM catalog")}
+
+    def catalog_of(self, path: bytes) -> tuple[int, dict[str, str]] | None:
+        """One session's catalog fields, as ``catalog`` has them."""
+        rows = self._read("SELECT gen, fields FROM catalog WHERE path=?", (path,))
+        return (int(rows[0][0]), json.loads(rows[0][1])) if rows else None
 
     def fill_catalog(self, catalog: Mapping[bytes, tuple[int, Mapping[str, Any]]]) -> None:
         """Replace the catalog by a whole one (a state from before the table)."""
@@ -324,6 +369,15 @@ def _imported(row: Any) -> ImportedFile:
     path, source, size, digest, merged, src_path, src_gen, src_size, at = row
     return ImportedFile(bytes(path), str(source), int(size), bytes(digest), bool(merged),
                         bytes(src_path), int(src_gen), int(src_size), float(at))
+
+
+def _origin(row: Any) -> OriginRecord:
+    sid, machine, src_path, rules, at = row
+    try:
+        pairs = tuple((str(o), str(n)) for o, n in json.loads(rules))
+    except (ValueError, TypeError):
+        pairs = ()  # written by nothing of ours: no rules
+    return OriginRecord(str(sid), str(machine), bytes(src_path), pairs, float(at))
 
 
 def key_hint(state: State) -> KeyHint:

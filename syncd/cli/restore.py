@@ -30,6 +30,7 @@ from syncd.cli.util import (
 )
 from syncd.config import Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
+from syncd.follow.quiet import Quiet, as_imported
 from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
@@ -242,15 +243,35 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
 @contextlib.contextmanager
 def _provenance(settings: Settings, opts: RestoreOptions,
                 notes: list[str]) -> Iterator[None]:
-    """``opts.record`` tells this machine's daemon, through its state, which restored
-    files hold what it shipped already; a state that cannot take it costs bytes shipped
-    again (a note), never the restore."""
+    """A restore into this machine's tree goes through its state: ``opts.record`` tells
+    the daemon which restored files hold what it shipped already, ``record_origin`` where
+    the sessions new here came from (and ``origin_of`` what it knows of that), ``shipped``
+    what of a local file it shipped (the merge asks), and ``leave`` keeps it off a
+    transcript being written here, as follow does. A state that cannot take it costs
+    bytes shipped again (a note), never the restore."""
+    if opts.local_root is None:  # --to DIR: not this machine's tree
+        yield
+        return
     try:
-        prov = open_provenance(settings.state_file)
+        prov = open_provenance(settings.state_file, create=True)
     except StateError as e:
         notes.append(f"{e}: the daemon will ship the restored files again")
         prov = None
-    opts.record = prov.record if prov is not None else None
+    if prov is not None:
+        opts.record, opts.record_origin = prov.record, prov.record_origin
+        opts.origin_of, opts.shipped = prov.origin_of, prov.shipped(os.fsencode(
+            settings.source))
+    quiet = Quiet(settings.source, settings.follow_quiet, ours=as_imported(
+        prov.state, settings.source) if prov is not None and prov.state is not None
+        else None)
+
+    def leave(rel: bytes, st: os.stat_result) -> str | None:
+        # Transcripts: what a running Claude writes (anything else is only appended to
+        # in place, or replaced with a copy kept, as before).
+        return quiet(rel, st) if rel.startswith(b"projects/") and rel.endswith(b".jsonl") \
+            else None
+
+    opts.leave = leave
     try:
         yield
     finally:
@@ -258,6 +279,17 @@ def _provenance(settings: Settings, opts: RestoreOptions,
             prov.close()
             if prov.problem:
                 notes.append(prov.problem)
+
+
+def _waiting(report: RestoreReport) -> None:
+    """Exit 1, saying why, when a local file was left alone (being written here)."""
+    left = [a for a in report.actions if a.action == "wait"]
+    if left:
+        click.echo(f"syncd: {len(left)} local file{'s are' if len(left) > 1 else ' is'} "
+                   "being written here (a running Claude?) and left as "
+                   f"{'they are' if len(left) > 1 else 'it is'}: run it again once quiet",
+                   err=True)
+        sys.exit(1)
 
 
 def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
@@ -350,6 +382,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     _report(report, as_json, dry_run)
     if report.errors:
         sys.exit(1)
+    _waiting(report)
 
 
 @click.command()
@@ -390,6 +423,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     _report(report, False, False)
     if report.errors:
         sys.exit(1)
+    _waiting(report)
     cwd = report.sessions.get(sid)
     if cwd is None:
         raise RestoreError(f"session {sid} has no recorded project path")

@@ -21,15 +21,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from syncd.backup.ship import check_hash, imported_from, merged_from
+from syncd.backup.ship import check_hash, imported_from, merged_from, shipped_bytes
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
-from syncd.follow.quiet import Quiet
-from syncd.format.catalog import is_session_id
+from syncd.follow.quiet import Quiet, intact
+from syncd.format.catalog import session_of, session_of_any
 from syncd.format.segment import SegmentIndex
 from syncd.progress import NullMeter
 from syncd.repository import Repository
@@ -40,8 +41,14 @@ from syncd.view import Backup, load_backup
 
 log = logging.getLogger("syncd.follow")
 
-# Polls that found no new segment before the machine's head is read (compacted seqs).
+# Polls between two reconciliations with the machine's head (its session list: every
+# session it holds arrives, a segment compacted away before it was read included); one
+# comes at the first poll after a start and after an import that failed as well.
 HEAD_EVERY = 10
+# Sessions a reconciliation imports at most per poll (the rest come with the next ones).
+RECONCILE_MAX = 256
+# A session whose import keeps failing waits 2, 4, 8 … reconciliations, at most this many.
+FAILED_WAIT_MAX = 64
 # Segments read in one poll; the rest come with the next.
 SEGMENTS_MAX = 256
 # With follow = "*", the store's machines are listed again every this many polls; at
@@ -55,8 +62,10 @@ RETRY_MAX = 120
 KEPT = 50
 # The state's meta key holding every followed machine's cursor.
 META = "follow"
-# Actions that leave a file written by the import; "skip": it already was.
-WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip")
+# Actions recorded as looked at: a file written by the import; "skip": it already was;
+# "keep": the local copy holds all of it; "conflict": saved aside (none of the local
+# file's bytes is the other machine's then).
+WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip", "keep")
 # Segment indexes a follower keeps per followed machine (a few MB at most).
 INDEXES_KEPT = 4096
 # The largest integer the state holds: a source's generation or size past it (a number no
@@ -76,9 +85,16 @@ class Cursor:
     conflicts: list[str] = field(default_factory=list)  # conflict copies' paths
     problem: str | None = None  # the last poll's failure, if any
     misses: int = 0  # polls without a new segment since the head was read
-    # Sessions an import could not bring (their bytes not fetched): tried once more when
-    # the head is read next.
+    # Sessions an import could not bring (their bytes not fetched): tried again at the next
+    # poll's reconciliation, then after 2, 4 … more.
     retry: list[str] = field(default_factory=list)
+    # Sessions its head lists that are missing here or behind (None: not reconciled yet).
+    missing: int | None = None
+    # The etag of its head when this machine was last reconciled with it.
+    head_etag: str = ""
+    # Sessions imported into a folder whose project path does not exist on this machine
+    # (there was no local copy to go with): listed, never moved.
+    elsewhere: list[str] = field(default_factory=list)
 
 
 def cursors(state: State) -> dict[str, Cursor]:
@@ -110,8 +126,9 @@ def first_look_due(settings: Settings, state: State) -> bool:
 
 def _sound(c: Cursor) -> bool:
     """Whether every field of a cursor read back from the state has its type."""
-    names = (c.waiting, c.conflicts, c.retry)
+    names = (c.waiting, c.conflicts, c.retry, c.elsewhere)
     return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
+        (c.missing is None or type(c.missing) is int) and isinstance(c.head_etag, str) and \
         type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \
         all(t is None or type(t) in (int, float) for t in (c.last_import, c.last_check)) \
         and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)
@@ -211,6 +228,18 @@ class Follower:
         # (machine, session) → the local file an import left until quiet: while it is
         # still being written, the session is not imported again (no request for it).
         self._left: dict[tuple[str, str], bytes] = {}
+        # Per machine: the poll its head is reconciled at next (the first poll: at once),
+        # and what it lists that is missing here (stored path → gen, size).
+        self._reconcile_at: dict[str, int] = {}
+        self._missing: dict[str, dict[bytes, tuple[int, int]]] = {}
+        # (machine, session) → (failed imports, the poll it is tried again at).
+        self._failed: dict[tuple[str, str], tuple[int, int]] = {}
+        # Machines whose sessions wait for the tree to be writable.
+        self._blocked: set[str] = set()
+        # After a start, what failed before it is tried again at once.
+        for machine, cur in self.cursors.items():
+            self._failed.update(((machine, sid), (1, 0)) for sid in cur.retry)
+        self.root = os.fsencode(settings.source)
 
     def machines(self) -> list[str]:
         """The machines followed now (never this one)."""
@@ -265,7 +294,18 @@ class Follower:
         rm = self._repos.get(machine)
         if rm is None:
             rm = self._repos[machine] = _Remembered(self.repo, machine)
+        blocked = _unwritable(self.settings.source)
+        if blocked is None and machine in self._blocked:
+            # Writable again: everything that waited is brought now, not once it changes.
+            self._blocked.discard(machine)
+            self._reconcile_at[machine] = self._polls
+            cur.problem = None
+        elif blocked is not None:
+            self._blocked.add(machine)
         if cur.seq is None:
+            if blocked is not None:
+                cur.problem = f"{blocked}: its sessions wait until it can be written"
+                return False
             if cur.problem is not None and cur.misses + 1 < HEAD_EVERY:
                 # Its first look failed (a backup that does not read): looked at again
                 # with the head's cadence, not at full cost every poll.
@@ -280,37 +320,101 @@ class Follower:
             except NoBackup:
                 # Nothing flushed yet: its first segment is HEADed like any next one.
                 cur.seq = -1
+                self._reconcile_at[machine] = self._polls + HEAD_EVERY
                 return True
             live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
             self._import(rm, cur, live, backup)
             cur.seq = backup.last_seq if backup.last_seq is not None else -1
+            # It saw every session the machine holds: what it could not bring is tried
+            # again (``_fail``), the head is read with the usual cadence.
+            cur.missing = sum(1 for (m, _) in self._failed if m == machine)
+            self._reconcile_at[machine] = self._polls + HEAD_EVERY
             return True
         sids, top = self._changed(rm, cur.seq)
-        if top is None:
-            cur.misses += 1
-            if cur.misses >= HEAD_EVERY:
-                cur.misses = 0
-                rm.forget()  # the next view lists again: a compaction there is seen
-                sids, top = self._from_head(rm, cur.seq)
-                if top is not None and top < cur.seq:
-                    log.warning("following %s: its head is at seq %d, before the seq %d "
-                                "read here, which is gone (made again under its id, or a "
-                                "head that went ahead): following it again from the start",
-                                machine, top, cur.seq)
-                    cur.seq = None
-                    return True
-                sids |= set(cur.retry)
-        else:
-            cur.misses = 0
-            # Tried once more with what changed there: a machine that never goes quiet
-            # would never have its head read.
-            sids |= set(cur.retry)
+        cur.misses = cur.misses + 1 if top is None else 0
+        if self._polls >= self._reconcile_at.get(machine, 0):
+            found, head_top = self._reconcile(rm, cur)
+            if head_top is not None and head_top < cur.seq and top is None:
+                log.warning("following %s: its head is at seq %d, before the seq %d read "
+                            "here, which is gone (made again under its id, or a head that "
+                            "went ahead): following it again from the start",
+                            machine, head_top, cur.seq)
+                cur.seq = None
+                return True
+            sids |= found
+            if top is None and head_top is not None and head_top > cur.seq:
+                top = head_top  # segments compacted away before they were read
+        if blocked is not None:
+            # Nothing is imported: what the new segments named waits with what waits
+            # already, and comes (with what the head lists) once the tree can be written.
+            cur.waiting = sorted(set(cur.waiting) | sids)
+            if top is not None:
+                cur.seq = top
+            listed = {session_of_any(p) for p in self._missing.get(machine, {})} - {None}
+            cur.problem = f"{blocked}: {len(listed | set(cur.waiting))} sessions waiting"
+            return False
+        sids |= self._due_again(machine)
         ready = self._quiet_now(machine, cur.waiting)
         if sids or ready:
             self._import(rm, cur, sids | ready, None)
         if top is not None:
             cur.seq = top
+        self._count_missing(machine, cur)
         return True
+
+    def _reconcile(self, rm: _Remembered, cur: Cursor) -> tuple[set[str], int | None]:
+        """What this machine holds against the machine's head (one HEAD of it, and one GET
+        when it changed or something is left to bring): the sessions missing or behind
+        here to import now, and the head's seq (None: no head, or unchanged).
+
+        A head before the seq read here whose segment is gone means the machine's seqs
+        went back: no session then, the head's seq (the caller starts over)."""
+        machine = rm.machine
+        after = -1 if cur.seq is None else cur.seq
+        self._reconcile_at[machine] = self._polls + HEAD_EVERY
+        key = layout.head_key(machine)
+        info = rm.store.head(key)
+        if info is None:
+            return set(), None
+        # Unchanged since it was last read here, and nothing it listed is left to bring.
+        if info.etag and info.etag == cur.head_etag and cur.missing == 0 and \
+                not self._due_again(machine):
+            return set(), None
+        head = rm.head()
+        if head is None:
+            return set(), None
+        cur.head_etag = info.etag
+        if head.seq < after and rm.store.head(layout.segment_key(machine, after)) is None:
+            return set(), head.seq
+        wants = Selection(self.settings.include, self.settings.exclude).wants
+        self._missing[machine] = {
+            s.path: (s.gen, s.size) for s in head.sessions
+            if s.deleted_at is None and wants(os.fsdecode(s.path))}
+        self._count_missing(machine, cur)
+        due = []
+        for path in sorted(self._missing[machine]):
+            sid = session_of_any(path)
+            tried = self._failed.get((machine, sid or ""))
+            if sid is not None and (tried is None or tried[1] <= self._polls):
+                due.append(sid)
+        return set(due[:RECONCILE_MAX]), None if head.seq <= after else head.seq
+
+    def _due_again(self, machine: str) -> set[str]:
+        """The sessions whose import failed and whose wait is over."""
+        return {sid for (m, sid), (_, at) in self._failed.items()
+                if m == machine and at <= self._polls}
+
+    def _count_missing(self, machine: str, cur: Cursor) -> None:
+        """What the last head listed that is still missing or behind here (imports since
+        brought the rest)."""
+        listed = self._missing.get(machine)
+        if listed is None:
+            return
+        have = {r.src_path: r for r in self.state.imports() if r.source == machine}
+        for path in [p for p, (gen, size) in listed.items() if (r := have.get(p)) is not None
+                     and (r.src_gen > gen or (r.src_gen == gen and r.src_size >= size))]:
+            del listed[path]
+        cur.missing = len(listed)
 
     def _quiet_now(self, machine: str, waiting: list[str]) -> set[str]:
         """The sessions left until quiet whose local file is quiet now (or unknown here)."""
@@ -329,18 +433,10 @@ class Follower:
         return ready
 
     def _as_imported(self, rel: bytes, st: os.stat_result) -> bool:
-        """Whether a local file is exactly what an import (not a merge) wrote: its recent
-        mtime is the other machine's, or the import's, not a write here."""
-        return self._intact(rel, st.st_size) is not None
+        return intact(self.state, self.root, rel, st.st_size) is not None
 
-    def _intact(self, rel: bytes, size: int | None = None) -> ImportedFile | None:
-        """The record of the import (not a merge) that wrote the local file ``rel`` as it
-        is now (``size`` long, when known), or None."""
-        rec = self.state.imported(rel)
-        if rec is None or rec.merged or (size is not None and rec.size != size):
-            return None
-        full = os.path.join(os.fsencode(self.settings.source), rel)
-        return rec if _holds(full, rec.size, rec.check_hash) == rec.size else None
+    def _intact(self, rel: bytes) -> ImportedFile | None:
+        return intact(self.state, self.root, rel)
 
     def _base(self, machine: str, again: set[str]
               ) -> Callable[[bytes, bytes], tuple[int, int, int] | None]:
@@ -395,25 +491,6 @@ class Follower:
             sids |= {sid for sid, back in echo.items() if not back}
         return sids, top
 
-    def _from_head(self, rm: Repository, after: int) -> tuple[set[str], int | None]:
-        """When segments were compacted before they were read: the sessions whose size in
-        the machine's head differs from what was imported from it. A head before ``after``
-        whose segment is gone (the machine's seqs went back): no session, the head's seq."""
-        head = rm.head()
-        if head is not None and head.seq < after and \
-                rm.store.head(layout.segment_key(rm.machine, after)) is None:
-            return set(), head.seq
-        if head is None or head.seq <= after:
-            return set(), None
-        have = {r.src_path: r for r in self.state.imports() if r.source == rm.machine}
-        sids = set()
-        for s in head.sessions:
-            r = have.get(s.path)
-            if s.deleted_at is None and (r is None or (r.src_gen, r.src_size) != (s.gen,
-                                                                                  s.size)):
-                sids.add(s.session_id)
-        return sids, head.seq
-
     def _import(self, rm: _Remembered, cur: Cursor, sids: set[str],
                 backup: Backup | None) -> None:
         def listed_anew() -> Backup:
@@ -429,11 +506,16 @@ class Follower:
         present = sorted(sid for sid in sids if (found := backup.find_session(sid))
                          is not None and found.deleted_at is None)
         cur.waiting = [s for s in cur.waiting if s not in sids]  # still written here
-        again = set(cur.retry) & sids  # a second failure of these is not retried
+        machine = rm.machine
+        # Those that failed before are fetched whole.
+        again = {sid for sid in sids if (machine, sid) in self._failed}
         cur.retry = [s for s in cur.retry if s not in sids]
+        for sid in sids - set(present):
+            self._failed.pop((machine, sid), None)  # gone there: nothing to bring
         if not present:
             return
         cfg = self.settings
+        state = self.state
         opts = RestoreOptions(
             target=cfg.source, sessions=tuple(present), maps=tuple(config_rules(cfg)),
             local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
@@ -443,8 +525,12 @@ class Follower:
             history=False,
             # A first look (a machine made again under its id included) fetches whole, as
             # does the import of a session that failed.
-            base=None if cur.seq is None else self._base(rm.machine, again),
-            progress=_Fed(self.progress))
+            base=None if cur.seq is None else self._base(machine, again),
+            progress=_Fed(self.progress),
+            # A session that exists here stays where it is, with this machine's paths.
+            relocate=False, origin_of=state.origin,
+            record_origin=lambda rec: state.record_origins([rec]),
+            shipped=lambda rel: shipped_bytes(state, self.root, rel))
         batches = [tuple(present)]
         while batches:
             batch = batches.pop()
@@ -452,11 +538,11 @@ class Follower:
                 report = restore(rm, replace(opts, sessions=batch), backup)
             except RestoreError as e:
                 # One session's failure (a size no disk here holds, …) is its own: the
-                # others are imported in halves; that one is said, and left until it
-                # changes again.
+                # others are imported in halves; that one is said, and tried again later.
                 if len(batch) == 1:
                     log.warning("following %s: session %s not imported: %s", rm.machine,
                                 batch[0], e)
+                    self._fail(machine, cur, batch[0])
                 else:
                     batches += [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
                 continue
@@ -470,10 +556,34 @@ class Follower:
                 continue
             self._account(rm.machine, cur, report, backup)
             brought = {a.source for a in report.actions if a.action != "error"}
-            failed = {sid for sid in batch if sid not in again and (
-                s := backup.find_session(sid)) is not None and (
-                os.fsdecode(s.path) not in brought or s.path in report.cut)}
-            cur.retry = sorted(set(cur.retry) | failed)[:KEPT]
+            for sid in batch:
+                s = backup.find_session(sid)
+                if s is not None and (os.fsdecode(s.path) not in brought or
+                                      s.path in report.cut):
+                    self._fail(machine, cur, sid)
+                else:
+                    self._failed.pop((machine, sid), None)
+            self._placed(cur, report)
+
+    def _fail(self, machine: str, cur: Cursor, sid: str) -> None:
+        """An import of ``sid`` that did not bring it: tried again at the next poll, then
+        after 2, 4 … polls (at most ``FAILED_WAIT_MAX``), whether or not it changes there."""
+        n = self._failed.get((machine, sid), (0, 0))[0] + 1
+        at = self._polls + 1 + (0 if n == 1 else min(1 << (n - 1), FAILED_WAIT_MAX))
+        self._failed[(machine, sid)] = (n, at)
+        cur.retry = sorted(set(cur.retry) | {sid})[:KEPT]
+        self._reconcile_at[machine] = min(self._reconcile_at.get(machine, at), at)
+
+    def _placed(self, cur: Cursor, report: RestoreReport) -> None:
+        """Note the sessions made here whose project path does not exist on this machine
+        (nothing local told where this machine keeps them): ``status`` lists them."""
+        made = {sid for a in report.actions if a.action == "create" and
+                (sid := session_of(os.fsencode(a.source))) is not None}
+        for sid, path in report.sessions.items():
+            if sid in made and not os.path.isdir(path):
+                cur.elsewhere = [*(s for s in cur.elsewhere if s != sid), sid][-KEPT:]
+            elif os.path.isdir(path):
+                cur.elsewhere = [s for s in cur.elsewhere if s != sid]
 
     def _account(self, machine: str, cur: Cursor, report: RestoreReport,
                  backup: Backup, said: bool = True) -> None:
@@ -502,14 +612,14 @@ class Follower:
             # A conflict wrote nothing: the local file is this machine's own, none of its
             # bytes labelled (the record only says how far that machine was looked at).
             # An empty file it wrote is that: 0 bytes (a line appended since is not its).
-            wrote = 0 if a.action == "conflict" else a.size
+            wrote = 0 if a.action in ("conflict", "keep") else a.size
             full = os.path.join(root, os.fsencode(a.path))
             if a.action == "merge":
                 # The merged lines follow the local ones it kept: those not shipped yet
                 # are this machine's own. Then none is labelled (the record vouches only
                 # for what was shipped, continued): the other machine, finding its own
                 # lines in them, keeps what it has.
-                shipped = self._shipped(os.fsencode(a.path), full)
+                shipped = shipped_bytes(self.state, root, os.fsencode(a.path))
                 if a.kept > shipped:
                     wrote = shipped
             rec = _record(full, os.fsencode(a.path),
@@ -517,7 +627,7 @@ class Follower:
                           src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)
             if rec is not None:
                 records.append(rec)
-                if a.action != "skip" and sid is not None:
+                if a.action not in ("skip", "keep") and sid is not None:
                     written.add(sid)
         self.state.record_imported(records)
         for line in report.errors if said else ():
@@ -528,14 +638,14 @@ class Follower:
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
 
-    def _shipped(self, rel: bytes, full: bytes) -> int:
-        """How many of the local file's first bytes this machine has shipped (as its
-        generation the state knows, still at its head)."""
-        row = self.state.get(rel)
-        if row is None or row.deleted_at is not None or not row.offset or \
-                row.check_hash is None:
-            return 0
-        return 0 if _holds(full, row.offset, row.check_hash) is None else row.offset
+def _unwritable(root: Path) -> str | None:
+    """Why imports cannot write the Claude tree ``root`` (None: they can)."""
+    where = root / "projects"
+    while not os.path.lexists(where) and where.parent != where:
+        where = where.parent  # made by the import
+    if os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK):
+        return None
+    return f"the Claude tree {root} is not writable here ({where})"
 
 
 class _Fed(NullMeter):
@@ -562,33 +672,6 @@ def _record(full: bytes, rel: bytes, machine: str, merged: bool, src: bytes, gen
                             now)
     finally:
         os.close(fd)
-
-
-def _holds(full: bytes, size: int, digest: bytes) -> int | None:
-    """The local file's size when its first ``size`` bytes have check hash ``digest``,
-    else None."""
-    try:
-        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        now = os.fstat(fd).st_size
-        return now if now >= size and check_hash(fd, size) == digest else None
-    finally:
-        os.close(fd)
-
-
-def session_of_any(path: bytes) -> str | None:
-    """The session a path under projects/ belongs to: its transcript, or anything under
-    ``<sid>/`` beside it (subagents, tool results)."""
-    parts = path.split(b"/")
-    if len(parts) < 3 or parts[0] != b"projects":
-        return None
-    name = parts[2] if len(parts) > 3 else parts[2].removesuffix(b".jsonl")
-    if len(parts) == 3 and not parts[2].endswith(b".jsonl"):
-        return None
-    sid = name.decode("ascii", errors="replace")
-    return sid if is_session_id(sid) else None
 
 
 __all__ = ["Cursor", "Follower", "cursors", "first_look_due", "session_of_any"]

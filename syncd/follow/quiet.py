@@ -11,10 +11,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from syncd.backup.ship import holds
+from syncd.backup.state import ImportedFile, State
+
 # lsof (where there is no /proc) gets this long; no answer counts as "not open".
 LSOF_TIMEOUT = 5.0
 # Bytes of lsof output read at most: its size is the machine's, not ours to follow.
 LSOF_MAX = 4 << 20
+
+
+def intact(state: State, root: bytes, rel: bytes, size: int | None = None
+           ) -> ImportedFile | None:
+    """The record of the import (not a merge) that wrote the local file ``rel`` as it is
+    now (``size`` long, when known), or None."""
+    rec = state.imported(rel)
+    if rec is None or rec.merged or (size is not None and rec.size != size):
+        return None
+    return rec if holds(os.path.join(root, rel), rec.size, rec.check_hash) == rec.size \
+        else None
+
+
+def as_imported(state: State, root: Path) -> Callable[[bytes, os.stat_result], bool]:
+    """For ``Quiet``: whether a local file is exactly what an import (not a merge) wrote:
+    its recent mtime is the other machine's, or the import's, not a write here."""
+    top = os.fsencode(root)
+    return lambda rel, st: intact(state, top, rel, st.st_size) is not None
 
 
 class Quiet:
@@ -87,4 +108,4 @@ def _from_lsof(root: bytes) -> set[bytes]:
             if line.startswith(b"n") and line[1:].startswith(prefix)}
 
 
-__all__ = ["Quiet"]
+__all__ = ["Quiet", "as_imported", "intact"]

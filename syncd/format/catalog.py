@@ -26,7 +26,8 @@ _FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary
 _TS = re.compile(rb'"timestamp":"([^"]{10,40})"')
 _BRANCH = re.compile(rb'"gitBranch":"([^"]*)"')
 # Fields whose newest value wins, and those whose first value wins.
-LATEST = ("custom_title", "ai_title", "last_prompt", "summary", "last_activity", "git_branch")
+LATEST = ("custom_title", "ai_title", "last_prompt", "summary", "last_activity", "git_branch",
+          "origin")
 FIRST = ("cwd", "first_prompt")
 TITLE_ORDER = ("custom_title", "ai_title", "last_prompt", "summary", "first_prompt")
 
@@ -48,6 +49,19 @@ def session_of(path: bytes) -> str | None:
         sid = parts[2][:-6].decode("ascii", errors="replace")
         return sid if is_session_id(sid) else None
     return None
+
+
+def session_of_any(path: bytes) -> str | None:
+    """The session a path under projects/ belongs to: its transcript, or anything under
+    ``<sid>/`` beside it (subagents, tool results)."""
+    parts = path.split(b"/")
+    if len(parts) < 3 or parts[0] != b"projects":
+        return None
+    name = parts[2] if len(parts) > 3 else parts[2].removesuffix(b".jsonl")
+    if len(parts) == 3 and not parts[2].endswith(b".jsonl"):
+        return None
+    sid = name.decode("ascii", errors="replace")
+    return sid if is_session_id(sid) else None
 
 
 def _prompt_text(entry: dict[str, Any]) -> str | None:
@@ -163,6 +177,63 @@ class MetaScanner:
             f["summary"] = entry["summary"]
         for key, value in f.items():
             f[key] = value[:FIELD_MAX]
+
+
+# A session restored here from another machine: where from, and the path rules that
+# restore used (docs/FORMAT.md "origin"). Bounded: a store's claim never costs more.
+ORIGIN_RULES_MAX = 32
+ORIGIN_PATH_MAX = 1024
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The catalog's ``origin``: the session's lines up to where this machine took it over
+    were machine ``machine``'s ``path``, mapped by ``rules`` ((old, new) prefixes)."""
+
+    machine: str
+    path: str
+    rules: tuple[tuple[str, str], ...]
+
+    def encode(self) -> str:
+        """As the catalog field, within ``FIELD_MAX`` characters: rules that do not fit are
+        left out, the most specific (longest) first, so the broad ones (the home) stay."""
+        rules = sorted(self.rules, key=lambda r: len(r[0]))[:ORIGIN_RULES_MAX]
+        while True:
+            text = json.dumps({"machine": self.machine, "path": self.path,
+                               "rules": [list(r) for r in rules]},
+                              ensure_ascii=False, separators=(",", ":"))
+            if len(text) <= FIELD_MAX or not rules:
+                return text
+            rules.pop()
+
+
+_MACHINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def parse_origin(text: str | None) -> Origin | None:
+    """The catalog field as a store holds it; None when absent or not what a writer of
+    ours makes (a stranger's field decides nothing)."""
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    machine, path, rules = doc.get("machine"), doc.get("path"), doc.get("rules")
+    if not isinstance(machine, str) or not _MACHINE.fullmatch(machine) or \
+            not isinstance(path, str) or len(path) > ORIGIN_PATH_MAX or \
+            not isinstance(rules, list) or len(rules) > ORIGIN_RULES_MAX:
+        return None
+    pairs = []
+    for r in rules:
+        if not (isinstance(r, list) and len(r) == 2 and all(
+                isinstance(x, str) and 0 < len(x) <= ORIGIN_PATH_MAX and "\0" not in x
+                for x in r)):
+            return None
+        pairs.append((r[0], r[1]))
+    return Origin(machine, path, tuple(pairs))
 
 
 @dataclass

@@ -27,7 +27,8 @@ HEAD_RAW_MAX = 64 << 20
 # A writer keeps each catalog field of a head this short (a listing shows 60 characters).
 HEAD_FIELD_MAX = 512
 KINDS = ("seg", "delta", "snap", "pack", "dict")
-_FIELDS = frozenset(FIRST + LATEST)
+# A listing's fields: where a session came from is a restore's business, not a listing's.
+_FIELDS = frozenset(FIRST + LATEST) - {"origin"}
 _INFO = ("hostname", "os", "home", "claude_root")
 
 
@@ -70,7 +71,8 @@ def encode(h: Head) -> bytes:
         "objects": {k: list(v) for k, v in h.objects.items()},
         "sessions": [{**encode_path(s.path), "gen": s.gen, "size": s.size,
                       **({"deleted_at": s.deleted_at} if s.deleted_at is not None else {}),
-                      "fields": {k: v[:HEAD_FIELD_MAX] for k, v in s.fields.items()}}
+                      "fields": {k: v[:HEAD_FIELD_MAX] for k, v in s.fields.items()
+                                 if k in _FIELDS}}
                      for s in h.sessions]}
     return zstandard.ZstdCompressor(level=3).compress(
         json.dumps(doc, separators=(",", ":")).encode())

@@ -70,6 +70,15 @@ class Installer:
         self._submit(dest, lambda: _write(content, dest, mtime_ns, mode, expect),
                      len(content))
 
+    def append(self, content: bytes | Path, dest: bytes, mtime_ns: int,
+               expect: os.stat_result, skip: int = 0) -> None:
+        """Add ``content`` (bytes, or a file's bytes from ``skip`` on) at the end of the
+        local file ``dest``, in place: a process holding it open (a running Claude, an
+        appender) keeps writing to the same file, and nothing it wrote is lost. Only while
+        ``dest`` is still the file ``expect`` saw (else ``Changed``)."""
+        size = len(content) if isinstance(content, bytes) else 0
+        self._submit(dest, lambda: _append(content, dest, mtime_ns, expect, skip), size)
+
     def produce(self, make: Callable[[], bytes], dest: bytes, mtime_ns: int,
                 memory: int) -> None:
         """Install the file ``make`` writes (same filesystem; it returns its path) as
@@ -150,6 +159,35 @@ def _finish(tmp: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
     os.utime(tmp, ns=(mtime_ns, mtime_ns))
     unchanged(dest, expect)
     os.replace(tmp, dest)
+
+
+def _append(content: bytes | Path, dest: bytes, mtime_ns: int, expect: os.stat_result,
+            skip: int) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != (
+                expect.st_size, expect.st_mtime_ns, expect.st_ino):
+            raise Changed.at(dest)
+        if isinstance(content, bytes):
+            _write_all(fd, content)
+        else:
+            with open(content, "rb") as src:
+                src.seek(skip)
+                while chunk := src.read(1 << 20):
+                    _write_all(fd, chunk)
+        os.fsync(fd)
+        if mtime_ns < (time.time() - MTIME_FLOOR_DAYS * 86400) * 1e9:
+            mtime_ns = time.time_ns()
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _ready(tmp: bytes, mtime_ns: int) -> None:

@@ -1,16 +1,19 @@
 """How a backed-up file meets an existing local one: never losing local bytes.
 
 identical → skip; local is a prefix → fast-forward; backup is a prefix → keep local;
-diverged transcript → union by uuid when the backup's branch is the newer one (Claude
-resumes the branch whose last entry is last in the file), else keep local and save the
-backup as a conflict copy; history.jsonl → union of lines; anything else diverged →
-keep local and save a conflict copy.
+diverged transcript → union by uuid when the backup's copy continues this one (``Lineage``)
+and its branch is the newer one (Claude resumes the branch whose last entry is last in
+the file), else keep local and save the backup as a conflict copy; history.jsonl → union
+of lines; anything else diverged → keep local and save a conflict copy.
+
+A store's timestamps decide nothing beyond now plus ``SKEW``: a later stamp counts as that.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from syncd import untrusted
 
@@ -24,6 +27,23 @@ class Decision:
     reason: str
     content: bytes | None  # what to write (None: nothing to write)
     conflict: bool = False  # save the backup's copy beside syncd's state
+
+
+# A store's clock may run this far ahead of ours; a stamp later than that is a claim.
+SKEW = 300.0
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """What says another machine's diverged copy of a local transcript continues it, so its
+    lines may enter the local file: ``trusted``, its machine is where the session came from
+    (first imported from there) or the copy is this machine's own backup; else its first
+    lines must be lines of the local copy this machine shipped (``shipped`` bytes of it:
+    the other machine can only have them from this machine's backup)."""
+
+    trusted: bool = False
+    shipped: int = 0
+    now: float = field(default_factory=time.time)
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -48,20 +68,40 @@ def _uuid(line: bytes) -> bytes | None:
     return u.encode() if isinstance(u, str) else None
 
 
-def _last_time(lines: list[bytes]) -> bytes:
+def _last_time(lines: list[bytes], cap: bytes) -> bytes:
     for line in reversed(lines):
         m = _TS.search(line)
         if m:
-            return bytes(m.group(1))
+            return min(bytes(m.group(1)), cap)
     return b""
+
+
+def _stamp(t: float) -> bytes:
+    """``t`` as Claude writes a timestamp (ISO 8601, UTC, milliseconds)."""
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) +
+            f".{int(t * 1000) % 1000:03d}Z").encode()
+
+
+def common_lines(a: bytes, b: bytes) -> int:
+    """How many bytes of whole lines ``a`` and ``b`` begin with alike."""
+    n = min(len(a), len(b))
+    lo = 0
+    step = 1 << 16
+    while lo < n and a[lo : lo + step] == b[lo : lo + step]:
+        lo += step
+    while lo < n and a[lo] == b[lo]:
+        lo += 1
+    return a.rfind(b"\n", 0, lo) + 1
 
 
 def _join(lines: list[bytes]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
-def decide(kind: str, local: bytes | None, backup: bytes) -> Decision:
-    """``kind`` is "transcript", "history" or "file"."""
+def decide(kind: str, local: bytes | None, backup: bytes,
+           lineage: Lineage | None = None) -> Decision:
+    """``kind`` is "transcript", "history" or "file"; ``lineage``: what vouches that a
+    diverged backup continues the local transcript (None: nothing does)."""
     if local is None:
         return Decision("create", "not present locally", backup)
     if local == backup:
@@ -74,7 +114,7 @@ def decide(kind: str, local: bytes | None, backup: bytes) -> Decision:
     if kind == "history":
         return _merge_history(local, backup)
     if kind == "transcript":
-        return _merge_transcript(local, backup)
+        return _merge_transcript(local, backup, lineage or Lineage())
     return Decision("conflict", "diverged; local kept", None, conflict=True)
 
 
@@ -87,7 +127,7 @@ def _merge_history(local: bytes, backup: bytes) -> Decision:
     return Decision("merge", f"{len(missing)} history lines added", base + _join(missing))
 
 
-def _merge_transcript(local: bytes, backup: bytes) -> Decision:
+def _merge_transcript(local: bytes, backup: bytes, lineage: Lineage) -> Decision:
     loc, bak = _lines(local), _lines(backup)
     have_ids = {u for u in map(_uuid, loc) if u is not None}
     have_raw = set(loc)
@@ -96,7 +136,14 @@ def _merge_transcript(local: bytes, backup: bytes) -> Decision:
                or (u is not None and u not in have_ids)]
     if not missing:
         return Decision("keep", "diverged, but local holds every backed-up entry", None)
-    if _last_time(bak) <= _last_time(loc):
+    shared = min(common_lines(local, backup), lineage.shipped)
+    if not lineage.trusted and local.rfind(b"\n", 0, shared) < 0:
+        # Nothing says the other copy grew from this one: its lines never enter it.
+        return Decision("conflict", f"diverged, and the backup's copy does not continue "
+                        f"what this machine shipped of it; {len(missing)} backed-up entries "
+                        "saved as a conflict copy", None, conflict=True)
+    cap = _stamp(lineage.now + SKEW)
+    if _last_time(bak, cap) <= _last_time(loc, cap):
         # Appending the older branch would make Claude resume it instead of local's.
         return Decision("conflict", f"diverged and local is newer; {len(missing)} backed-up "
                         "entries saved as a conflict copy", None, conflict=True)

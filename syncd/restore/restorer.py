@@ -32,6 +32,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from syncd.backup.state import OriginRecord
 from syncd.claude import (
     Selection,
     carries_instructions,
@@ -42,7 +43,7 @@ from syncd.claude import (
 )
 from syncd.config import format_time
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
-from syncd.format.catalog import Session, session_of
+from syncd.format.catalog import Session, session_of, session_of_any
 from syncd.format.segment import Extent, check_extent, windows
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
@@ -56,7 +57,8 @@ from syncd.restore.install import (
     make_parents,
     unchanged,
 )
-from syncd.restore.merge import decide
+from syncd.restore.merge import Lineage, decide
+from syncd.restore.origin import Pass, origin_record, passes
 from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, preview, strays
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
 from syncd.restore.userconfig import config_diff, install_config, remapped, restored_mode
@@ -109,6 +111,16 @@ class RestoreOptions:
     # bytes long (an earlier import wrote it: follow), else None. Such a file is not
     # fetched when the backup holds no more of it, else only its bytes past those.
     base: Callable[[bytes, bytes], tuple[int, int, int] | None] | None = None
+    # A session's earlier copy here, in a place that does not exist here, may move to the
+    # one these rules give (``restore/relocation``); follow never moves a local session.
+    relocate: bool = True
+    # Where a session here came from, as this machine's state knows it (``restore/origin``).
+    origin_of: Callable[[str], OriginRecord | None] | None = None
+    # Told before a session new here is written, where it came from and the rules used.
+    record_origin: Callable[[OriginRecord], None] | None = None
+    # Given a local file's path in the target: how many of its first bytes this machine
+    # has shipped (what another machine can have from its backup; ``merge.Lineage``).
+    shipped: Callable[[bytes], int] | None = None
 
 
 @dataclass
@@ -188,7 +200,6 @@ def restore(repo: Repository, opts: RestoreOptions,
             backup: Backup | None = None) -> RestoreReport:
     """Restore the repository machine's backup as ``opts`` say (from ``backup``, that
     machine's view the caller loaded, when given)."""
-    machine = repo.machine
     if backup is None:
         try:
             # One session (or a few): only their part of the snapshot is read.
@@ -197,13 +208,38 @@ def restore(repo: Repository, opts: RestoreOptions,
                                  else None, seen=opts.seen)
         except BackupError as e:
             raise RestoreError(str(e)) from None
-    remap = build_remapper(backup, opts)
+    plain = build_remapper(backup, opts)
+    steps = passes(_chosen(backup, opts, RestoreReport()), backup.machine,
+                   target=opts.target, local_machine=opts.local_machine, mapped=plain.path,
+                   relocate=opts.relocate, origin_of=opts.origin_of)
+    whole = not opts.sessions and not opts.projects
+    report = _restore(repo, opts, backup, steps[0])
+    for step in steps[1:]:
+        # Sessions whose learned rules contradict the first pass's, in a pass of their own
+        # (a whole restore's history.jsonl went with the first).
+        more = _restore(repo, dataclasses.replace(
+            opts, sessions=step.sessions or (), projects=(),
+            history=opts.history and not whole), backup, step)
+        report.actions += more.actions
+        report.errors += [e for e in more.errors if e not in backup.errors]
+        report.notes += [n for n in more.notes if n not in report.notes]
+        report.rules += [r for r in more.rules if r not in report.rules]
+        report.sessions.update(more.sessions)
+        report.cut.update(more.cut)
+    return report
+
+
+def _restore(repo: Repository, opts: RestoreOptions, backup: Backup,
+             step: Pass) -> RestoreReport:
+    """One pass of ``restore``: its sessions, mapped with what ``step`` learned."""
+    machine = repo.machine
+    remap = build_remapper(backup, opts, step)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
     if opts.at is not None and backup.point is not None:
         seq, t = backup.point
         report.notes.append(f"as of {format_time(t)} (flush {seq}), the last point in time "
                             f"at or before {format_time(opts.at)}")
-    files, history_sids = _select(backup, opts, report)
+    files, history_sids = _select(backup, opts, report, step.without)
     for path in sorted(files):
         why = _refusal(path, remap, backup, opts)
         if why is not None:
@@ -223,7 +259,8 @@ def restore(repo: Repository, opts: RestoreOptions,
     tails: dict[bytes, tuple[int, int]] = {}
     # Sessions whose earlier copy is in another folder (moved, see _relocate).
     moving = strays(opts.target, {s.session_id: remap.folder(s.folder)
-                                  for s in backup.sessions.values() if s.path in files})
+                                  for s in backup.sessions.values() if s.path in files}
+                    ) if opts.relocate else {}
     if not moving and opts.base is not None:
         # (With no earlier copy to move: those where the base says are the ones.)
         _bases(files, remap, opts, opts.base, aside, tails, sinks)
@@ -260,6 +297,13 @@ def restore(repo: Repository, opts: RestoreOptions,
         if path in aside:
             _set_aside(staged, path, aside[path], backup, opts, sink)
             return
+        sid = session_of(path)
+        if sid is not None and opts.record_origin is not None and not opts.dry_run and \
+                backup.machine != opts.local_machine and not os.path.lexists(
+                    os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
+            # Before the session appears: the daemon may ship it at once.
+            opts.record_origin(origin_record(sid, backup.machine, path, remap.rules,
+                                             time.time()))
         try:
             queued = _place_tail(staged, files[path], *tails[path], remap, opts, sink,
                                  installer) if path in tails else \
@@ -510,13 +554,14 @@ def _file_error(target: Path, path: bytes, e: BaseException) -> str:
 
 # -- mapping -------------------------------------------------------------------
 
-def build_remapper(backup: Backup, opts: RestoreOptions) -> Remapper:
-    """Explicit rules, then git-remote matches and worktrees, then the Claude tree and home."""
-    rules: list[Rule] = list(opts.maps)
+def build_remapper(backup: Backup, opts: RestoreOptions, step: Pass | None = None) -> Remapper:
+    """Explicit rules, what ``step`` learned of this machine's copies and the sessions'
+    origins (``restore/origin``), then git-remote matches and worktrees, then the Claude
+    tree and home."""
+    learned = step or Pass()
+    rules: list[Rule] = [*learned.rules, *opts.maps]
     home = backup.info.get("home")
-    base = [*rules]
-    if isinstance(home, str):
-        base.append(Rule(home, opts.local_home, "home"))
+    homes = [Rule(home, opts.local_home, "home")] if isinstance(home, str) else []
     if opts.project_roots:
         clones = find_clones(list(opts.project_roots))
         for info in backup.projects.values():
@@ -524,7 +569,7 @@ def build_remapper(backup: Backup, opts: RestoreOptions) -> Remapper:
             local = clones.get(normalize_remote(remote)) if remote else None
             if local and top and not any(_under(top, r.old) for r in opts.maps):
                 rules.append(Rule(top, local, f"same git remote ({remote})"))
-    pre = Remapper([*rules, *base[len(opts.maps):]])
+    pre = Remapper([*rules, *homes])
     for info in backup.projects.values():
         main = info.get("main")
         for wt in info.get("worktrees", [])[1:]:
@@ -550,7 +595,7 @@ def build_remapper(backup: Backup, opts: RestoreOptions) -> Remapper:
     if isinstance(home, str):
         rules.append(Rule(home, opts.local_home, "home"))
     remap = Remapper(rules)
-    return Remapper(remap.rules, _folders(backup, remap))
+    return Remapper(remap.rules, {**_folders(backup, remap), **learned.folders})
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -599,11 +644,10 @@ def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
 
 # -- selection -------------------------------------------------------------------
 
-def _select(backup: Backup, opts: RestoreOptions,
-            report: RestoreReport) -> tuple[dict[bytes, Entry], set[str] | None]:
-    """The files to restore, and the sessions whose history lines to keep (None: all)."""
+def _chosen(backup: Backup, opts: RestoreOptions, report: RestoreReport) -> list[Session]:
+    """The sessions a restore writes: those asked for, or all of them."""
     if not opts.sessions and not opts.projects:
-        return dict(backup.files), None
+        return list(backup.sessions.values())
     chosen: list[Session] = []
     for sid in opts.sessions:
         s = backup.find_session(sid)
@@ -619,15 +663,36 @@ def _select(backup: Backup, opts: RestoreOptions,
             report.errors.append(f"no session of project {want} in machine "
                                  f"{backup.machine!r}'s backup")
         chosen.extend(found)
-    sids = {s.session_id for s in chosen}
+    return chosen
+
+
+def _session_files(chosen: list[Session]) -> Callable[[bytes], bool]:
+    """Whether a stored path is one of ``chosen``'s files (transcript, its folder, its
+    todos, file history and tasks)."""
     prefixes = []
     for s in chosen:
         folder = s.path.rsplit(b"/", 1)[0]
         raw = s.session_id.encode()
         prefixes += [folder + b"/" + raw + b"/", b"todos/" + raw + b"-",
                      b"file-history/" + raw + b"/", b"tasks/" + raw + b"/"]
-    files = {p: f for p, f in backup.files.items()
-             if p in {s.path for s in chosen} or p.startswith(tuple(prefixes))}
+    paths, starts = {s.path for s in chosen}, tuple(prefixes)
+    return lambda p: p in paths or p.startswith(starts)
+
+
+def _select(backup: Backup, opts: RestoreOptions, report: RestoreReport,
+            without: frozenset[str] = frozenset()
+            ) -> tuple[dict[bytes, Entry], set[str] | None]:
+    """The files to restore (but those of the sessions ``without``, which another pass
+    restores), and the sessions whose history lines to keep (None: all)."""
+    chosen = _chosen(backup, opts, report)
+    left = [s for s in chosen if s.session_id in without]
+    if not opts.sessions and not opts.projects:
+        theirs = _session_files(left)
+        return {p: f for p, f in backup.files.items() if not left or not theirs(p)}, None
+    chosen = [s for s in chosen if s.session_id not in without]
+    sids = {s.session_id for s in chosen}
+    ours = _session_files(chosen)
+    files = {p: f for p, f in backup.files.items() if ours(p)}
     if b"history.jsonl" in backup.files and opts.history:
         files[b"history.jsonl"] = _history_of(backup.files[b"history.jsonl"], sids)
     return files, sids
@@ -968,10 +1033,6 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         report.actions.append(Action("keep", os.fsdecode(rel), src,
                                      "local is not a regular file"))
         return None
-    busy = None if st is None or opts.leave is None else opts.leave(rel, st)
-    if busy is not None:
-        report.actions.append(Action("wait", os.fsdecode(rel), src, busy))
-        return None
     mtime_ns = _sane_mtime(f, report)
     if is_user_config(os.fsdecode(f.path)):
         _place_config(staged, f, dest, rel, st, mtime_ns, remap, backup.machine, opts, report)
@@ -1040,7 +1101,9 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     data = staged.read_bytes()
     with open(dest, "rb") as fh:
         local = fh.read()
-    d = decide(_kind(f.path), local, data)
+    d = decide(_kind(f.path), local, data, _lineage(f.path, rel, backup, opts))
+    if _left(opts, rel, st, d.action, report, src):
+        return None
     # A skip's size: the local bytes found identical (a line written here since is not).
     act = Action(d.action, os.fsdecode(rel), src, d.reason,
                  len(local) if d.action == "skip" else len(d.content or b""))
@@ -1055,14 +1118,36 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         report.actions.append(act)
         return None
     unchanged(dest, st)
-    make_parents(opts.target, rel, installer.known)
     if d.action == "fast-forward":
         _record(opts, backup.machine, rel, as_is, d.content)
-    installer.write(d.content, dest,
-                    mtime_ns if d.action in ("create", "fast-forward") else time.time_ns(),
-                    expect=st)
+    # A fast-forward or a merge keeps every local byte first: only what follows them is
+    # written, at the end of the same file.
+    assert d.content.startswith(local)
+    installer.append(d.content[len(local):], dest,
+                     mtime_ns if d.action == "fast-forward" else time.time_ns(), st)
     report.actions.append(act)
     return dest, act
+
+
+def _left(opts: RestoreOptions, rel: bytes, st: os.stat_result, action: str,
+          report: RestoreReport, src: str) -> bool:
+    """Whether a local file that ``action`` would change (or save a conflict copy of: it
+    may be more than what was compared) is left as it is for now (``opts.leave``: being
+    written here); said as a "wait" action."""
+    busy = None if opts.leave is None or action not in ("fast-forward", "merge", "conflict") \
+        else opts.leave(rel, st)
+    if busy is not None:
+        report.actions.append(Action("wait", os.fsdecode(rel), src, busy))
+    return busy is not None
+
+
+def _lineage(path: bytes, rel: bytes, backup: Backup, opts: RestoreOptions) -> Lineage:
+    """What vouches that the backup's copy of ``path`` continues the local one (``rel``)."""
+    sid = session_of_any(path)
+    rec = opts.origin_of(sid) if opts.origin_of is not None and sid is not None else None
+    return Lineage(trusted=backup.machine == opts.local_machine or (
+                       rec is not None and rec.machine == backup.machine),
+                   shipped=opts.shipped(rel) if opts.shipped is not None else 0)
 
 
 def _bases(files: dict[bytes, Entry], remap: Remapper, opts: RestoreOptions,
@@ -1140,19 +1225,12 @@ def _place_tail(staged: Path, f: Entry, start: int, local_size: int, remap: Rema
         report.actions.append(act)
         return None
     out = staged.with_name(staged.name + ".out")
-    with open(dest, "rb") as local, os.fdopen(create_private(os.fsencode(out), os.O_EXCL),
-                                              "wb") as fh:
-        copied = 0
-        while copied < local_size:
-            chunk = local.read(min(CHUNK, local_size - copied))
-            if not chunk:
-                raise Changed.at(dest)
-            fh.write(chunk)
-            copied += len(chunk)
-        with open(staged, "rb") as tail:
-            rewrite_lines(tail, fh.write, lambda text: _lines_out(text, remap, None))
-        act.size = fh.tell()
-    installer.rename(os.fsencode(out), dest, mtime_ns, expect=st)
+    with open(staged, "rb") as tail, os.fdopen(create_private(os.fsencode(out), os.O_EXCL),
+                                               "wb") as fh:
+        rewrite_lines(tail, fh.write, lambda text: _lines_out(text, remap, None))
+        act.size = local_size + fh.tell()
+    # Written after the local copy's bytes, in place (a descriptor held open keeps working).
+    installer.append(out, dest, mtime_ns, st)
     report.actions.append(act)
     return dest, act
 
@@ -1219,6 +1297,8 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
         "diverged": ("conflict", "diverged, too big to merge in memory: local kept, "
                                  "backup copy saved"),
     }[relation]
+    if _left(opts, rel, st, kind, report, src):
+        return None
     act = Action(kind, os.fsdecode(rel), src, why)
     if act.action == "skip":
         act.size = st.st_size  # the local bytes found identical
@@ -1231,7 +1311,7 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     unchanged(dest, st)
     act.size = staged.stat().st_size
     _record(opts, backup.machine, rel, as_is, staged)
-    installer.rename(os.fsencode(staged), dest, mtime_ns, expect=st)
+    installer.append(staged, dest, mtime_ns, st, skip=st.st_size)
     return dest, act
 
 
