@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -725,3 +726,95 @@ def test_a_file_too_big_to_merge_in_memory_is_recorded_and_never_comes_back(
     assert {r for *_, r in extents_of(b, mine)} == {imported_from("desk")}
     a.poll(monkeypatch)
     assert a.cursor("laptop")["imported"] == 0
+
+
+def read_only(monkeypatch: pytest.MonkeyPatch, tree: Path) -> Any:
+    """``os.access`` answers for ``tree`` as on a read-only mount (root ignores modes; a
+    real read-only mount is in tests/test_follow_e2e.py); returns the real one."""
+    top, real = os.fsencode(tree), os.access
+
+    def access(path: Any, mode: int, **kw: Any) -> bool:
+        p = os.fsencode(path)
+        if mode & os.W_OK and (p == top or p.startswith(top + b"/")):
+            return False
+        return real(path, mode, **kw)
+
+    monkeypatch.setattr(os, "access", access)
+    return real
+
+
+def test_a_tree_that_cannot_be_written_is_a_problem_and_its_sessions_come_once_it_can(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a service whose sandbox leaves the Claude tree read-only: nothing is written,
+    ``status`` says so with what waits, and everything arrives once the tree can be
+    written, whether or not it changes again on the other machine."""
+    a, b = two
+    rel, mine = imported_once(a, b, monkeypatch)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 1), mode="ab")
+    rel2 = a.transcript("lib", S2).relative_to(a.settings.source)
+    write(a.settings.source, rel2, line(S2, a.cwd("lib"), 0))
+    a.settings = a.settings.model_copy(update={"head_interval": 0.0})
+    a.sync(monkeypatch)
+    real = read_only(monkeypatch, b.settings.source)
+    for f in b.follower(monkeypatch):
+        for _ in range(3):
+            f.poll()
+        assert mine.read_bytes() == line(S1, b.cwd("app"), 0)
+        assert not b.transcript("lib", S2).exists()
+        s = status(b.settings)
+        [row] = s["following"]
+        assert "not writable" in row["problem"] and "2 sessions waiting" in row["problem"]
+        [health] = [h for h in format_status(s).splitlines() if h.startswith("health:")]
+        assert "following desk: the Claude tree" in health and "not writable" in health
+        monkeypatch.setattr(os, "access", real)
+        f.poll()  # nothing changed on desk since
+        assert mine.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1)
+        assert b.transcript("lib", S2).read_bytes() == line(S2, b.cwd("lib"), 0)
+        assert f.cursors["desk"].problem is None and f.cursors["desk"].missing == 0
+
+
+def test_a_first_look_at_a_tree_that_cannot_be_written_waits_for_it(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    write(a.settings.source, a.transcript("app", S1).relative_to(a.settings.source),
+          line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    b.settings.source.mkdir(parents=True)
+    real = read_only(monkeypatch, b.settings.source)
+    b.poll(monkeypatch)
+    assert "not writable" in str(b.cursor("desk")["problem"])
+    assert b.cursor("desk")["seq"] is None
+    assert not (b.settings.source / "projects").exists()
+    monkeypatch.setattr(os, "access", real)
+    b.poll(monkeypatch)
+    assert b.transcript("app", S1).read_bytes() == line(S1, b.cwd("app"), 0)
+
+
+def test_every_session_its_head_lists_arrives_and_status_counts_what_is_missing(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session the segments never brought (its import interrupted: no record, no file)
+    arrives from the head's list at the next start, without changing there; until then
+    ``status`` counts it, and 0 means every session of the head is here."""
+    a, b = two
+    a.settings = a.settings.model_copy(update={"head_interval": 0.0})
+    rel, _ = imported_once(a, b, monkeypatch)
+    rel2 = a.transcript("lib", S2).relative_to(a.settings.source)
+    write(a.settings.source, rel2, line(S2, a.cwd("lib"), 0))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    assert b.cursor("desk")["missing"] == 0
+    # The import of S2 as if killed before it wrote anything.
+    b.transcript("lib", S2).unlink()
+    state = State(b.settings.state_file)
+    try:
+        state._db.execute("DELETE FROM imported WHERE src_path = ?", (os.fsencode(rel2),))
+        state._db.commit()
+        state.set_meta(follow=json.dumps({"desk": {**b.cursor("desk"), "missing": 1}}))
+    finally:
+        state.close()
+    assert "1 of its head's sessions missing or behind here" in format_status(
+        status(b.settings))
+    b.poll(monkeypatch)  # a start: reconciled with desk's head at once
+    assert b.transcript("lib", S2).read_bytes() == line(S2, b.cwd("lib"), 0)
+    assert b.cursor("desk")["missing"] == 0
+    assert "0 of its head's sessions missing" in format_status(status(b.settings))

@@ -24,7 +24,7 @@ from syncd.service.daemon import Daemon
 from syncd.service.log import set_level
 from syncd.service.log import setup as setup_logging
 from syncd.service.signals import stop_on_signals
-from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, status
+from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, health, status
 from syncd.store import RetryStore, open_store
 from syncd.version import __version__
 
@@ -138,6 +138,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         s["store_reachable"], s["store_error"] = False, str(e)
     else:
         s = status(settings, probe_store=True, store=probe)
+    s["health"] = health(s)  # what is wrong, as the text's "health:" line says it
     click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))
 
 

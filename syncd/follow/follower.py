@@ -305,6 +305,7 @@ class Follower:
         if cur.seq is None:
             if blocked is not None:
                 cur.problem = f"{blocked}: its sessions wait until it can be written"
+                cur.misses = HEAD_EVERY  # looked at again as soon as it can be (no cost)
                 return False
             if cur.problem is not None and cur.misses + 1 < HEAD_EVERY:
                 # Its first look failed (a backup that does not read): looked at again
@@ -325,6 +326,8 @@ class Follower:
             live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
             self._import(rm, cur, live, backup)
             cur.seq = backup.last_seq if backup.last_seq is not None else -1
+            if live:  # an import of every session, those found here already included
+                cur.last_import = self.clock()
             # It saw every session the machine holds: what it could not bring is tried
             # again (``_fail``), the head is read with the usual cadence.
             cur.missing = sum(1 for (m, _) in self._failed if m == machine)
@@ -645,7 +648,7 @@ def _unwritable(root: Path) -> str | None:
         where = where.parent  # made by the import
     if os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK):
         return None
-    return f"the Claude tree {root} is not writable here ({where})"
+    return f"the Claude tree {where} is not writable here"
 
 
 class _Fed(NullMeter):

@@ -105,7 +105,7 @@ def _learn(s: Session, machine: str, target: Path, folders: list[str],
     if rec is not None and rec.machine == machine:
         out.rules += [Rule(old, new, AS_FIRST) for old, new in rec.rules]
     start = _start(s.folder, s.project)
-    if folders and start is not None:
+    if folders:
         folder = folders[0]
         cwd = first_cwd(target / "projects" / folder / f"{s.session_id}.jsonl")
         here = _start(folder, cwd) if cwd else None
@@ -113,10 +113,10 @@ def _learn(s: Session, machine: str, target: Path, folders: list[str],
         # directory does not exist here), or one whose start is unknown, is left to the
         # relocation (it moves to the folder these rules give, or says why not); one whose
         # start exists here stays, and so does any copy an import meets.
-        if not relocate or (here is not None and (
+        if not relocate or start is None or (here is not None and (
                 os.path.isdir(here) or mapped(start) == here)):
             out.folders[s.folder] = folder
-            if here is not None and here != start:
+            if here is not None and start is not None and here != start:
                 # First: of two rules for one directory, the first stays (Remapper).
                 out.rules.insert(0, Rule(start, here, KEPT_HERE))
     return out if out.rules or out.folders else None

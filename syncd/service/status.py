@@ -139,7 +139,8 @@ def status(settings: Settings, *, probe_store: bool = False,
         for rec in state.imports():
             here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
         for row in out["following"]:
-            del row["misses"]
+            for key in ("misses", "head_etag"):
+                del row[key]
             row["sessions"] = len(here.get(row["machine"], set()) - {None})
         last = state.meta("last_reconcile_time")
         out["last_reconcile_time"] = float(last) if last else None
@@ -220,7 +221,12 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
                      + f", {f.get('sessions', 0)} of its sessions here "
                        f"({f['imported']} imports)"
                      + (f"; {len(f['waiting'])} left until quiet" if f["waiting"] else "")
+                     + ("" if f.get("missing") is None else
+                        f"; {f['missing']} of its head's sessions missing or behind here")
                      + (f"; PROBLEM: {printable(f['problem'])}" if f["problem"] else ""))
+        lines += [f"  not on this machine: session {printable(sid)} (its project path "
+                  "does not exist here; kept under its own folder)"
+                  for sid in f.get("elsewhere") or []]
         # Paths and errors name what the followed machine's store named: no control
         # character of theirs reaches the terminal.
         lines += [f"  conflict copy: {printable(c)}" for c in f["conflicts"]]
@@ -248,6 +254,9 @@ def health(s: dict[str, Any], now: float | None = None) -> list[str]:
     repaired = s.get("store_repair_time")
     if repaired is not None and now - repaired < 86400:
         problems.append("the store lost segments (shipped again)")
+    for f in s.get("following") or []:
+        if f.get("problem"):
+            problems.append(f"following {f['machine']}: {printable(f['problem'])[:200]}")
     return problems
 
 
