@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -797,7 +797,7 @@ def test_every_session_its_head_lists_arrives_and_status_counts_what_is_missing(
     ``status`` counts it, and 0 means every session of the head is here."""
     a, b = two
     a.settings = a.settings.model_copy(update={"head_interval": 0.0})
-    rel, _ = imported_once(a, b, monkeypatch)
+    imported_once(a, b, monkeypatch)
     rel2 = a.transcript("lib", S2).relative_to(a.settings.source)
     write(a.settings.source, rel2, line(S2, a.cwd("lib"), 0))
     a.sync(monkeypatch)
