@@ -1,8 +1,21 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from syncd.claude import Selection, default_root, folder_match, project_folder
+from syncd import claude
+from syncd.claude import (
+    Selection,
+    default_root,
+    folder_match,
+    project_folder,
+    sweep_temps,
+    temp_name,
+)
 
 
 @pytest.mark.parametrize("rel", [
@@ -38,6 +51,62 @@ def test_never_list_beats_include_globs() -> None:
     assert not sel.wants(".credentials.json")
     assert not sel.wants("shell-snapshots/x.sh")
     assert not sel.wants("projects/a/b.lock")
+
+
+@pytest.mark.parametrize("rel", [
+    "projects/-home-a/.syncd-4242-0123456789ab.tmp",  # a restore's temp file
+    "projects/-home-a/.syncd-0123456789ab.tmp",  # an older version's
+    "agents/.syncd-1-abcdefabcdef.tmp", ".syncd-77-0123456789ab.tmp",
+    ".syncd-restore-k2j3h4/0/1a2b", ".syncd-restore-k2j3h4/.held",  # restore staging
+])
+def test_syncds_own_files_are_never_selected_whatever_the_globs(rel: str) -> None:
+    for sel in (Selection(), Selection(include=["**", rel])):
+        assert not sel.wants(rel)
+    # A scan does not even walk a staging folder.
+    assert not Selection(include=["**"]).may_descend(".syncd-restore-k2j3h4")
+    assert Selection(include=["**"]).may_descend("projects")
+    assert temp_name() != temp_name() and claude.is_temp(temp_name())
+
+
+def _dead_pid() -> int:
+    """A pid no process has: a child's, once it has exited and been reaped."""
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                       capture_output=True, text=True, check=True)
+    return int(p.stdout)
+
+
+def test_only_temps_whose_writer_is_gone_are_swept(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    alive = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        dead = _dead_pid()
+        names = {
+            "mine": temp_name(),  # this process: alive
+            "child": f".syncd-{alive.pid}-0123456789ab.tmp",  # another live process
+            "dead": f".syncd-{dead}-0123456789ab.tmp",
+            "old style": ".syncd-0123456789ab.tmp",  # no pid, changed just now
+            "other": ".syncd-x.tmp.jsonl",
+            "session": "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b.jsonl",
+        }
+        for name in names.values():
+            (tmp_path / name).write_bytes(b"x" * 100)
+        # Named like a dead writer's temp, but not a regular file: never touched.
+        (tmp_path / f".syncd-{dead}-00000000000a.tmp").mkdir()
+        os.symlink(tmp_path / names["session"], tmp_path / f".syncd-{dead}-00000000000b.tmp")
+        removed = sweep_temps(os.fsencode(tmp_path))
+        assert removed == [os.fsencode(tmp_path / names["dead"])]
+        left = {p.name for p in tmp_path.iterdir()}
+        assert left == {*names.values(), f".syncd-{dead}-00000000000a.tmp",
+                        f".syncd-{dead}-00000000000b.tmp"} - {names["dead"]}
+        # An older version's temp, unchanged for an hour, is gone too.
+        monkeypatch.setattr(claude, "OLD_TEMP_AGE", -1.0)
+        assert sweep_temps(os.fsencode(tmp_path)) == [os.fsencode(tmp_path / names["old style"])]
+        assert (tmp_path / names["mine"]).exists() and (tmp_path / names["child"]).exists()
+    finally:
+        alive.communicate(b"")
+    # Its writer gone now, the other process's temp goes too.
+    assert sweep_temps(os.fsencode(tmp_path)) == [os.fsencode(tmp_path / names["child"])]
 
 
 def test_exclude_glob() -> None:

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from types import FrameType
 from syncd.backup.engine import Engine
 from syncd.backup.scan import scan
 from syncd.backup.watch import Watcher
+from syncd.claude import remove_left_behind
 from syncd.config import Settings
 from syncd.errors import (
     CryptoError,
@@ -349,6 +351,11 @@ class Daemon:
     def _reconcile(self, engine: Engine) -> None:
         t0 = time.monotonic()
         found = scan(engine.root, engine.selection, engine.state)
+        gone = remove_left_behind(os.path.join(engine.root, rel) for rel in found.temps)
+        if gone:
+            log.info("removed %d temp file%s a killed restore left: %s%s", len(gone),
+                     "" if len(gone) == 1 else "s", os.fsdecode(gone[0]),
+                     f" (and {len(gone) - 1} more)" if len(gone) > 1 else "")
         if engine.connected:
             try:  # what the store lost since the last look is shipped again
                 found.dirty |= engine.shipper.audit()
