@@ -4,6 +4,7 @@ what syncd itself leaves in it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -255,6 +256,37 @@ def sweep_temps(directory: bytes) -> list[bytes]:
     except OSError:
         return []
     return remove_left_behind(os.path.join(directory, os.fsencode(n)) for n in names)
+
+
+def tree_writable(root: Path) -> str | None:
+    """Why sessions cannot be written into the Claude tree ``root`` (None: they can): its
+    ``projects/`` folder, or where a restore would make it, is not a writable directory.
+
+    access(2) answers for the mount too: a read-only one (a service's sandbox) is refused
+    even to root, whom file modes do not stop.
+    """
+    projects = root / "projects"
+    for where in (projects, root, *root.parents):  # the nearest that exists
+        try:
+            # projects/ as it is (restore never writes through a symlink); the tree may be one.
+            st = os.lstat(where) if where == projects else os.stat(where)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{where}: {e.strerror}"
+        break
+    else:
+        return f"{root}: {os.strerror(errno.ENOENT)}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{where}: {os.strerror(errno.ENOTDIR)}" + (
+            " (a symlink: restore does not follow it)" if stat.S_ISLNK(st.st_mode) else "")
+    if os.access(where, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return f"{where}: {os.strerror(errno.EROFS if read_only else errno.EACCES)}"
 
 
 # -- project folder names ------------------------------------------------------

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from syncd.claude import (
     project_folder,
     sweep_temps,
     temp_name,
+    tree_writable,
 )
 
 
@@ -107,6 +109,85 @@ def test_only_temps_whose_writer_is_gone_are_swept(tmp_path: Path,
         alive.communicate(b"")
     # Its writer gone now, the other process's temp goes too.
     assert sweep_temps(os.fsencode(tmp_path)) == [os.fsencode(tmp_path / names["child"])]
+
+
+def test_tree_writable_looks_where_imports_go(tmp_path: Path) -> None:
+    tree = tmp_path / "claude"
+    assert tree_writable(tree) is None  # not there yet: made by the first import
+    tree.mkdir()
+    assert tree_writable(tree) is None
+    (tree / "projects").mkdir()
+    assert tree_writable(tree) is None
+    link = tmp_path / "link"
+    link.symlink_to(tree)
+    assert tree_writable(link) is None  # a tree that is a symlink is fine
+    (tree / "projects").rmdir()
+    (tree / "projects").write_text("")
+    assert tree_writable(tree) == f"{tree / 'projects'}: Not a directory"
+    (tree / "projects").unlink()
+    (tree / "projects").symlink_to(tmp_path)  # restore never writes through one
+    assert tree_writable(tree) == \
+        f"{tree / 'projects'}: Not a directory (a symlink: restore does not follow it)"
+
+
+# Says it runs, then prints what tree_writable says of argv[1] and what creating a file
+# there does.
+_CHECK = """import os, sys, pathlib
+print("checking", flush=True)
+from syncd.claude import tree_writable
+print(tree_writable(pathlib.Path(sys.argv[1])))
+try:
+    os.close(os.open(os.path.join(sys.argv[1], "probe"), os.O_CREAT | os.O_WRONLY, 0o600))
+    print("created")
+except OSError as e:
+    print(e.strerror)
+"""
+
+
+def _checked(argv: list[str], what: str) -> list[str]:
+    """``_CHECK``'s lines, run by ``argv``; a skip when the tool that sets it up cannot
+    (the check never ran), never when the check itself fails."""
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    lines = r.stdout.splitlines()
+    if lines[:1] != ["checking"]:
+        pytest.skip(f"{what} is not permitted here: {r.stderr.strip()[:200]}")
+    assert r.returncode == 0, r.stderr
+    return lines[1:]
+
+
+def test_tree_writable_sees_a_read_only_mount_even_as_root(tmp_path: Path) -> None:
+    """The service's sandbox (ProtectSystem=strict without the tree in ReadWritePaths) is
+    a read-only bind mount: file modes say nothing of it, and root writes anywhere else."""
+    unshare = shutil.which("unshare")
+    if unshare is None or sys.platform != "linux":
+        pytest.skip("unshare (util-linux) is needed for a private read-only mount")
+    tree = tmp_path / "claude"
+    (tree / "projects").mkdir(parents=True)
+    assert tree_writable(tree) is None
+    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && '
+              'exec "$2" -c "$3" "$4"')
+    out = _checked([unshare, "-m", "sh", "-c", script, "sh", str(tree), sys.executable,
+                    _CHECK, str(tree / "projects")], "a private read-only mount (unshare -m)")
+    assert out == [f"{tree / 'projects'}: Read-only file system", "Read-only file system"]
+    assert tree_writable(tree) is None and not (tree / "projects" / "probe").exists()
+
+
+def test_tree_writable_sees_what_file_modes_forbid(tmp_path: Path) -> None:
+    tree = tmp_path / "claude"
+    (tree / "projects").mkdir(parents=True)
+    (tree / "projects").chmod(0o500)
+    try:
+        argv = [sys.executable, "-c", _CHECK, str(tree / "projects")]
+        if os.geteuid() == 0:  # root without the capability that lets it ignore modes
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                pytest.skip("root ignores file modes; setpriv (util-linux) can drop that")
+            caps = "-dac_override,-dac_read_search"
+            argv = [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}", *argv]
+        out = _checked(argv, "dropping CAP_DAC_OVERRIDE (setpriv)")
+    finally:
+        (tree / "projects").chmod(0o700)
+    assert out == [f"{tree / 'projects'}: Permission denied", "Permission denied"]
 
 
 def test_exclude_glob() -> None:
