@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install syncd for the current user: the package, a starter config, and the service
-# (a systemd user unit on Linux, a launchd user agent on macOS).
+# (a systemd user unit on Linux, with a drop-in making the Claude tree, state and a local
+# store writable where they lie outside its defaults; a launchd user agent on macOS).
 #
 #   deploy/install.sh                      pipx if present, else a venv under ~/.local
 #   deploy/install.sh --prefix DIR         a venv in DIR/lib/syncd, the command in DIR/bin
@@ -65,6 +66,32 @@ case "$(uname -s)" in
     Darwin) platform=macos ;;
     *) platform=linux ;;
 esac
+case "$config" in
+    /*) ;;
+    *) config="$PWD/$config" ;;
+esac
+
+# The service gets none of this shell's environment: the variables that decide syncd's
+# paths are passed on to it as they are here (the unit's drop-in, the plist), so that it
+# backs up the Claude tree Claude Code uses and reads the config written below.
+pins=()
+for var in CLAUDE_CONFIG_DIR XDG_CONFIG_HOME XDG_STATE_HOME XDG_DATA_HOME; do
+    value="$(printenv "$var" || true)"
+    if [ -n "$value" ]; then
+        pins+=("$var=$value")
+    fi
+done
+if [ "$config" != "${XDG_CONFIG_HOME:-$HOME/.config}/syncd/config.toml" ]; then
+    pins+=("SYNCD_CONFIG=$config")
+fi
+for pin in ${pins[@]+"${pins[@]}"}; do
+    case "$pin" in
+        *[[:cntrl:]]*)
+            echo "install.sh: ${pin%%=*} holds a control character: a service cannot be" \
+                 "given it" >&2
+            exit 2 ;;
+    esac
+done
 
 # 1. The package.
 if [ "$use_venv" = 0 ] && command -v pipx >/dev/null 2>&1; then
@@ -113,6 +140,90 @@ plist_value() {
                              -e 's/[\\|&]/\\&/g'
 }
 
+# What the service's syncd resolves, one a line: the Claude tree, the state directory and
+# a local store's directory (empty for S3). Asked of `syncd status --json` in the
+# environment the service gets (the shell's SYNCD_* variables do not reach it).
+resolved_paths() {
+    env -i HOME="$HOME" PATH="$PATH" ${pins[@]+"${pins[@]}"} "$bin" status --json \
+        | "$python" -c '
+import json, os, sys
+from urllib.parse import unquote, urlparse
+s = json.load(sys.stdin)
+store = urlparse(s["store"])
+paths = [s["source"], os.path.dirname(s["state"]),
+         unquote(store.path) if store.scheme == "file" else ""]
+if any("\n" in p for p in paths):
+    sys.exit("a path holds a newline")
+print("\n".join(paths))
+'
+}
+
+# $1 under the directory $2 (or $2 itself)?
+under() {
+    case "$1/" in
+        "$2"/*) return 0 ;;
+    esac
+    return 1
+}
+
+# A value for a unit file line: in double quotes, % doubled (systemd's specifiers), and $
+# doubled too for a command line ($2 = exec: its variables). A quote, a backslash or a
+# control character has no spelling a drop-in can hold: refused.
+unit_quote() {
+    case "$1" in
+        *'"'*|*'\'*|*[[:cntrl:]]*)
+            echo "install.sh: systemd cannot be given a value holding a quote, a backslash" \
+                 "or a control character: $1" >&2
+            exit 2 ;;
+    esac
+    if [ "${2:-}" = exec ]; then
+        printf '"%s"' "$1" | sed -e 's/%/%%/g' -e 's/\$/$$/g'
+    else
+        printf '"%s"' "$1" | sed -e 's/%/%%/g'
+    fi
+}
+
+# The unit's drop-in for what lies outside its defaults: the pinned variables, and each
+# resolved path elsewhere than ~/.claude, ~/.local/state/syncd, ~/.local/share/syncd made
+# writable (ReadWritePaths=; it must exist when the service starts: ExecStartPre= makes
+# it). Printed to stdout; empty when the defaults cover everything.
+dropin_text() {
+    local paths="$1" writable="" made="" p
+    while IFS= read -r p; do
+        [ -n "$p" ] || continue
+        case "$p" in
+            /*) ;;
+            *)
+                echo "install.sh: not an absolute path, left read-only to the service: $p" >&2
+                continue ;;
+        esac
+        if under "$p" "$HOME/.claude" || under "$p" "$HOME/.local/state/syncd" \
+                || under "$p" "$HOME/.local/share/syncd"; then
+            continue
+        fi
+        # (Command substitutions do not inherit set -e: a refusal is passed on by hand.)
+        writable="$writable $(unit_quote "$p")" || exit 2
+        made="$made $(unit_quote "$p" exec)" || exit 2
+    done <<EOF_PATHS
+$paths
+EOF_PATHS
+    if [ -z "$writable" ] && [ -z "${pins[0]+set}" ]; then
+        return 0
+    fi
+    echo "# Written by deploy/install.sh: what this installation's syncd resolved outside the"
+    echo "# unit's defaults. Run install.sh again after moving the Claude tree, state_dir or a"
+    echo "# local store; changes of your own go in another file (systemctl --user edit syncd)."
+    echo "[Service]"
+    for pin in ${pins[@]+"${pins[@]}"}; do
+        pin="$(unit_quote "$pin")" || exit 2
+        echo "Environment=$pin"
+    done
+    if [ -n "$writable" ]; then
+        echo "ExecStartPre=+mkdir -p --$made"
+        echo "ReadWritePaths=${writable# }"
+    fi
+}
+
 # 3. The service, pointing at the installed command; started unless --no-service.
 started=0
 if [ "$platform" = macos ]; then
@@ -123,7 +234,12 @@ if [ "$platform" = macos ]; then
     # Private: the log names the sessions' project paths.
     mkdir -p "$log_dir"
     chmod 700 "$log_dir"
+    environment=""
+    for pin in ${pins[@]+"${pins[@]}"}; do
+        environment="$environment<key>$(plist_value "${pin%%=*}")</key><string>$(plist_value "${pin#*=}")</string>"
+    done
     sed -e "s|@SYNCD@|$(plist_value "$bin")|g" -e "s|@HOME@|$(plist_value "$HOME")|g" \
+        -e "s|<!-- @ENVIRONMENT@ -->|$environment|" \
         "$here/launchd/$label.plist" >"$plist"
     # launchd refuses a plist that others may write.
     chmod 644 "$plist"
@@ -170,6 +286,27 @@ else
     sed "s|^ExecStart=.*|ExecStart=$exec_start|" "$repo/systemd/syncd.service" \
         >"$unit_dir/syncd.service"
     echo "wrote $unit_dir/syncd.service"
+    dropin="$unit_dir/syncd.service.d/paths.conf"
+    if ! paths="$(resolved_paths)"; then
+        if [ -e "$dropin" ]; then
+            echo "install.sh: could not ask $bin for the paths it uses (above): $dropin" \
+                 "was left as it was" >&2
+        else
+            echo "install.sh: could not ask $bin for the paths it uses (above): the" \
+                 "service can write only the unit's defaults" >&2
+        fi
+    else
+        text="$(dropin_text "$paths")" || exit 2
+        if [ -n "$text" ]; then
+            mkdir -p "$(dirname "$dropin")"
+            printf '%s\n' "$text" >"$dropin"
+            echo "wrote $dropin"
+        elif [ -e "$dropin" ]; then
+            rm -f "$dropin"
+            rmdir "$(dirname "$dropin")" 2>/dev/null || true
+            echo "removed $dropin: the unit's defaults cover every path"
+        fi
+    fi
     if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1
     then
         user_manager=1

@@ -58,6 +58,12 @@ else
             && systemctl --user show-environment >/dev/null 2>&1; then
         systemctl --user disable --now syncd.service 2>/dev/null || true
     fi
+    # The drop-in install.sh wrote; one of the user's own (systemctl --user edit) stays.
+    if [ -e "$unit_dir/syncd.service.d/paths.conf" ]; then
+        rm -f "$unit_dir/syncd.service.d/paths.conf"
+        rmdir "$unit_dir/syncd.service.d" 2>/dev/null || true
+        echo "removed $unit_dir/syncd.service.d/paths.conf"
+    fi
     if [ -e "$unit_dir/syncd.service" ]; then
         rm -f "$unit_dir/syncd.service"
         echo "removed $unit_dir/syncd.service"

@@ -1,9 +1,14 @@
-"""What we know about Claude Code's tree: where it lives and what is worth backing up."""
+"""What we know about Claude Code's tree: where it lives, what is worth backing up, and
+what syncd itself leaves in it."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import stat
+import time
 import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
@@ -48,7 +53,11 @@ NEVER_DIRS = frozenset({
 })
 # Case-insensitive: on macOS ".Credentials.json" is the same file.
 NEVER_NAMES = (re.compile(r"\.credentials\.json.*", re.I), re.compile(r"\.claude\.json.*", re.I),
-               re.compile(r".*\.lock", re.I))
+               re.compile(r".*\.lock", re.I),
+               # syncd's own temp files (see temp_name), whatever their age or version.
+               re.compile(r"\.syncd-.*\.tmp", re.I))
+# syncd's restore staging folders, at the top of the tree they restore into.
+STAGING_PREFIX = ".syncd-restore-"
 
 
 def default_root() -> Path:
@@ -64,9 +73,14 @@ def is_never(rel: str) -> bool:
     ``Selection.wants`` (which asks this first), and restore skips these paths too.
     """
     parts = rel.split("/")
-    if parts[0].lower() in NEVER_DIRS:
+    if _never_dir(parts[0]):
         return True
     return any(p.fullmatch(parts[-1]) for p in NEVER_NAMES)
+
+
+def _never_dir(top: str) -> bool:
+    top = top.lower()
+    return top in NEVER_DIRS or top.startswith(STAGING_PREFIX)
 
 
 # Files Claude Code follows as instructions or runs as code: whoever can write them runs
@@ -163,10 +177,116 @@ class Selection:
 
     def may_descend(self, rel_dir: str) -> bool:
         """Whether a directory can hold wanted files; lets scans skip whole subtrees."""
-        if rel_dir.split("/")[0].lower() in NEVER_DIRS:
+        if _never_dir(rel_dir.split("/")[0]):
             return False
         d = rel_dir + "/"
         return any(d.startswith(p) or p.startswith(d) for p in self._prefixes)
+
+
+# -- syncd's own files in the tree ---------------------------------------------------
+# A restore (and so a follow import) writes a file through a temp file beside it, renamed
+# over it once complete: ``.syncd-<pid>-<12 hex>.tmp`` (older versions:
+# ``.syncd-<12 hex>.tmp``). A process killed meanwhile leaves it: never backed up nor
+# restored (the never-list), removed by the daemon's reconcile scan and by a restore that
+# writes beside it, once its writer is gone.
+_TEMP = re.compile(r"\.syncd-(?:([1-9][0-9]{0,9})-)?[0-9a-f]{12}\.tmp")
+# A temp without a pid is removed once unchanged this long: a live one is written,
+# fsynced and renamed within seconds, and its ctime moves with every write, chmod and
+# utime (its mtime may be set to an old one just before the rename).
+OLD_TEMP_AGE = 3600.0
+
+
+def temp_name() -> str:
+    """A new temp file's name: its writer's pid tells a later sweep whether it still runs."""
+    return f".syncd-{os.getpid()}-{os.urandom(6).hex()}.tmp"
+
+
+def is_temp(name: str | bytes) -> bool:
+    """Whether ``name`` is one ``temp_name`` (or an older version) makes."""
+    return _TEMP.fullmatch(os.fsdecode(name)) is not None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OverflowError:  # no such pid on this system
+        return False
+    return True
+
+
+def left_behind(path: bytes) -> bool:
+    """Whether ``path`` is a temp file whose writer is gone: a regular file named by
+    ``temp_name`` whose pid is not alive here, or an older version's unchanged for
+    ``OLD_TEMP_AGE``. A pid alive again (reused) keeps it: never one being written."""
+    m = _TEMP.fullmatch(os.fsdecode(os.path.basename(path)))
+    if m is None:
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if m[1] is None:
+        return time.time() - st.st_ctime > OLD_TEMP_AGE
+    return not _alive(int(m[1]))
+
+
+def remove_left_behind(paths: Iterable[bytes]) -> list[bytes]:
+    """Remove the temp files of ``paths`` whose writer is gone (``left_behind``); those
+    removed. One that cannot be removed (a read-only tree) stays, not backed up."""
+    removed = []
+    for path in paths:
+        if left_behind(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+    return removed
+
+
+def sweep_temps(directory: bytes) -> list[bytes]:
+    """``remove_left_behind`` for the temp files in ``directory`` (not below it)."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if is_temp(e.name)]
+    except OSError:
+        return []
+    return remove_left_behind(os.path.join(directory, os.fsencode(n)) for n in names)
+
+
+def tree_writable(root: Path) -> str | None:
+    """Why sessions cannot be written into the Claude tree ``root`` (None: they can): its
+    ``projects/`` folder, or where a restore would make it, is not a writable directory.
+
+    access(2) answers for the mount too: a read-only one (a service's sandbox) is refused
+    even to root, whom file modes do not stop.
+    """
+    projects = root / "projects"
+    for where in (projects, root, *root.parents):  # the nearest that exists
+        try:
+            # projects/ as it is (restore never writes through a symlink); the tree may be one.
+            st = os.lstat(where) if where == projects else os.stat(where)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{where}: {e.strerror}"
+        break
+    else:
+        return f"{root}: {os.strerror(errno.ENOENT)}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{where}: {os.strerror(errno.ENOTDIR)}" + (
+            " (a symlink: restore does not follow it)" if stat.S_ISLNK(st.st_mode) else "")
+    if os.access(where, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return f"{where}: {os.strerror(errno.EROFS if read_only else errno.EACCES)}"
 
 
 # -- project folder names ------------------------------------------------------

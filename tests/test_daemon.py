@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -308,3 +309,22 @@ def test_revival_reaches_less_far_back_than_compaction_keeps_tombstones(
         tmp_path: Path, keep: str, within: float) -> None:
     from syncd.backup.engine import _revive_within
     assert _revive_within(settings(tmp_path, tombstone_keep=keep)) == within
+
+
+@pytest.mark.parametrize("follow", [["laptop"], []])
+def test_a_tree_follow_cannot_write_is_one_error_line_at_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, follow: list[str]) -> None:
+    # projects/ that is no directory: what an import must write into cannot be written.
+    write(tmp_path / "src", "projects", b"")
+    s = settings(tmp_path, follow=follow)
+    caplog.set_level(logging.INFO)
+    with running(s) as d:
+        wait_for(lambda: d._ready, what="daemon start")
+    lines = [r.getMessage() for r in caplog.records
+             if r.levelno >= logging.ERROR and "Claude tree" in r.getMessage()]
+    if not follow:
+        assert lines == []  # nothing to import: the tree is only read
+        return
+    assert len(lines) == 1, lines
+    assert f"{s.source / 'projects'}: Not a directory" in lines[0]
+    assert "ReadWritePaths=" in lines[0] and "systemctl --user edit syncd" in lines[0]

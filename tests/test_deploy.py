@@ -11,6 +11,7 @@ import os
 import plistlib
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,7 +39,8 @@ AGENT = DEPLOY / "launchd" / f"{LABEL}.plist"
 
 def _clean_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SYNCD_", "XDG_", "NOTIFY_", "WATCHDOG_", "VIRTUAL_ENV"))}
+           if not k.startswith(("SYNCD_", "XDG_", "NOTIFY_", "WATCHDOG_", "VIRTUAL_ENV",
+                                "CLAUDE_CONFIG_DIR"))}
     env["HOME"] = str(home)
     # The test's own venv must not shadow what the script installs.
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
@@ -85,10 +87,18 @@ exit 0
 def _fake_python(bin_dir: Path) -> Path:
     """A python3 for install.sh that skips the package install (the Linux test above does
     it for real): ``-m venv DIR`` makes DIR/bin/python and a DIR/bin/syncd that prints a
-    version; ``-m pip ...`` does nothing."""
-    return _stub(bin_dir, "python3", """if [ "$1" = -m ] && [ "$2" = venv ]; then
+    version and is this checkout's syncd for any other command (``status --json``: the
+    paths it resolves); ``-m pip ...`` does nothing; ``-c`` is the real Python."""
+    real = shlex.quote(sys.executable)
+    syncd = Path(sys.executable).parent / "syncd"
+    return _stub(bin_dir, "python3", f"""[ "$1" = -c ] && exec {real} "$@"
+if [ "$1" = -m ] && [ "$2" = venv ]; then
     mkdir -p "$3/bin" && cp "$0" "$3/bin/python"
-    printf '#!/bin/sh\\necho "syncd, version fake"\\n' >"$3/bin/syncd"
+    cat >"$3/bin/syncd" <<'SYNCD'
+#!/bin/sh
+[ "$1" = --version ] && exec echo "syncd, version fake"
+exec {shlex.quote(str(syncd))} "$@"
+SYNCD
     chmod 755 "$3/bin/syncd"
 fi
 """)
@@ -155,6 +165,7 @@ def test_install_into_a_prefix_then_uninstall(tmp_path: Path) -> None:
     assert config.stat().st_mode & 0o077 == 0
     unit = home / ".config" / "systemd" / "user" / "syncd.service"
     assert f'ExecStart="{exe}" run\n' in unit.read_text()
+    assert not (unit.parent / "syncd.service.d").exists()  # the defaults cover every path
     check = _verify(unit, home)
     assert check.returncode == 0 and not check.stderr.strip(), check.stderr
 
@@ -200,6 +211,14 @@ def test_launchd_agent_template() -> None:
     assert stop and agent["ExitTimeOut"] == int(stop.group(1))
     for key in ("StandardOutPath", "StandardErrorPath"):
         assert agent[key] == "@HOME@/Library/Logs/syncd/syncd.log"
+    # Nothing that would keep it from writing the Claude tree (follow imports sessions
+    # there), its state or a local store: no sandbox profile, root directory, other user
+    # or resource limit; only these keys.
+    assert set(agent) == {"Label", "ProgramArguments", "EnvironmentVariables", "RunAtLoad",
+                          "KeepAlive", "ThrottleInterval", "ExitTimeOut", "ProcessType",
+                          "Umask", "StandardOutPath", "StandardErrorPath"}
+    assert set(agent["EnvironmentVariables"]) == {"PATH"}
+    assert "<!-- @ENVIRONMENT@ -->" in AGENT.read_text()  # install.sh's variables go there
     # One label everywhere.
     assert [p.name for p in AGENT.parent.iterdir()] == [AGENT.name]
     for script in ("install.sh", "uninstall.sh"):
@@ -225,6 +244,7 @@ def test_install_on_macos_loads_the_agent_then_uninstall(tmp_path: Path) -> None
     assert not [s for s in _strings(agent) if "~" in s]
     exe = prefix / "bin" / "syncd"
     assert agent["ProgramArguments"] == [str(exe), "run"]
+    assert set(agent["EnvironmentVariables"]) == {"PATH"}  # nothing to pass on
     # The real command, installed from this checkout.
     v = subprocess.run([agent["ProgramArguments"][0], "--version"], env=env,
                        capture_output=True, text=True, timeout=60)
@@ -268,6 +288,8 @@ def test_install_on_macos_prints_the_step_it_did_not_take(tmp_path: Path, case: 
     _fake_os(stubs, calls, "Darwin", domain_rc=113 if case == "no gui session" else 0)
     env = _clean_env(home)
     env["PYTHON"] = str(_fake_python(stubs))
+    # An agent gets none of the shell's environment: what decides syncd's paths is kept.
+    env["CLAUDE_CONFIG_DIR"] = f"{home}/claude & co"
     if case == "no launchctl":
         (stubs / "launchctl").unlink()
         env["PATH"] = f"{stubs}{os.pathsep}{_path_without(tmp_path, env['PATH'], {'launchctl'})}"
@@ -282,6 +304,9 @@ def test_install_on_macos_prints_the_step_it_did_not_take(tmp_path: Path, case: 
     agent = plistlib.loads(plist.read_bytes())
     assert agent["ProgramArguments"] == [str(prefix / "bin" / "syncd"), "run"]
     assert agent["StandardErrorPath"] == f"{home}/Library/Logs/syncd/syncd.log"
+    assert agent["EnvironmentVariables"] == {
+        "PATH": plistlib.loads(AGENT.read_bytes())["EnvironmentVariables"]["PATH"],
+        "CLAUDE_CONFIG_DIR": f"{home}/claude & co"}
     launchctl = _calls(calls, "launchctl")
     assert not [c for c in launchctl if c.split()[1] in ("bootout", "bootstrap", "enable")]
     if case == "--no-service":
@@ -345,6 +370,126 @@ def test_install_on_linux_prints_the_next_steps(tmp_path: Path, case: str) -> No
     assert "check it with: syncd status" in r.stdout
     assert "logs: journalctl --user -u syncd" in r.stdout
 
+
+
+def _parsed_unit(unit: Path, home: Path) -> dict[str, list[str]]:
+    """The unit as systemd reads it, drop-ins included (systemd-analyze verify, which
+    dumps it at debug level): every setting's lines, specifiers resolved; a skip when
+    this systemd-analyze does not say."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "XDG_RUNTIME_DIR": str(runtime),
+           "SYSTEMD_LOG_LEVEL": "debug"}
+    r = subprocess.run([analyze, "--user", "verify", str(unit)], env=env, capture_output=True,
+                       text=True, timeout=60)
+    if "Failed to initialize manager" in r.stderr:
+        pytest.skip("systemd-analyze cannot set up a user manager here (%h would not be "
+                    "this home)")
+    out: dict[str, list[str]] = {}
+    for line in (r.stdout + r.stderr).splitlines():
+        key, sep, value = line.strip().partition(": ")
+        if sep and line.startswith("\t") and key.replace(" ", "").isalnum():
+            out.setdefault(key, []).append(value)
+    if "ReadWritePaths" not in out:
+        pytest.skip(f"{analyze} does not dump the unit it read at debug level")
+    return out
+
+
+def _argv(command_line: str) -> list[str]:
+    """A command line of systemd's dump as the program gets it: its quoting undone (words
+    in double quotes, "$" shown as "\\$"), then "$$" (an escaped "$") made "$"."""
+    return [w.replace("\\$", "$").replace("$$", "$") for w in shlex.split(command_line)]
+
+
+# A Claude tree, state and store outside the defaults, named to test every quoting rule:
+# a space, systemd's specifier (%) and variable ($) characters, a shell's and XML's.
+ODD = "a b 100% $HOME &<x>'"
+
+
+@pytest.mark.parametrize("case", ["CLAUDE_CONFIG_DIR", "config file", "defaults"])
+def test_install_on_linux_lets_the_service_write_where_syncd_resolves(
+        tmp_path: Path, case: str) -> None:
+    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
+    home.mkdir()
+    _fake_os(stubs, calls, "Linux")
+    env = _clean_env(home)
+    env["PYTHON"] = str(_fake_python(stubs))
+    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    elsewhere = tmp_path / ODD
+    config = home / ".config" / "syncd" / "config.toml"
+    unit_dir = home / ".config" / "systemd" / "user"
+    dropin = unit_dir / "syncd.service.d" / "paths.conf"
+    expected: list[Path] = []
+    if case == "CLAUDE_CONFIG_DIR":
+        env["CLAUDE_CONFIG_DIR"] = str(elsewhere / "claude")
+        env["XDG_STATE_HOME"] = str(elsewhere / "state")
+        expected = [elsewhere / "claude", elsewhere / "state" / "syncd"]
+    elif case == "config file":
+        config.parent.mkdir(parents=True)
+        config.write_text(f"source = {json.dumps(str(elsewhere / 'claude'))}\n"
+                          f"state_dir = {json.dumps(str(elsewhere / 'state'))}\n"
+                          f"store = {json.dumps((elsewhere / 'store').as_uri())}\n")
+        expected = [elsewhere / "claude", elsewhere / "state", elsewhere / "store"]
+    else:
+        # What an earlier install wrote for paths the config no longer has goes.
+        dropin.parent.mkdir(parents=True)
+        dropin.write_text("[Service]\nReadWritePaths=/gone\n")
+    r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(tmp_path / "p"),
+                        "--no-systemctl"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    unit = unit_dir / "syncd.service"
+    check = _verify(unit, home)  # its ExecStart: the installed command, which exists
+    assert check.returncode == 0 and not check.stderr.strip(), check.stderr
+    parsed = _parsed_unit(unit, home)
+    writable = parsed["ReadWritePaths"][0]
+    for default in (".local/state/syncd", ".local/share/syncd", ".claude"):
+        assert f"{home}/{default}" in writable
+    if case == "defaults":
+        assert not dropin.exists() and not dropin.parent.exists()
+        assert "/gone" not in writable
+        assert f"removed {dropin}" in r.stdout
+        return
+    assert f"wrote {dropin}" in r.stdout
+    for path in expected:
+        assert f" {path} " in f" {writable} "
+    # Each made before the sandbox is set up (a bind mount needs it to exist)...
+    made = [_argv(v) for v in parsed["Command Line"] if "--" in _argv(v)]
+    assert made == [["mkdir", "-p", "--", *map(str, expected)]]
+    # ...and the variables that decide them, passed on as this shell had them.
+    assert parsed.get("Environment", []) == ([
+        f"CLAUDE_CONFIG_DIR={elsewhere / 'claude'}", f"XDG_STATE_HOME={elsewhere / 'state'}"]
+        if case == "CLAUDE_CONFIG_DIR" else [])
+    # In the environment the service gets (its home, the unit's variables), syncd uses
+    # the tree this shell's does.
+    service_env = {"HOME": str(home), "PATH": env["PATH"],
+                   **dict(e.split("=", 1) for e in parsed.get("Environment", []))}
+    status = subprocess.run([str(tmp_path / "p" / "bin" / "syncd"), "status", "--json"],
+                            env=service_env, capture_output=True, text=True, timeout=60)
+    assert json.loads(status.stdout)["source"] == str(elsewhere / "claude"), status.stderr
+    u = subprocess.run(["bash", str(DEPLOY / "uninstall.sh"), "--prefix", str(tmp_path / "p"),
+                        "--no-systemctl"], env=env, capture_output=True, text=True, timeout=120)
+    assert u.returncode == 0, u.stderr
+    assert not unit.exists() and not dropin.parent.exists()
+
+
+def test_install_refuses_a_path_systemd_cannot_be_given(tmp_path: Path) -> None:
+    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
+    home.mkdir()
+    _fake_os(stubs, calls, "Linux")
+    env = _clean_env(home)
+    env["PYTHON"] = str(_fake_python(stubs))
+    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    env["CLAUDE_CONFIG_DIR"] = str(tmp_path / 'say "cheese"')
+    r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(tmp_path / "p")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "systemd cannot be given a value holding a quote" in r.stderr
+    assert not (home / ".config" / "systemd" / "user" / "syncd.service.d").exists()
+    # Nothing started with a unit that would back up another tree.
+    assert _calls(calls, "systemctl") in ([], ["systemctl --user show-environment"])
 
 
 def test_watcher_uses_the_platforms_observer(tmp_path: Path) -> None:

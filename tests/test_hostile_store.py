@@ -272,7 +272,9 @@ def test_traversal_names_never_leave_the_target(world: World, case: str) -> None
 SETTINGS_WITH_HOOK = json.dumps({"hooks": {"SessionStart": [{"hooks": [
     {"type": "command", "command": "echo INJECTED > /tmp/syncd-hostile-pwned"}]}]}}).encode()
 
-NEVER = [".credentials.json", "sessions/12345.json"]
+NEVER = [".credentials.json", "sessions/12345.json",
+         # syncd's own temp file and staging, shipped by an older version
+         "projects/-srv-desk-app/.syncd-0123456789ab.tmp", ".syncd-restore-k2j3h4/0/1a2b"]
 # Instruction-bearing files the default include set leaves out.
 OUTSIDE_INCLUDE = {
     "settings.local.json": SETTINGS_WITH_HOOK,

@@ -209,10 +209,11 @@ def test_unit_file_is_a_hardened_notify_service() -> None:
     assert seconds(unit_value("TimeoutStopSec")) >= 30
     assert unit_value("NoNewPrivileges") == "yes" and unit_value("PrivateTmp") == "yes"
     assert unit_value("ProtectSystem") == "strict"
-    # Writable: the state and data dirs only; the Claude tree stays read-only.
+    # Writable: the state and data dirs, and the Claude tree (follow writes imported
+    # sessions there); each made before the sandbox binds it.
     writable = unit_value("ReadWritePaths").split()
-    assert writable == ["%h/.local/state/syncd", "%h/.local/share/syncd"]
-    assert not any(".claude" in w for w in writable)
+    assert writable == ["%h/.local/state/syncd", "%h/.local/share/syncd", "%h/.claude"]
+    assert unit_value("ExecStartPre").split()[2:] == writable
 
 
 # -- sd_notify -------------------------------------------------------------------------------

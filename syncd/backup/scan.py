@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass, field
 
 from syncd.backup.state import State
-from syncd.claude import Selection
+from syncd.claude import Selection, is_temp
 
 log = logging.getLogger("syncd.scan")
 
@@ -19,6 +19,9 @@ class ScanResult:
     pending_bytes: int = 0
     files: int = 0
     problems: dict[bytes, str] = field(default_factory=dict)
+    # syncd's own temp files met on the way (never backed up): the daemon removes those
+    # a killed restore left (claude.remove_left_behind).
+    temps: list[bytes] = field(default_factory=list)
 
 
 def scan(root: bytes, selection: Selection, state: State, under: bytes = b"") -> ScanResult:
@@ -49,7 +52,11 @@ def scan(root: bytes, selection: Selection, state: State, under: bytes = b"") ->
                 if selection.may_descend(text):
                     stack.append(rel)
                 continue
-            if not stat.S_ISREG(st.st_mode) or not selection.wants(text):
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if not selection.wants(text):
+                if is_temp(entry.name):
+                    out.temps.append(rel)
                 continue
             seen.add(rel)
             out.files += 1

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from syncd.claude import sweep_temps, temp_name
 from syncd.errors import RestoreError
 from syncd.private import create_private
 
@@ -115,6 +116,7 @@ class Installer:
                 fut.result()
         self._prepared.clear()
         for d in sorted(self._dirs):
+            sweep_temps(d)  # what a killed restore left beside these files
             with contextlib.suppress(OSError):
                 fsync_dir(d)
         self._dirs.clear()
@@ -135,8 +137,7 @@ class Changed(RestoreError):
 
 def _write(content: bytes, dest: bytes, mtime_ns: int, mode: int = 0o600,
            expect: os.stat_result | None = None) -> None:
-    tmp = os.path.join(os.path.dirname(dest),
-                       b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
+    tmp = os.path.join(os.path.dirname(dest), os.fsencode(temp_name()))
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(content)

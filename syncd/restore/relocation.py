@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from syncd.claude import folder_match, project_folder
+from syncd.claude import folder_match, project_folder, temp_name
 from syncd.errors import RestoreError
 from syncd.private import create_private
 from syncd.restore.install import changed, check_parents, fsync_dir, make_parents
@@ -257,7 +257,7 @@ def _mode(path: Path) -> int:
 def _copy_rewritten(src: Path, dest: Path, remap: Remapper | None) -> bool:
     """``src`` into ``dest`` (its lines rewritten by ``remap``), through a temp file;
     False, and nothing written, when ``dest`` appeared meanwhile (never replaced)."""
-    tmp = dest.with_name(f".syncd-{os.urandom(6).hex()}.tmp")
+    tmp = dest.with_name(temp_name())
     try:
         with open(src, "rb") as fh, os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             rewrite_lines(fh, out.write, remap.line if remap else bytes)

@@ -34,12 +34,15 @@ from pathlib import Path
 
 from syncd.backup.state import OriginRecord
 from syncd.claude import (
+    STAGING_PREFIX,
     Selection,
     carries_instructions,
     in_git_dir,
     is_never,
     is_user_config,
     project_folder,
+    sweep_temps,
+    temp_name,
 )
 from syncd.config import format_time
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
@@ -400,7 +403,6 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup,
     return report
 
 
-STAGING_PREFIX = ".syncd-restore-"
 STAGING_LOCK = ".held"
 # A staging folder without its lock file (made by an older version, or killed between
 # the two) is left alone this long: it may be a restore's that is just starting.
@@ -1448,7 +1450,8 @@ def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOp
     # Written whole first, then linked into place: another restore superseding copies
     # meanwhile never meets this one half written (its bytes so far a prefix of another).
     private_dir(under)
-    tmp = os.path.join(under, b".syncd-" + os.urandom(6).hex().encode() + b".tmp")
+    sweep_temps(under)  # a killed restore's
+    tmp = os.path.join(under, os.fsencode(temp_name()))
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             if isinstance(data, Path):

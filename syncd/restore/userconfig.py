@@ -14,6 +14,7 @@ import shutil
 import time
 
 from syncd import untrusted
+from syncd.claude import temp_name
 from syncd.errors import RestoreError
 from syncd.private import create_private
 from syncd.restore.install import fsync_dir
@@ -110,8 +111,7 @@ def install_config(dest: bytes, data: bytes, mtime_ns: int, mode: int, *,
     """Write ``data`` as ``dest`` now (temp file, fsync, mode, mtime, then the directory):
     ``replacing`` the local file, kept beside it first (``keep_beside``), or as a new one
     that never replaces a file made meanwhile. The kept copy's path."""
-    tmp = os.path.join(os.path.dirname(dest), b".syncd-" + os.urandom(6).hex().encode()
-                       + b".tmp")
+    tmp = os.path.join(os.path.dirname(dest), os.fsencode(temp_name()))
     try:
         with os.fdopen(create_private(tmp, os.O_EXCL), "wb") as out:
             out.write(data)

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ from types import FrameType
 from syncd.backup.engine import Engine
 from syncd.backup.scan import scan
 from syncd.backup.watch import Watcher
+from syncd.claude import remove_left_behind, tree_writable
 from syncd.config import Settings
 from syncd.errors import (
     CryptoError,
@@ -145,6 +147,14 @@ class Daemon:
             # A fresh machine: Claude Code has not run yet. Watch the empty tree it will use.
             self.settings.source.mkdir(parents=True, mode=0o700)
             log.warning("created empty %s to watch", self.settings.source)
+        if self.settings.follow:
+            why = tree_writable(self.settings.source)
+            if why is not None:
+                # Every import would fail; say once how to fix it (a sandbox, mostly).
+                log.error("follow cannot write imported sessions into the Claude tree (%s): "
+                          "make %s writable to syncd (the service's ReadWritePaths=, e.g. "
+                          "in a drop-in: systemctl --user edit syncd; deploy/install.sh "
+                          "writes it)", why, self.settings.source)
         # Signal handlers can only be set from the main thread; embedders running the
         # daemon in a thread stop it with request_stop() instead.
         if threading.current_thread() is threading.main_thread():
@@ -349,6 +359,11 @@ class Daemon:
     def _reconcile(self, engine: Engine) -> None:
         t0 = time.monotonic()
         found = scan(engine.root, engine.selection, engine.state)
+        gone = remove_left_behind(os.path.join(engine.root, rel) for rel in found.temps)
+        if gone:
+            log.info("removed %d temp file%s a killed restore left: %s%s", len(gone),
+                     "" if len(gone) == 1 else "s", os.fsdecode(gone[0]),
+                     f" (and {len(gone) - 1} more)" if len(gone) > 1 else "")
         if engine.connected:
             try:  # what the store lost since the last look is shipped again
                 found.dirty |= engine.shipper.audit()
