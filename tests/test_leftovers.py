@@ -30,8 +30,9 @@ S2 = "1b1eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 
 @dataclass
 class Stalled:
-    """A ``syncd restore --session S1`` stopped with its temp file written (``temp``), in
-    the folder it fast-forwards S1 in; S1 is its first half here, S2 is gone from here."""
+    """A ``syncd restore --machine desk --session S1`` stopped with its temp file written
+    (``temp``: S1 rewritten to this machine's paths), in the folder it makes S1 in; S1 and
+    S2 are desk's sessions, neither is here yet."""
 
     settings: Settings
     child: subprocess.Popen[str]
@@ -47,8 +48,9 @@ class Stalled:
 
     def restore(self, sid: str) -> None:
         opts = RestoreOptions(target=self.settings.source, sessions=(sid,),
-                              local_machine="m1", local_root=str(self.settings.source))
-        report = restore(Repository(LocalStore(Path(self.settings.store[7:])), "m1"), opts)
+                              local_machine="m1", local_root=str(self.settings.source),
+                              local_home=str(self.settings.source.parent))
+        report = restore(Repository(LocalStore(Path(self.settings.store[7:])), "desk"), opts)
         assert not report.errors, report.errors
 
 
@@ -72,20 +74,27 @@ def stalled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stalled
                       machine_id="m1", flush_quiet=0.2, flush_max_delay=1.0,
                       catchup_child=False)
     cwd = f"{home}/app"
+    desk = s.model_copy(update={"source": tmp_path / "desk" / ".claude",
+                                "state_dir": tmp_path / "desk-state", "machine_id": "desk"})
+    monkeypatch.setenv("HOME", str(tmp_path / "desk"))
     full = {}
     for sid in (S1, S2):
-        data = lines(sid, cwd, 0, 2000)  # ~440 KB, as the temp a user found
-        full[write(s.source, transcript(cwd, sid), data)] = data
+        # ~440 KB, as the temp a user found; rewritten to this machine's paths here.
+        write(desk.source, transcript(f"{tmp_path}/desk/app", sid),
+              lines(sid, f"{tmp_path}/desk/app", 0, 2000))
+        full[s.source / transcript(cwd, sid)] = lines(sid, cwd, 0, 2000)
     s1, s2 = (s.source / transcript(cwd, sid) for sid in (S1, S2))
+    sync_once(desk)
+    monkeypatch.setenv("HOME", str(home))
+    s.source.mkdir(parents=True)
     sync_once(s)
-    s1.write_bytes(full[s1][:len(lines(S1, cwd, 0, 1000))])  # a prefix: fast-forwarded
-    s2.unlink()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SYNCD_", "CLAUDE_"))}
     # Its own state directory: it shares nothing with the daemons of the tests.
     env.update(HOME=str(home), SYNCD_CONFIG=os.devnull, SYNCD_SOURCE=str(s.source),
                SYNCD_STORE=s.store, SYNCD_STATE_DIR=str(tmp_path / "child-state"),
                SYNCD_MACHINE_ID="m1")
-    child = subprocess.Popen([sys.executable, "-m", "tests.stall", "restore", "--session", S1],
+    child = subprocess.Popen([sys.executable, "-m", "tests.stall", "restore", "--machine",
+                              "desk", "--session", S1],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
@@ -94,7 +103,8 @@ def stalled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stalled
             return list(s1.parent.glob(".syncd-*.tmp"))
 
         found = wait_for(temps, timeout=120, what="the restore's temp file")
-        assert len(found) == 1 and found[0].stat().st_size == len(full[s1])
+        assert len(found) == 1
+        wait_for(lambda: found[0].stat().st_size == len(full[s1]), what="the temp written")
         yield Stalled(s, child, found[0], s1, s2, full)
     finally:
         if child.poll() is None:
@@ -118,7 +128,7 @@ def test_a_killed_restores_temp_is_never_shipped_and_goes_at_the_next_start(
     with running(s) as d:
         wait_for(lambda: d._ready, what="daemon start")
         assert not temp.exists()
-    assert sorted(p.name for p in stalled.s1.parent.iterdir()) == [stalled.s1.name]
+    assert list(stalled.s1.parent.iterdir()) == []  # the killed restore made nothing else
     assert _shipped_temps(s) == []
 
 

@@ -21,12 +21,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from syncd.backup.ship import check_hash, imported_from, merged_from, shipped_bytes
 from syncd.backup.state import ImportedFile, State
-from syncd.claude import Selection
+from syncd.claude import Selection, tree_writable
 from syncd.config import Settings
 from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
 from syncd.follow.quiet import Quiet, intact
@@ -294,7 +293,8 @@ class Follower:
         rm = self._repos.get(machine)
         if rm is None:
             rm = self._repos[machine] = _Remembered(self.repo, machine)
-        blocked = _unwritable(self.settings.source)
+        why = tree_writable(self.settings.source)
+        blocked = None if why is None else f"the Claude tree is not writable here ({why})"
         if blocked is None and machine in self._blocked:
             # Writable again: everything that waited is brought now, not once it changes.
             self._blocked.discard(machine)
@@ -640,16 +640,6 @@ class Follower:
             cur.last_import = self.clock()
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
-
-def _unwritable(root: Path) -> str | None:
-    """Why imports cannot write the Claude tree ``root`` (None: they can)."""
-    where = root / "projects"
-    while not os.path.lexists(where) and where.parent != where:
-        where = where.parent  # made by the import
-    if os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK):
-        return None
-    return f"the Claude tree {where} is not writable here"
-
 
 class _Fed(NullMeter):
     def __init__(self, told: Callable[[int], None]) -> None:
