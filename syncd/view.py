@@ -38,10 +38,11 @@ class Backup:
     point: tuple[int, float] | None = None
 
     def find_session(self, session_id: str) -> Session | None:
-        for s in self.sessions.values():
-            if s.session_id == session_id:
-                return s
-        return None
+        """The session's transcript; of several (a session moved to another project
+        folder: the old one deleted there), the one still there, last changed last."""
+        found = [s for s in self.sessions.values() if s.session_id == session_id]
+        return max(found, key=lambda s: (s.deleted_at is None, s.last_seq, s.path),
+                   default=None)
 
 
 def load_backup(repo: Repository, at: float | None = None,

@@ -827,3 +827,67 @@ def test_a_session_busy_here_is_written_only_once_quiet(pair: Pair, busy: str) -
     wait_for(lambda: not waits(), DEADLINE, f"{suffix} no longer waiting", explain=pair.explain)
     assert set(ids_a) <= set(_uuids(_read(s.b_file)))
     pair.finish()
+
+
+def outside_thinking(transcript: bytes) -> str:
+    """Every string of a transcript's entries, thinking blocks (whose bytes the API
+    checks, never remapped) left out."""
+    docs = []
+    for raw in transcript.splitlines():
+        try:
+            docs.append({"messages": [json.loads(raw)]})
+        except ValueError:
+            continue
+    return strings_outside_thinking(docs)
+
+
+@pytest.mark.timeout(1200)
+def test_a_session_moved_to_another_checkout_goes_back_and_forth_with_the_real_cli(
+        pair: Pair, claude: Claude) -> None:
+    """a records a session in ~/code/app; b keeps that project in ~/src/app, a path a does
+    not have (its home differs too). b's follow brings the session; ``syncd resume SID
+    --map`` puts it in b's checkout; b continues it with its CLI, a gets that turn in a's
+    own folder with a's paths and continues it; b gets a's turn in ~/src/app's folder.
+    Neither machine's copy ever moves to the other machine's paths."""
+    a, b = pair.both
+    rec = record_and_follow(pair, claude)  # in ~/work/app on both: b's copy is there now
+    src = b.home / "src" / "app"
+    src.mkdir(parents=True)
+    (src / "notes.txt").write_text("notes of the app\n")
+    r = b.syncd("resume", rec.sid, "--machine", "a", "--map", f"{a.home}/work={b.home}/src")
+    assert r.returncode == 0, show(r)
+    assert r.stdout.strip().endswith(f"cd {src} && claude --resume {rec.sid}"), show(r)
+    mine = b.folder(src) / f"{rec.sid}.jsonl"
+    assert mine.is_file() and not rec.b_file.exists(), show(r)  # moved into b's checkout
+    a_before, b_before = rec.a_file.read_bytes(), mine.read_bytes()
+    # b continues it where it lives on b.
+    cont_b = claude.run(b.home, src, "--continue", PROMPT)
+    assert cont_b.returncode == 0 and cont_b.requests, cont_b.describe()
+    assert str(a.home) not in strings_outside_thinking(cont_b.requests)
+    b_now = mine.read_bytes()
+    assert b_now.startswith(b_before)
+    turn = b_now[len(b_before):]
+    assert _uuids(turn), turn
+    wait_for(lambda: len(_uuids(_read(rec.a_file))) == len(_uuids(b_now)), DEADLINE,
+             "a to import b's turn", explain=pair.explain)
+    # In a's folder (never ~/src's), with a's paths: ~/src/app on b is ~/work/app on a.
+    assert sorted(p.parent.name for p in a.root.glob(f"projects/*/{rec.sid}.jsonl")) == [
+        rec.a_file.parent.name]
+    a_now = rec.a_file.read_bytes()
+    assert a_now.startswith(a_before)
+    assert str(b.home) not in outside_thinking(a_now)
+    assert f"{a.home}/src" not in outside_thinking(a_now)
+    assert set(_uuids(turn)) <= set(_uuids(a_now))
+    cont_a = claude.run(a.home, rec.a_project, "--continue", PROMPT)
+    assert_same_conversation(cont_a, cont_b, "a: claude --continue after b's turn", extra=2)
+    a_turn = rec.a_file.read_bytes()[len(a_now):]
+    assert a_turn
+    wait_for(lambda: set(_uuids(a_turn)) <= set(_uuids(_read(mine))), DEADLINE,
+             "b to import a's turn", explain=pair.explain)
+    assert sorted(p.parent.name for p in b.root.glob(f"projects/*/{rec.sid}.jsonl")) == [
+        mine.parent.name]
+    assert str(a.home) not in outside_thinking(mine.read_bytes())
+    assert str(b.home) not in outside_thinking(rec.a_file.read_bytes())
+    again = claude.run(b.home, src, "--continue", PROMPT)
+    assert_same_conversation(again, cont_a, "b: claude --continue after a's turn", extra=2)
+    pair.finish()

@@ -188,3 +188,32 @@ def test_origins_are_recorded_once_the_first_stays(tmp_path: Path) -> None:
         assert state.origin(T) is None
     finally:
         state.close()
+
+
+def test_a_session_follow_brought_and_resume_moved_goes_on_coming_back(
+        pair: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The laptop's follow brings desk's session to ~/code/y (the homes' rule); the user
+    moves it to the laptop's checkout with ``resume --map``; what the laptop adds there
+    reaches desk in desk's folder, with desk's paths."""
+    desk, lap = pair
+    ours = desk_session(desk, monkeypatch)
+    before = ours.read_bytes()
+    (lap.home / "code" / "y").mkdir(parents=True)
+    lap.poll(monkeypatch)
+    first = lap.settings.source / "projects" / project_folder(f"{lap.home}/code/y") / \
+        f"{S}.jsonl"
+    assert cwds(first) == {f"{lap.home}/code/y"}
+    lap.sync(monkeypatch)  # the laptop's backup has it there first
+    out = cli_as(lap, monkeypatch, "resume", S, "--machine", "desk", "--map",
+                 f"{desk.home}/code={lap.home}/src")
+    assert f"cd {lap.home}/src/y && claude --resume {S}" in out, out
+    mine = lap.settings.source / "projects" / project_folder(f"{lap.home}/src/y") / f"{S}.jsonl"
+    assert not first.exists() and cwds(mine) == {f"{lap.home}/src/y"}
+    lap.sync(monkeypatch)
+    with open(mine, "ab") as f:
+        f.write(line(S, f"{lap.home}/src/y", 7, f"on the laptop: {lap.home}/src/lib/u.py"))
+    lap.sync(monkeypatch)
+    desk.poll(monkeypatch)
+    assert folders_of(desk, S) == [ours.parent.name]
+    assert ours.read_bytes() == before + line(S, f"{desk.home}/code/y", 7,
+                                              f"on the laptop: {desk.home}/code/lib/u.py")

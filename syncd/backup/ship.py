@@ -753,12 +753,12 @@ class Provenance:
             self.problem = f"{e}: the daemon will ship the restored files again"
             self.close()
 
-    def record_origin(self, rec: OriginRecord) -> None:
+    def record_origin(self, rec: OriginRecord, replace: bool = False) -> None:
         """Where a session new here came from (``restore/origin``), before it appears."""
         if self.state is None:
             return
         try:
-            self.state.record_origins([rec])
+            self.state.record_origins([rec], replace)
         except StateError as e:
             self.problem = f"{e}: where restored sessions came from is not recorded"
             self.close()

@@ -273,13 +273,15 @@ class State:
                           (sid,))
         return _origin(rows[0]) if rows else None
 
-    def record_origins(self, records: Iterable[OriginRecord]) -> None:
+    def record_origins(self, records: Iterable[OriginRecord], replace: bool = False) -> None:
         """Remember where sessions came from; the first record of a session stays (where it
-        was first brought from, not where it was last merged from)."""
+        was first brought from, not where it was last merged from), unless ``replace``
+        (a restore moved it: its rules are the ones it has now)."""
         try:
             with self._db:
                 self._db.executemany(
-                    "INSERT OR IGNORE INTO origins VALUES (?, ?, ?, ?, ?)",
+                    f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO origins "
+                    "VALUES (?, ?, ?, ?, ?)",
                     [(r.sid, r.machine, r.src_path, json.dumps([list(x) for x in r.rules]),
                       r.at) for r in records])
         except sqlite3.Error as e:

@@ -36,7 +36,7 @@ from syncd.progress import meter
 from syncd.redact import redact
 from syncd.restore.listing import here, locate_session, machine_rows, session_rows
 from syncd.restore.remap import Rule, config_rules
-from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
+from syncd.restore.restorer import ASKED, RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
 from syncd.timeline import timeline
 from syncd.untrusted import printable
@@ -228,7 +228,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         old, sep, new = m.partition("=")
         if not sep or not old or not new:
             raise UsageError(f"--map takes OLD=NEW, got {m!r}")
-        rules.append(Rule(old, str(Path(new).expanduser()), "--map"))
+        rules.append(Rule(old, str(Path(new).expanduser()), ASKED))
     rules += config_rules(settings)
     return RestoreOptions(
         target=target or settings.source, sessions=sessions, projects=projects,
@@ -407,7 +407,8 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
         for line in problems:  # a machine that cannot be read may hold the session too
             click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
     sid = copies[0].session_id
-    here_cwd = _followed_copy(settings, where, copies)
+    # Asked to go somewhere (--map): restored there, even when follow keeps it here.
+    here_cwd = None if maps else _followed_copy(settings, where, copies)
     if here_cwd is not None:
         # Follow keeps it here, as current as that machine's head: nothing to fetch.
         click.echo(f"syncd: {sid} is here already, imported from {where} by follow",

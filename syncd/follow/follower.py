@@ -532,7 +532,7 @@ class Follower:
             progress=_Fed(self.progress),
             # A session that exists here stays where it is, with this machine's paths.
             relocate=False, origin_of=state.origin,
-            record_origin=lambda rec: state.record_origins([rec]),
+            record_origin=lambda rec, replace: state.record_origins([rec], replace),
             shipped=lambda rel: shipped_bytes(state, self.root, rel))
         batches = [tuple(present)]
         while batches:

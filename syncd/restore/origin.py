@@ -55,12 +55,13 @@ class _Learned:
 
 def passes(sessions: Iterable[Session], machine: str, *, target: Path,
            local_machine: str | None, mapped: Callable[[str], str] = str,
-           relocate: bool = True,
+           asked: Callable[[str], str] = str, relocate: bool = True,
            origin_of: Callable[[str], OriginRecord | None] | None = None) -> list[Pass]:
     """The passes a restore of ``machine``'s ``sessions`` into ``target`` makes (one, in
-    all but rare cases). ``mapped``: a path as the restore's own rules map it; with
-    ``relocate``, a local session whose start directory does not exist here moves to the
-    place those rules give (``restore/relocation``) instead of staying."""
+    all but rare cases). ``mapped``: a path as the restore's own rules map it, ``asked``:
+    as the user's own ``--map`` rules do. With ``relocate``, a local session moves to the
+    place those rules give (``restore/relocation``) instead of staying when its start
+    directory does not exist here, or when ``--map`` names a directory that does."""
     chosen = sorted(sessions, key=lambda s: s.path)
     if machine == local_machine or not chosen:
         return [Pass()]  # this machine's own paths already
@@ -68,7 +69,7 @@ def passes(sessions: Iterable[Session], machine: str, *, target: Path,
     first, alone = _Learned(), []
     for s in chosen:
         own = _learn(s, machine, target, local.get(s.session_id, []), local_machine, mapped,
-                     relocate, origin_of)
+                     asked, relocate, origin_of)
         if own is None:
             continue
         if _agrees(first, own):
@@ -93,7 +94,8 @@ def passes(sessions: Iterable[Session], machine: str, *, target: Path,
 
 
 def _learn(s: Session, machine: str, target: Path, folders: list[str],
-           local_machine: str | None, mapped: Callable[[str], str], relocate: bool,
+           local_machine: str | None, mapped: Callable[[str], str],
+           asked: Callable[[str], str], relocate: bool,
            origin_of: Callable[[str], OriginRecord | None] | None) -> _Learned | None:
     """What one session teaches: None when nothing."""
     out = _Learned()
@@ -110,11 +112,14 @@ def _learn(s: Session, machine: str, target: Path, folders: list[str],
         cwd = first_cwd(target / "projects" / folder / f"{s.session_id}.jsonl")
         here = _start(folder, cwd) if cwd else None
         # A copy restored earlier to a place that is not this machine's (its start
-        # directory does not exist here), or one whose start is unknown, is left to the
-        # relocation (it moves to the folder these rules give, or says why not); one whose
-        # start exists here stays, and so does any copy an import meets.
+        # directory does not exist here), one whose start is unknown, and one the user's
+        # --map sends to a directory of this machine are left to the relocation (it moves
+        # to the folder these rules give, or says why not); any other copy stays, and so
+        # does every copy an import meets.
+        wanted = None if start is None else asked(start)
         if not relocate or start is None or (here is not None and (
-                os.path.isdir(here) or mapped(start) == here)):
+                os.path.isdir(here) or mapped(start) == here) and not (
+                wanted not in (start, here) and os.path.isdir(wanted))):
             out.folders[s.folder] = folder
             if here is not None and start is not None and here != start:
                 # First: of two rules for one directory, the first stays (Remapper).

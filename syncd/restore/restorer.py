@@ -71,6 +71,8 @@ from syncd.view import Backup, load_backup
 log = logging.getLogger("syncd.restore")
 
 WORKTREE_MARK = "/.claude/worktrees/"
+# A rule the user gave on the command line (``--map``), not one a config or a guess gave.
+ASKED = "--map"
 UNSAFE = "unsafe path: it could leave the target"
 
 
@@ -119,8 +121,9 @@ class RestoreOptions:
     relocate: bool = True
     # Where a session here came from, as this machine's state knows it (``restore/origin``).
     origin_of: Callable[[str], OriginRecord | None] | None = None
-    # Told before a session new here is written, where it came from and the rules used.
-    record_origin: Callable[[OriginRecord], None] | None = None
+    # Told before a session new here is written, where it came from and the rules used
+    # (and, replacing what was told before, of a session it moved).
+    record_origin: Callable[[OriginRecord, bool], None] | None = None
     # Given a local file's path in the target: how many of its first bytes this machine
     # has shipped (what another machine can have from its backup; ``merge.Lineage``).
     shipped: Callable[[bytes], int] | None = None
@@ -214,6 +217,7 @@ def restore(repo: Repository, opts: RestoreOptions,
     plain = build_remapper(backup, opts)
     steps = passes(_chosen(backup, opts, RestoreReport()), backup.machine,
                    target=opts.target, local_machine=opts.local_machine, mapped=plain.path,
+                   asked=Remapper(r for r in opts.maps if r.why == ASKED).path,
                    relocate=opts.relocate, origin_of=opts.origin_of)
     whole = not opts.sessions and not opts.projects
     report = _restore(repo, opts, backup, steps[0])
@@ -306,7 +310,7 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup,
                     os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
             # Before the session appears: the daemon may ship it at once.
             opts.record_origin(origin_record(sid, backup.machine, path, remap.rules,
-                                             time.time()))
+                                             time.time()), False)
         try:
             queued = _place_tail(staged, files[path], *tails[path], remap, opts, sink,
                                  installer) if path in tails else \
@@ -509,6 +513,11 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
                             "move", name, f"projects/{old}/" + name.split("/", 2)[2], why))
                     continue
                 move(opts.target, m, moved)
+                if opts.record_origin is not None and moved.files and \
+                        backup.machine != opts.local_machine:
+                    # Where it is now is where these rules put it.
+                    opts.record_origin(origin_record(sid, backup.machine, s.path,
+                                                     remap.rules, time.time()), True)
             except (OSError, RestoreError) as e:
                 report.errors.append(f"{where}: cannot move it to projects/{wanted[sid]}: "
                                      f"{_why(e)}; " + (f"{len(moved.files)} of its files "
