@@ -111,20 +111,26 @@ def _learn(s: Session, machine: str, target: Path, folders: list[str],
         folder = folders[0]
         cwd = first_cwd(target / "projects" / folder / f"{s.session_id}.jsonl")
         here = _start(folder, cwd) if cwd else None
-        # A copy restored earlier to a place that is not this machine's (its start
-        # directory does not exist here), one whose start is unknown, and one the user's
-        # --map sends to a directory of this machine are left to the relocation (it moves
-        # to the folder these rules give, or says why not); any other copy stays, and so
-        # does every copy an import meets.
-        wanted = None if start is None else asked(start)
-        if not relocate or start is None or (here is not None and (
-                os.path.isdir(here) or mapped(start) == here) and not (
-                wanted not in (start, here) and os.path.isdir(wanted))):
+        if not (relocate and start is not None and
+                _moves(here, mapped(start), asked(start), start)):
             out.folders[s.folder] = folder
             if here is not None and start is not None and here != start:
                 # First: of two rules for one directory, the first stays (Remapper).
                 out.rules.insert(0, Rule(start, here, KEPT_HERE))
     return out if out.rules or out.folders else None
+
+
+def _moves(here: str | None, mapped: str, asked: str, start: str) -> bool:
+    """Whether a restore (not an import) moves a local copy started in ``here`` to the
+    place its rules give (``mapped``; ``asked``: the user's ``--map`` alone) instead of
+    keeping it: one whose start is unknown, or was restored to a place that is not this
+    machine's (it does not exist here), or that ``--map`` sends to a directory of this
+    machine (relocation then moves it, or says why not)."""
+    if here is None:
+        return True
+    if not os.path.isdir(here) and mapped != here:
+        return True
+    return asked not in (start, here) and os.path.isdir(asked)
 
 
 def _start(folder: str, cwd: str | None) -> str | None:
