@@ -891,3 +891,65 @@ def test_a_session_moved_to_another_checkout_goes_back_and_forth_with_the_real_c
     again = claude.run(b.home, src, "--continue", PROMPT)
     assert_same_conversation(again, cont_a, "b: claude --continue after a's turn", extra=2)
     pair.finish()
+
+
+def _can_bind_read_only(tmp: Path) -> bool:
+    probe = tmp / "probe"
+    probe.mkdir()
+    r = subprocess.run(["unshare", "-m", "sh", "-c",
+                        f'mount --bind -o ro "{probe}" "{probe}" && ! touch "{probe}/x"'],
+                       capture_output=True, timeout=30)
+    return r.returncode == 0
+
+
+def test_a_read_only_tree_is_unhealthy_and_its_sessions_come_once_it_is_writable(
+        pair: Pair, tmp_path: Path) -> None:
+    """b's daemon runs as a sandbox without write access to the Claude tree would run it
+    (the tree bind-mounted read-only in its own mount namespace): nothing is imported,
+    ``status`` is unhealthy and says how many sessions wait; once the tree is writable
+    again (remounted read-write), a's sessions arrive without a changing anything."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None or \
+            not _can_bind_read_only(tmp_path):
+        pytest.skip("needs unshare and nsenter with mount namespaces (root, or user "
+                    "namespaces allowed)")
+    a, b = pair.both
+    b.root.mkdir(parents=True)
+    (b.root / "projects").mkdir()
+    sids = [str(uuid.uuid4()) for _ in range(2)]
+    a.start()
+    proj = a.home / "code" / "app"
+    for i, sid in enumerate(sids):
+        data, _ = chain(sid, proj, None, datetime.now(UTC) - timedelta(minutes=5), 3, f"s{i}")
+        _append(a.folder(proj) / f"{sid}.jsonl", data)
+    wait_for(lambda: a.status()["files_pending"] == 0 and a.status()["last_flush_seq"]
+             is not None, DEADLINE, "a to ship its sessions", explain=pair.explain)
+    with open(b.log, "ab") as f:
+        b.proc = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             'mount --bind -o ro "$0" "$0" && exec "$@"', str(b.root),
+             sys.executable, "-m", "syncd", "run"],
+            env=b.env, cwd=b.home, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    b.wait_up()
+    mine = [b.folder(b.home / "code" / "app") / f"{sid}.jsonl" for sid in sids]
+
+    def waiting() -> bool:
+        st = b.status()
+        row = next(r for r in st["following"] if r["machine"] == "a")
+        return bool(row["problem"]) and "not writable" in row["problem"] and \
+            "2 sessions waiting" in row["problem"] and \
+            any("following a" in h for h in st["health"])
+
+    wait_for(waiting, DEADLINE, "b's status to say its tree is not writable",
+             explain=pair.explain)
+    assert not any(p.exists() for p in mine)
+    r = b.syncd("status")
+    assert "health:       ok" not in r.stdout and "not writable" in r.stdout, r.stdout
+    # Writable again, in the daemon's namespace (as a drop-in's ReadWritePaths would be).
+    assert b.proc is not None
+    subprocess.run(["nsenter", "-t", str(b.proc.pid), "-m", "mount", "-o", "remount,bind,rw",
+                    str(b.root)], check=True, timeout=30)
+    wait_for(lambda: all(p.exists() for p in mine), DEADLINE,
+             "a's sessions to arrive once b's tree is writable", explain=pair.explain)
+    wait_for(lambda: not b.following()["problem"], DEADLINE, "b's problem to clear",
+             explain=pair.explain)
+    pair.finish()

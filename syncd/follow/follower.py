@@ -304,7 +304,12 @@ class Follower:
             self._blocked.add(machine)
         if cur.seq is None:
             if blocked is not None:
-                cur.problem = f"{blocked}: its sessions wait until it can be written"
+                # How many wait: its head's list, read with the head's cadence.
+                if self._polls >= self._reconcile_at.get(machine, 0):
+                    self._reconcile(rm, cur)
+                cur.problem = f"{blocked}: {cur.missing or 0} sessions waiting" \
+                    if cur.missing is not None else \
+                    f"{blocked}: its sessions wait until it can be written"
                 cur.misses = HEAD_EVERY  # looked at again as soon as it can be (no cost)
                 return False
             if cur.problem is not None and cur.misses + 1 < HEAD_EVERY:
