@@ -818,3 +818,19 @@ def test_every_session_its_head_lists_arrives_and_status_counts_what_is_missing(
     assert b.transcript("lib", S2).read_bytes() == line(S2, b.cwd("lib"), 0)
     assert b.cursor("desk")["missing"] == 0
     assert "0 of its head's sessions missing" in format_status(status(b.settings))
+
+
+def test_a_first_look_that_finds_everything_here_is_the_last_import(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up import (the first look) shows as the last import in ``status``, also
+    when every session it brought was here already (restored before follow was set)."""
+    a, b = two
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    write(a.settings.source, rel, line(S1, a.cwd("app"), 0))
+    a.sync(monkeypatch)
+    write(b.settings.source, b.transcript("app", S1).relative_to(b.settings.source),
+          line(S1, b.cwd("app"), 0))
+    b.poll(monkeypatch)
+    row = status(b.settings)["following"][0]
+    assert row["seq"] == 0 and row["last_import"] == b.now, row
+    assert "last import never" not in format_status(status(b.settings), now=b.now)
