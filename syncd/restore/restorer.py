@@ -214,19 +214,21 @@ def restore(repo: Repository, opts: RestoreOptions,
                                  else None, seen=opts.seen)
         except BackupError as e:
             raise RestoreError(str(e)) from None
-    plain = build_remapper(backup, opts)
+    # Local clones by git remote: looked for once (a walk and a git call per clone).
+    clones = find_clones(list(opts.project_roots)) if opts.project_roots else {}
+    plain = build_remapper(backup, opts, clones=clones)
     steps = passes(_chosen(backup, opts, RestoreReport()), backup.machine,
                    target=opts.target, local_machine=opts.local_machine, mapped=plain.path,
                    asked=Remapper(r for r in opts.maps if r.why == ASKED).path,
                    relocate=opts.relocate, origin_of=opts.origin_of)
     whole = not opts.sessions and not opts.projects
-    report = _restore(repo, opts, backup, steps[0])
+    report = _restore(repo, opts, backup, steps[0], clones)
     for step in steps[1:]:
         # Sessions whose learned rules contradict the first pass's, in a pass of their own
         # (a whole restore's history.jsonl went with the first).
         more = _restore(repo, dataclasses.replace(
             opts, sessions=step.sessions or (), projects=(),
-            history=opts.history and not whole), backup, step)
+            history=opts.history and not whole), backup, step, clones)
         report.actions += more.actions
         report.errors += [e for e in more.errors if e not in backup.errors]
         report.notes += [n for n in more.notes if n not in report.notes]
@@ -236,11 +238,11 @@ def restore(repo: Repository, opts: RestoreOptions,
     return report
 
 
-def _restore(repo: Repository, opts: RestoreOptions, backup: Backup,
-             step: Pass) -> RestoreReport:
+def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
+             clones: dict[str, str]) -> RestoreReport:
     """One pass of ``restore``: its sessions, mapped with what ``step`` learned."""
     machine = repo.machine
-    remap = build_remapper(backup, opts, step)
+    remap = build_remapper(backup, opts, step, clones)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
     if opts.at is not None and backup.point is not None:
         seq, t = backup.point
@@ -565,16 +567,18 @@ def _file_error(target: Path, path: bytes, e: BaseException) -> str:
 
 # -- mapping -------------------------------------------------------------------
 
-def build_remapper(backup: Backup, opts: RestoreOptions, step: Pass | None = None) -> Remapper:
+def build_remapper(backup: Backup, opts: RestoreOptions, step: Pass | None = None,
+                   clones: dict[str, str] | None = None) -> Remapper:
     """Explicit rules, what ``step`` learned of this machine's copies and the sessions'
-    origins (``restore/origin``), then git-remote matches and worktrees, then the Claude
-    tree and home."""
+    origins (``restore/origin``), then git-remote matches (``clones``: the local ones by
+    remote, when already looked for) and worktrees, then the Claude tree and home."""
     learned = step or Pass()
     rules: list[Rule] = [*learned.rules, *opts.maps]
     home = backup.info.get("home")
     homes = [Rule(home, opts.local_home, "home")] if isinstance(home, str) else []
     if opts.project_roots:
-        clones = find_clones(list(opts.project_roots))
+        if clones is None:
+            clones = find_clones(list(opts.project_roots))
         for info in backup.projects.values():
             remote, top = info.get("remote"), info.get("toplevel")
             local = clones.get(normalize_remote(remote)) if remote else None
