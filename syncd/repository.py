@@ -111,6 +111,11 @@ class Repository:
         """One HEAD."""
         return self.store.head(key) is not None
 
+    def size_of(self, key: str) -> int | None:
+        """One HEAD: the object's size (None: there is none)."""
+        info = self.store.head(key)
+        return None if info is None else info.size
+
     def read_range(self, key: str, start: int, length: int | None = None) -> bytes:
         """Raw bytes of an object (a negative ``start`` counts from its end)."""
         return self.store.get(key, start, length)

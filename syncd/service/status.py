@@ -94,6 +94,10 @@ def status(settings: Settings, *, probe_store: bool = False,
         # The last time the writer found segments missing from the store, and what it did.
         "store_repair": None,
         "store_repair_time": None,
+        # The last object that held this machine's next seq without being its segment
+        # (planted, damaged, foreign): that seq was passed over.
+        "passed_over": None,
+        "passed_over_time": None,
         "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
         # Machines followed (follow): how far, the last import, what waits, conflicts.
         "following": [],
@@ -122,12 +126,12 @@ def status(settings: Settings, *, probe_store: bool = False,
         for key in ("last_compaction_time", "last_prune_time", "last_verify_time"):
             value = state.meta(key)
             out[key] = float(value) if value else None
-        repair = state.meta("store_repair")
-        if repair:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                doc = json.loads(repair)
-                out["store_repair"], out["store_repair_time"] = str(doc["note"]), \
-                    float(doc["time"])
+        for key, meta in (("store_repair", "store_repair"), ("passed_over", "passed_over_note")):
+            note = state.meta(meta)
+            if note:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    doc = json.loads(note)
+                    out[key], out[f"{key}_time"] = str(doc["note"]), float(doc["time"])
         followed = cursors(state)
         names = [m for m in settings.follow if m != "*"] + sorted(set(followed) - set(
             settings.follow))
@@ -206,6 +210,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"errors:       {s.get('errors_last_hour', 0)} in the last hour",
         f"store repair: {s['store_repair']} ({when(s.get('store_repair_time'))})"
         if s.get("store_repair") else "store repair: none needed",
+        *([f"passed over:  {printable(s['passed_over'])} ({when(s.get('passed_over_time'))})"]
+          if s.get("passed_over") else []),
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
         f"verify:       {when(s.get('last_verify_time'))}",
@@ -248,6 +254,9 @@ def health(s: dict[str, Any], now: float | None = None) -> list[str]:
     repaired = s.get("store_repair_time")
     if repaired is not None and now - repaired < 86400:
         problems.append("the store lost segments (shipped again)")
+    passed = s.get("passed_over_time")
+    if passed is not None and now - passed < 86400:
+        problems.append("an object not ours took a seq (passed over)")
     return problems
 
 
