@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from syncd.archive.compact import compact
+from syncd.archive.options import compact_options
 from syncd.archive.verify import verify
 from syncd.backup.engine import sync_once
 from syncd.backup.ship import Shipper, ship_with_restart
@@ -25,6 +27,7 @@ from syncd.security.lease import Lease
 from syncd.service.status import format_status, health, status
 from syncd.store import LocalStore, MemoryStore, Store, open_store
 from syncd.store.layout import segment_key
+from syncd.view import load_backup
 from tests.faultkit import MACHINE, A, B, line, make_settings, tree, write
 from tests.helpers import running, shipped, wait_for
 from tests.seaweed import Seaweed
@@ -121,6 +124,54 @@ def test_several_planted_objects_in_a_row_are_each_passed_over_with_one_warning(
     out = restore_tree(Repository(store, MACHINE), tmp_path / "out")
     assert tree(tmp_path / "out") == tree(s.source)
     assert sorted(k for k in planted if any(k in e for e in out.errors)) == sorted(planted)
+    # Compaction folds them as empty points and deletes them; then all is clean.
+    write(s.source, A, line(3), "ab")
+    sync_once(s)
+    rep = compact(Repository(store, MACHINE), compact_options(s))
+    assert rep.errors == [] and rep.snapshot is not None  # the first: a manifest
+    assert all(store.head(k) is None for k in planted)
+    assert verify(Repository(store, MACHINE), acknowledged=next_seq(s) - 1).problems == []
+    out = restore_tree(Repository(store, MACHINE), tmp_path / "out2")
+    assert out.errors == [] and tree(tmp_path / "out2") == tree(s.source)
+    view = load_backup(Repository(store, MACHINE))
+    assert view.last_seq == next_seq(s) - 1
+
+
+def test_compaction_waits_for_the_segment_after_a_seq_passed_over_at_the_end(
+        tmp_path: Path) -> None:
+    s = make_settings(tmp_path)
+    write(s.source, A, line(1))
+    sync_once(s)
+    store = store_of(s)
+    repo = Repository(store, MACHINE)
+    compact(repo, compact_options(s))  # a manifest: the next ones write deltas
+    planted = segment_key(MACHINE, 1)
+    store.put(planted, JUNK)
+    write(s.source, A, line(2), "ab")
+    sync_once(s)  # seq 1 passed over, seq 2 written
+    store.put(segment_key(MACHINE, 3), JUNK)
+    write(s.source, B, line(3))
+    sync_once(s)  # seq 3 passed over, seq 4 written
+    store.put(segment_key(MACHINE, 5), JUNK)
+    sync_once(s)  # nothing pending: seq 5 passed over, nothing after it yet
+    assert next_seq(s) == 6
+    # The compaction before it is no error and leaves it for the next one (an empty
+    # point has the time of the segment after it).
+    rep = compact(repo, compact_options(s))
+    assert rep.errors == [] and rep.delta is not None and rep.delta.endswith(
+        f"{1:016x}-{4:016x}")
+    assert store.head(planted) is None and store.get(segment_key(MACHINE, 5)) == JUNK
+    write(s.source, B, line(4), "ab")
+    sync_once(s)
+    rep = compact(repo, compact_options(s))
+    assert rep.errors == [] and store.head(segment_key(MACHINE, 5)) is None
+    out = restore_tree(repo, tmp_path / "out")
+    assert out.errors == [] and tree(tmp_path / "out") == tree(s.source)
+    points = repo.read_delta(rep.delta or "").points
+    assert [p.seq for p in points] == list(range(1, 7))
+    # The seqs passed over are points that changed nothing, at the next one's time.
+    assert [p.seq for p in points if not p.changes] == [1, 3, 5]
+    assert all(points[i].time == points[i + 1].time for i in (0, 2, 4))
 
 
 def test_a_planted_object_whose_writer_took_the_lease_is_not_adopted(tmp_path: Path) -> None:
