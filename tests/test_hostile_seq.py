@@ -95,7 +95,7 @@ def test_a_planted_object_at_the_next_seq_is_passed_over_and_shipping_goes_on(
 
 def test_several_planted_objects_in_a_row_are_each_passed_over_with_one_warning(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    s = make_settings(tmp_path)
+    s = make_settings(tmp_path, head_interval=0)  # a head every pass
     write(s.source, A, line(1))
     sync_once(s)
     store = store_of(s)
@@ -139,7 +139,7 @@ def test_several_planted_objects_in_a_row_are_each_passed_over_with_one_warning(
 
 def test_compaction_waits_for_the_segment_after_a_seq_passed_over_at_the_end(
         tmp_path: Path) -> None:
-    s = make_settings(tmp_path)
+    s = make_settings(tmp_path, head_interval=0)  # a head every pass
     write(s.source, A, line(1))
     sync_once(s)
     store = store_of(s)

@@ -221,7 +221,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                                f"(run syncd verify): {err}") from err
     chain = repo.delta_chain(top, opts.acknowledged, rep.errors)
     head = chain[-1].hi if chain else top
-    segs = _segments(repo, head, rep, opts.acknowledged, opts.passed_over)
+    segs = _segments(repo, head, rep, _covered(repo, opts.acknowledged), opts.passed_over)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
     entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
     # A long chain is rebased by the compaction that would lengthen it (max_chain 0: a
@@ -358,6 +358,21 @@ def _frame_bytes(repo: Repository, key: str, size: int) -> int:
     except (StoreError, struct.error):
         return size  # judged by its size; verify reports what is wrong with it
     return max(0, min(size, int(off)) - HEADER.size)
+
+
+def _covered(repo: Repository, upto: int | None) -> int | None:
+    """The newest seq to fold: what the writer's state confirmed (``upto``), and no further
+    than the machine's head covers. Readers of the head fold the segments after it onto
+    it, so those stay segments until a head covers them (a busy machine's head lags up
+    to head_interval). A head that does not read bounds nothing: its readers read the
+    backup."""
+    try:
+        h = repo.head()
+    except FormatError:
+        return upto
+    if h is None:
+        return upto
+    return h.seq if upto is None else min(upto, h.seq)
 
 
 def _segments(repo: Repository, after: int, rep: CompactReport, upto: int | None = None,
