@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from syncd.archive.compact import compact
+from syncd.archive.verify import verify
 from syncd.backup.engine import sync_once
+from syncd.backup.headwriter import HeadWriter
+from syncd.backup.ship import Shipper
+from syncd.backup.state import State
+from syncd.claude import Selection
 from syncd.repository import Repository
 from syncd.restore.listing import (
     find_session,
@@ -22,8 +27,9 @@ from syncd.restore.listing import (
     session_rows,
     sessions_table,
 )
+from syncd.security.crypto import Crypto, new_master
 from syncd.security.keys import init_encryption, open_crypto
-from syncd.store import LocalStore, Store, layout
+from syncd.store import LocalStore, MemoryStore, Store, layout
 from tests.counting import CountingStore, Counts
 from tests.helpers import write
 from tests.hostile import line
@@ -31,6 +37,7 @@ from tests.test_cli import env_of
 from tests.test_head import PA, PB, PC, A, B, C, settings, tmp_store
 
 PASSPHRASE = "pass phrase for heads 42"
+T0 = 1_800_000_000.0
 HEAD = layout.head_key("m1")
 
 
@@ -164,3 +171,77 @@ def test_a_busy_machines_head_costs_a_head_and_a_get_per_segment_after_it(
     rows = list(session_rows(repo, tmp_path / "none", "m1"))
     assert [r["size"] for r in rows] == [(s.source / PA).stat().st_size]
     assert dict(counts.by_kind()) == {"GET": 1 + 5, "HEAD": 1 + 5}
+
+
+# -- verify ----------------------------------------------------------------------------------
+class Machine:
+    """A machine's writer on a clock of its own: shipper and head writer."""
+
+    def __init__(self, tmp_path: Path, crypto: Crypto | None) -> None:
+        self.t = T0
+        self.store = MemoryStore()
+        self.repo = Repository(self.store, "m1", crypto)
+        self.src = tmp_path / "src"
+        self.sh = Shipper(root=self.src, repo=self.repo, state=State(tmp_path / "st.db"),
+                          selection=Selection(), clock=lambda: self.t)
+        self.head = HeadWriter(self.repo, self.sh.state, bytes(self.src), interval=300,
+                               tombstone_keep=0, clock=lambda: self.t)
+
+    def flush(self, rel: str, data: bytes, at: float, head: bool = True) -> None:
+        self.t = at
+        write(self.src, rel, data, "ab")
+        self.sh.ship([rel.encode()])
+        if head:
+            self.head.write()
+
+    def problems(self, now: float) -> list[str]:
+        return verify(self.repo, head_interval=300, now=now).problems
+
+
+@pytest.fixture(params=["plain", "encrypted"])
+def machine(request: pytest.FixtureRequest, tmp_path: Path) -> Machine:
+    return Machine(tmp_path, None if request.param == "plain" else Crypto(new_master()))
+
+
+def test_verify_reports_a_replayed_head(machine: Machine) -> None:
+    machine.flush(PA, line(A, "/home/u/app", 0), T0)
+    older = machine.store.get(HEAD)
+    machine.flush(PB, line(B, "/home/u/lib", 0), T0 + 1000)
+    assert machine.problems(T0 + 5000) == []
+    machine.store.put(HEAD, older, if_none_match=False)
+    [problem] = machine.problems(T0 + 5000)
+    assert HEAD in problem and "covers flush 0" in problem and "flush 1" in problem
+    # Still after the segments are compacted away (a reader's HEAD no longer sees them).
+    compact(machine.repo)
+    [problem] = machine.problems(T0 + 5000)
+    assert HEAD in problem and "covers flush 0" in problem
+
+
+def test_verify_lets_a_head_lag_by_what_head_interval_allows(machine: Machine) -> None:
+    machine.flush(PA, line(A, "/home/u/app", 0), T0)
+    machine.flush(PA, line(A, "/home/u/app", 1), T0 + 200, head=False)  # within the interval
+    assert machine.problems(T0 + 5000) == []
+    machine.flush(PA, line(A, "/home/u/app", 2), T0 + 900, head=False)  # its write failed
+    [problem] = machine.problems(T0 + 5000)
+    assert HEAD in problem and "flush 2" in problem
+    # Not while that flush may still be finishing (its head comes right after).
+    assert machine.problems(T0 + 1000) == []
+
+
+def test_verify_reports_a_head_ahead_of_the_backup_and_a_flipped_byte(
+        machine: Machine) -> None:
+    machine.flush(PA, line(A, "/home/u/app", 0), T0)
+    machine.sh.state.set_meta(last_flush_seq="7")
+    machine.head.write()
+    [problem] = machine.problems(T0 + 10)
+    assert HEAD in problem and "covers flush 7" in problem and "ahead" in problem
+    machine.sh.state.set_meta(last_flush_seq="0")
+    machine.head.write()
+    assert machine.problems(T0 + 10) == []
+    blob = bytearray(machine.store.get(HEAD))
+    for at in (len(blob) // 2, len(blob) - 1):
+        flipped = bytearray(blob)
+        flipped[at] ^= 0x04
+        machine.store.put(HEAD, bytes(flipped), if_none_match=False)
+        [problem] = machine.problems(T0 + 10)
+        assert HEAD in problem, problem
