@@ -247,6 +247,39 @@ def _objects_row(m: Repository, seen: Seen | None
             "sessions": None, "as_of": None}, problems
 
 
+def last_backups(repo: Repository, names: Iterable[str]
+                 ) -> Iterator[tuple[str, float | None, bool]]:
+    """``(machine, its last backup, whether its objects open with this store's key)`` for
+    each machine in order, from its head (read concurrently as for the listings; no
+    check of the segments after it: a lagging head's time is a little early). None: no
+    head that reads, or nothing flushed yet. In an encrypted store a machine whose head
+    does not read is asked for its ``machine.json`` (one more GET): one that is missing
+    or does not open is no machine of this store's key; a plain store's are all True. A
+    store that does not answer says nothing against a machine (None, True)."""
+    def one(name: str, raw_max: int) -> tuple[float | None, bool]:
+        m = repo.for_machine(name)
+        try:
+            h = m.head(raw_max)
+        except HeadTooLarge:
+            raise _ReadAlone() from None
+        except StoreError:
+            return None, True
+        except FormatError:
+            h = None
+        if h is not None or repo.crypto is None:
+            return (None if h is None else h.time), True
+        try:
+            # Its writer seals the key's fingerprint in: missing, the file is missing.
+            return None, "key" in m.info()
+        except CryptoError:
+            return None, False
+        except StoreError:  # not JSON once opened (so sealed with our key), or no answer
+            return None, True
+
+    for name, (t, opens) in _each_machine(names, one):
+        yield name, t, opens
+
+
 @dataclass(frozen=True)
 class Here:
     """What this machine has of the store's sessions: the ids in its tree, and what

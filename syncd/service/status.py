@@ -18,6 +18,7 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import StoreError
+from syncd.follow.choice import recorded
 from syncd.follow.follower import Cursor, cursors, session_of_any
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store
@@ -101,6 +102,9 @@ def status(settings: Settings, *, probe_store: bool = False,
         "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
         # Machines followed (follow): how far, the last import, what waits, conflicts.
         "following": [],
+        # follow = "*": the last choice of machines (the cap, those left out, those
+        # refused: they do not open this store's key).
+        "follow_all": None,
     }
     if probe_store:
         out["store_reachable"], out["store_error"] = check_store(settings, store)
@@ -132,6 +136,8 @@ def status(settings: Settings, *, probe_store: bool = False,
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     doc = json.loads(note)
                     out[key], out[f"{key}_time"] = str(doc["note"]), float(doc["time"])
+        if "*" in settings.follow:
+            out["follow_all"] = recorded(state)
         followed = cursors(state)
         names = [m for m in settings.follow if m != "*"] + sorted(set(followed) - set(
             settings.follow))
@@ -219,6 +225,16 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}; "
         f"verify {later(jobs.get('verify'))}",
     ]
+    every = s.get("follow_all")
+    if every:
+        # Candidates are the machines not named in follow; named ones count in the cap.
+        lines.append(f"follow *:     {len(every.get('followed') or [])} of "
+                     f"{every.get('candidates', 0)} other machines followed, those backed "
+                     f"up last (at most {every.get('cap', 0)} with the "
+                     f"{every.get('named', 0)} named; chosen {when(every.get('time'))})"
+                     + _names("; left out", every.get("left_out"), every.get("left_out_count"))
+                     + _names("; refused (do not open this store's key)",
+                              every.get("refused"), every.get("refused_count")))
     for f in s.get("following") or []:
         lines.append(f"following:    {f['machine']}: last import {when(f['last_import'])}"
                      + (f", through seq {f['seq']}" if f["seq"] is not None else
@@ -258,6 +274,15 @@ def health(s: dict[str, Any], now: float | None = None) -> list[str]:
     if passed is not None and now - passed < 86400:
         problems.append("an object not ours took a seq (passed over)")
     return problems
+
+
+def _names(label: str, names: Any, count: Any) -> str:
+    """``label``: the first names and how many more (store text made printable)."""
+    if not isinstance(names, list) or not names:
+        return ""
+    more = count - len(names) if isinstance(count, int) and count > len(names) else 0
+    return f"{label}: {printable(', '.join(str(n) for n in names[:10]))}" + (
+        f" and {more + len(names[10:])} more" if more or len(names) > 10 else "")
 
 
 def _ago(seconds: float) -> str:
