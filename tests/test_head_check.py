@@ -20,6 +20,7 @@ from syncd.backup.ship import Shipper
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.repository import Repository
+from syncd.restore import listing
 from syncd.restore.listing import (
     find_session,
     load_all,
@@ -159,7 +160,7 @@ def test_a_lagging_head_with_the_segments_after_it_lists_what_the_backup_lists(
 
 
 def test_a_busy_machines_head_costs_a_head_and_a_get_per_segment_after_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = settings(tmp_path, head_interval=3600)
     write(s.source, PA, line(A, "/home/u/app", 0))
     sync_once(s)
@@ -171,6 +172,11 @@ def test_a_busy_machines_head_costs_a_head_and_a_get_per_segment_after_it(
     rows = list(session_rows(repo, tmp_path / "none", "m1"))
     assert [r["size"] for r in rows] == [(s.source / PA).stat().st_size]
     assert dict(counts.by_kind()) == {"GET": 1 + 5, "HEAD": 1 + 5}
+    # Further behind than a reader folds on (planted objects count): its backup is read.
+    monkeypatch.setattr(listing, "AFTER_HEAD_MAX", 4)
+    counts.calls.clear()
+    assert list(session_rows(repo, tmp_path / "none", "m1")) == rows
+    assert counts.by_kind()["LIST"] >= 2  # its listings: snap/, delta/, seg/
 
 
 # -- verify ----------------------------------------------------------------------------------

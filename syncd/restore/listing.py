@@ -122,7 +122,7 @@ def _brought_up(m: Repository, h: Head, problems: list[str], alone: bool) -> Hea
     seq = h.seq
     while (size := m.size_of(key := layout.segment_key(m.machine, seq + 1))) is not None:
         seq += 1
-        if len(segs) >= AFTER_HEAD_MAX:
+        if seq - h.seq > AFTER_HEAD_MAX:  # readable or not: planted ones cost requests too
             raise _Behind()
         try:
             ix = m.read_index(key, size) if alone else m.read_small_index(key, size)
