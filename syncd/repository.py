@@ -111,6 +111,11 @@ class Repository:
         """One HEAD."""
         return self.store.head(key) is not None
 
+    def size_of(self, key: str) -> int | None:
+        """One HEAD: the object's size (None: there is none)."""
+        info = self.store.head(key)
+        return None if info is None else info.size
+
     def read_range(self, key: str, start: int, length: int | None = None) -> bytes:
         """Raw bytes of an object (a negative ``start`` counts from its end)."""
         return self.store.get(key, start, length)
@@ -211,6 +216,16 @@ class Repository:
     def read_index(self, key: str, size: int | None = None) -> SegmentIndex:
         """The index of the object ``key`` (a segment, pack or manifest): one suffix GET,
         rarely two."""
+        got = self._read_index(key, size, small=False)
+        assert got is not None
+        return got
+
+    def read_small_index(self, key: str, size: int) -> SegmentIndex | None:
+        """``read_index`` when the index lies in the object's last bytes, the one suffix
+        GET (it then expands to 1.5 MiB at most); None when it is larger than that."""
+        return self._read_index(key, size, small=True)
+
+    def _read_index(self, key: str, size: int | None, small: bool) -> SegmentIndex | None:
         where = self.where(key)
         if size is None:
             info = self.store.head(key)
@@ -227,6 +242,8 @@ class Repository:
         if isinstance(got, SegmentIndex):
             return got
         off, length = got
+        if small:
+            return None
         if length > INDEX_MAX:
             raise FormatError(f"{where}: index of {length} bytes, more than the {INDEX_MAX} a "
                               "reader accepts (refusing it)")

@@ -251,12 +251,14 @@ class _Walk:
             ix = self.repo.read_index(key, size)
         except (FormatError, StoreError) as e:
             self.b.errors.append(str(e))
-            return False
+            self.cursor = seq  # passed over, as its writer does (docs/FORMAT.md): one line
+            return True
         if (ix.machine, ix.seq) != (self.b.machine, seq):
             self.b.errors.append(f"{self.repo.where(key)}: index says machine {ix.machine!r} "
                                  f"seq {ix.seq}, not what its key says (foreign or renamed "
                                  "object)")
-            return False
+            self.cursor = seq
+            return True
         if self.at is not None and ix.time > self.at:
             self.stopped, self.later = True, ix.time
             return True

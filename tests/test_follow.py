@@ -595,7 +595,8 @@ def test_follow_all_follows_at_most_so_many_machines(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     """"*" in a team's bucket of thousands: each machine followed costs a HEAD a poll, so
-    at most FOLLOW_ALL_MAX are (those named first), and the rest is said once."""
+    at most FOLLOW_ALL_MAX are (those named first, then those backed up last), and the
+    rest is said once."""
     monkeypatch.setattr(follower_module, "FOLLOW_ALL_MAX", 3)
     others = [Machine(tmp_path, f"m{i}", f"/home/u{i}") for i in range(5)]
     for m in others:
@@ -604,12 +605,15 @@ def test_follow_all_follows_at_most_so_many_machines(
         m.sync(monkeypatch)
     me = Machine(tmp_path, "laptop", "/users/bob", follow=["*", "m4"])
     for f in me.follower(monkeypatch):
-        assert f.machines() == ["m0", "m1", "m4"]
+        assert f.machines() == ["m2", "m3", "m4"]  # m3, then m2, backed up last
         f._polls += 1
-        assert f.machines() == ["m0", "m1", "m4"]  # listed again only every so often
+        assert f.machines() == ["m2", "m3", "m4"]  # listed again only every so often
+        f._polls = follower_module.MACHINES_EVERY
+        assert f.machines() == ["m2", "m3", "m4"]
     said = [r.getMessage() for r in caplog.records if "only 3 are followed" in r.getMessage()]
-    assert said == ['following "*": the store holds 5 other machines; only 3 are followed '
-                    "(name them in follow to choose)"]
+    assert said == ['following "*": the store holds 5 other machines; only 3 are followed, '
+                    "those backed up last (name them in follow to choose; syncd status "
+                    "lists the others)"]
 
 
 def test_a_conflict_labels_none_of_this_machines_own_lines(

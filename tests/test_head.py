@@ -70,6 +70,24 @@ def test_a_head_reads_back_as_written() -> None:
     assert got == h
 
 
+def test_the_generation_that_named_a_sessions_fields_reads_back_and_a_flip_is_refused(
+        ) -> None:
+    h = sample()
+    h.sessions[0].gen, h.sessions[0].fields_gen = 3, 2  # gen 3 names no field yet
+    blob = encode(h)
+    got = decode(blob, "m1", "memory://machines/m1/head")
+    assert got == h and got.sessions[0].named_by == 2 and got.sessions[1].named_by == 1
+    refused = 0
+    for at in range(len(blob)):  # the frame's checksum: no flip reads as another head
+        flipped = bytearray(blob)
+        flipped[at] ^= 0x01
+        try:
+            assert decode(bytes(flipped), "m1", "memory://machines/m1/head") == h
+        except FormatError:
+            refused += 1
+    assert refused > len(blob) * 0.9  # (a few bits zstd never reads change nothing)
+
+
 @pytest.mark.parametrize(("doc", "why"), [
     ({"format": 2}, "format"),
     ({"machine": "m2"}, "written for machine"),

@@ -6,7 +6,7 @@ import pytest
 
 from syncd.backup.ship import Shipper, ship_with_restart
 from syncd.backup.state import State
-from syncd.errors import FormatError, LeaseHeld, StoreError
+from syncd.errors import LeaseHeld, StoreError
 from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
 from syncd.store import MemoryStore, ObjectInfo
@@ -180,13 +180,16 @@ def test_lost_state_is_rebuilt_from_the_store(tmp_path: Path) -> None:
     assert r.raw_bytes == 5
 
 
-def test_adopt_refuses_a_foreign_segment(tmp_path: Path) -> None:
+def test_a_foreign_segment_at_our_seq_is_passed_over_not_adopted(tmp_path: Path) -> None:
     src, store = tmp_path / "src", MemoryStore()
     write(src, S1, b"x")
     shipper(src, store, tmp_path / "a.db", machine="other").ship([S1.encode()])
     store.put(segment_key("m1", 0), store.get(segment_key("other", 0)))
-    with pytest.raises(FormatError, match="not by us"):
-        shipper(src, store, tmp_path / "b.db").recover()
+    sh = shipper(src, store, tmp_path / "b.db")
+    assert sh.recover() == 1
+    assert sh.state.next_seq == 1 and sh.state.get(S1.encode()) is None
+    assert sh.state.passed_over() == {0}
+    assert sh.ship([S1.encode()]).segments == [1]
 
 
 def test_large_flush_is_split_into_bounded_segments(tmp_path: Path) -> None:

@@ -69,6 +69,9 @@ class CompactOptions:
     # The newest seq the store confirmed to this machine's writer (None: unknown). A newest
     # manifest beyond it is no compaction's of ours: building on it would delete segments.
     acknowledged: int | None = None
+    # Seqs this machine's writer passed over (an object not its segment held them): such
+    # an object is folded as an empty point, then deleted with the segments.
+    passed_over: Collection[int] = ()
     # A compaction folds the segments since the last one into a delta; a manifest is
     # written instead once this many deltas follow the newest one (a restore reads each),
     # or when the segments are too big for one delta.
@@ -218,7 +221,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                                f"(run syncd verify): {err}") from err
     chain = repo.delta_chain(top, opts.acknowledged, rep.errors)
     head = chain[-1].hi if chain else top
-    segs = _segments(repo, head, rep, opts.acknowledged)
+    segs = _segments(repo, head, rep, _covered(repo, opts.acknowledged), opts.passed_over)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
     entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
     # A long chain is rebased by the compaction that would lengthen it (max_chain 0: a
@@ -357,11 +360,29 @@ def _frame_bytes(repo: Repository, key: str, size: int) -> int:
     return max(0, min(size, int(off)) - HEADER.size)
 
 
-def _segments(repo: Repository, after: int, rep: CompactReport,
-              upto: int | None = None) -> list[tuple[str, int, SegmentIndex]]:
+def _covered(repo: Repository, upto: int | None) -> int | None:
+    """The newest seq to fold: what the writer's state confirmed (``upto``), and no further
+    than the machine's head covers. Readers of the head fold the segments after it onto
+    it, so those stay segments until a head covers them (a busy machine's head lags up
+    to head_interval). A head that does not read bounds nothing: its readers read the
+    backup."""
+    try:
+        h = repo.head()
+    except FormatError:
+        return upto
+    if h is None:
+        return upto
+    return h.seq if upto is None else min(upto, h.seq)
+
+
+def _segments(repo: Repository, after: int, rep: CompactReport, upto: int | None = None,
+              passed: Collection[int] = ()) -> list[tuple[str, int, SegmentIndex]]:
     """The readable segments after ``after`` (up to ``upto``, the newest the writer's
-    state knows), in order, up to the first gap or damage."""
+    state knows), in order, up to the first gap or damage. An object the writer passed
+    over (``passed``) is an empty point with the time of the segment after it (none
+    yet: it waits for one)."""
     out = []
+    waiting: list[tuple[str, int, int]] = []
     expected = after + 1
     for key, size in repo.segments(after):
         seq = layout.segment_seq(key)
@@ -373,13 +394,24 @@ def _segments(repo: Repository, after: int, rep: CompactReport,
             break
         try:
             ix = repo.read_index(key, size)
-        except (FormatError, StoreError) as e:
+        except StoreError as e:
             rep.errors.append(f"{e}; compacting only up to it")
             break
-        if (ix.machine, ix.seq) != (repo.machine, seq):
-            rep.errors.append(f"{repo.where(key)}: index says machine {ix.machine!r} seq "
-                              f"{ix.seq}, not what its key says; compacting only up to it")
-            break
+        except FormatError as e:
+            bad: str | None = str(e)
+        else:
+            bad = None if (ix.machine, ix.seq) == (repo.machine, seq) else \
+                f"{repo.where(key)}: index says machine {ix.machine!r} seq {ix.seq}, not " \
+                "what its key says"
+        if bad is not None:
+            if seq not in passed:
+                rep.errors.append(f"{bad}; compacting only up to it")
+                break
+            waiting.append((key, size, seq))
+            expected += 1
+            continue
+        out += [(k, n, SegmentIndex(repo.machine, s, ix.time)) for k, n, s in waiting]
+        waiting = []
         out.append((key, size, ix))
         expected += 1
     return out

@@ -32,7 +32,7 @@ def compact_options(settings: Settings, *, dry_run: bool = False) -> CompactOpti
         tombstone_keep=_duration("tombstone_keep", settings.tombstone_keep),
         dry_run=dry_run, spool_dir=settings.state_dir,
         lock=settings.state_dir / f"compact-{settings.machine_id}.lock",
-        acknowledged=acknowledged_seq(settings))
+        acknowledged=acknowledged_seq(settings), passed_over=passed_over(settings))
 
 
 def policy_of(settings: Settings) -> Policy:
@@ -83,6 +83,17 @@ def acknowledged_seq(settings: Settings) -> int | None:
     state = State(settings.state_file, readonly=True)
     try:
         return state.next_seq - 1
+    finally:
+        state.close()
+
+
+def passed_over(settings: Settings) -> set[int]:
+    """The seqs this machine's writer passed over (``Shipper``): not its segments."""
+    if not settings.state_file.exists():
+        return set()
+    state = State(settings.state_file, readonly=True)
+    try:
+        return state.passed_over()
     finally:
         state.close()
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncd.config import format_time
 from syncd.errors import FormatError, StoreError
 from syncd.format.segment import HEADER, PACK_KIND, Extent
 from syncd.format.snapshot import Entry, Group, Manifest, current
@@ -32,6 +33,11 @@ from syncd.store import layout
 _SPAN = 8 << 20
 # Per-file problems of one manifest beyond this many are counted, not listed.
 _EXAMPLES = 10
+# The writer's default head_interval, and the slack a head gets beyond it: a head is
+# written after the flush it covers is confirmed (a flush's time is when it began), and
+# a verify may look between the two.
+HEAD_INTERVAL = 300.0
+HEAD_SLACK = 300.0
 
 
 @dataclass
@@ -72,7 +78,8 @@ class VerifyReport:
 def verify(repo: Repository, *, read_data: float = 0.0,
            max_duration: float | None = None, rng: random.Random | None = None,
            clock: Callable[[], float] = time.monotonic,
-           progress: Meter | None = None, acknowledged: int | None = None) -> VerifyReport:
+           progress: Meter | None = None, acknowledged: int | None = None,
+           head_interval: float = HEAD_INTERVAL, now: float | None = None) -> VerifyReport:
     """Check the repository machine's backup; what is wrong goes to the report's
     ``problems``.
 
@@ -82,7 +89,8 @@ def verify(repo: Repository, *, read_data: float = 0.0,
     ``StoreError``: then nothing can be judged. ``progress`` is told the stored bytes
     to sample, then each frame checked. ``acknowledged``: the newest seq the store
     confirmed to this machine's writer (its state knows): a store whose segments end
-    before it has lost some.
+    before it has lost some. ``head_interval``: how far the machine's head may lag its
+    flushes (its writer's setting); ``now``: the wall time to judge that by.
     """
     if not 0.0 <= read_data <= 100.0:
         raise ValueError(f"read_data is a percentage from 0 to 100, not {read_data}")
@@ -131,6 +139,8 @@ def verify(repo: Repository, *, read_data: float = 0.0,
                       f"missing: segments {newest + 1:016x}..{acknowledged:016x} were "
                       "confirmed to this machine's writer and are not in the store (lost or "
                       "deleted; the writer ships their files again at its next start)")
+    if layout.head_key(machine) in listing:  # none: an older writer's machine
+        v.check_head(head_interval, time.time() if now is None else now)
     if read_data > 0:
         v.sample(read_data / 100.0, rng or random.Random(), clock, deadline)
     return rep
@@ -176,6 +186,9 @@ class _Verifier:
         # Stored frames the backup needs: what the data sample is drawn from.
         self.population: dict[tuple[str, int], Extent] = {}
         self.sampled = 0
+        # The time of each flush a readable object names (seq → time): what the head
+        # is held to.
+        self.flushes: dict[int, float] = {}
 
     def where(self, key: str) -> str:
         return self.repo.where(key)
@@ -201,6 +214,7 @@ class _Verifier:
         if m.machine != self.machine:
             self.problem(key, f"written by machine {m.machine!r} (foreign or renamed object)")
             return None
+        self.flushes[m.seq] = m.time
         return m, groups
 
     def check_reference(self, m: Manifest, groups: dict[str, Group]
@@ -327,6 +341,7 @@ class _Verifier:
                                   "renamed object)")
                 continue
             self.add(key, self.inside(key, self.listing[key], d.index.extents))
+            self.flushes.update((p.seq, p.time) for p in d.points)
             if lo <= top + 1 < hi + 1:  # the chain's next one (the widest of a start)
                 top = hi
         return top
@@ -352,7 +367,45 @@ class _Verifier:
                 self.problem(key, f"index says machine {ix.machine!r} seq {ix.seq}, not what "
                                   "its key says (foreign or renamed object)")
                 continue
+            self.flushes[seq] = ix.time
             self.add(key, self.inside(key, self.listing[key], ix.extents))
+
+    def check_head(self, interval: float, now: float) -> None:
+        """The head reads, covers no flush the store does not list, and lags the flushes
+        no more than its writer lets it: rewritten at most every ``interval`` while
+        flushes come (so a flush made that long after the head was written is in the
+        next one), at once for a new session, at a clean stop."""
+        key = layout.head_key(self.machine)
+        self.rep.checked_objects += 1
+        try:
+            h = self.repo.head()
+        except (FormatError, StoreError) as e:
+            self.rep.problems.append(_named(self.where(key), e))
+            return
+        if h is None:  # gone since the listing
+            return
+        listed = [seq for seq, _ in self.segment_keys(-1)]
+        for k in self.listing:
+            kind = layout.kind_of(k)
+            if kind == "delta" and (rng := layout.delta_range(k)) is not None:
+                listed.append(rng[1])
+            elif kind == "snap" and (sid := layout.snapshot_id(k)) is not None:
+                listed.append(sid[0])
+        newest = max(listed, default=-1)
+        if h.seq > newest:
+            self.problem(key, f"covers flush {h.seq}, but the newest the store holds is "
+                              f"{newest}: a head ahead of its backup (the store was rolled "
+                              "back, or the head is not its writer's)")
+            return
+        late = sorted((seq, t) for seq, t in self.flushes.items() if seq > h.seq
+                      and h.written + interval + HEAD_SLACK <= t <= now - HEAD_SLACK)
+        if late:
+            seq, t = late[0]
+            self.problem(key, f"covers flush {h.seq} (written {format_time(h.written)}), "
+                              f"but flush {seq} of {format_time(t)} came more than "
+                              f"head_interval ({interval:g} s) after it and is not in it: "
+                              "an older head put back, or its writer cannot write it "
+                              "(readers fold only the segments after a head onto it)")
 
     def sample(self, share: float, rng: random.Random, clock: Callable[[], float],
                deadline: float | None) -> None:

@@ -97,8 +97,9 @@ class HeadWriter:
                 continue
             # The fields of the newest generation that named any, as a reader of the
             # backup folds them (a generation that names none yet keeps the last ones).
-            _, fields = catalog.get(f.path, (0, {}))
-            sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at, fields))
+            named, fields = catalog.get(f.path, (0, {}))
+            sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at, fields,
+                                        named if fields and named != f.gen else None))
         h = Head(self.repo.machine, written, seq, float(flushed) if flushed else None,
                  machine_facts(self.root), dict(self._objects), sessions)
         if self.lease is not None:

@@ -31,6 +31,7 @@ from syncd.errors import (
     BackupError,
     FormatError,
     NoBackup,
+    NotFound,
     StateError,
     SyncError,
 )
@@ -67,6 +68,9 @@ def merged_from(machine: str) -> str:
 REVIVE_WITHIN = 179 * 86400.0
 # A snapshot this many seqs ahead of the state is no writer's: years of flushes.
 MAX_AHEAD = 1 << 32
+# Passed-over seqs the state remembers until compaction folds them (each one took a
+# planted object: a PUT of whoever planted it).
+PASSED_KEPT = 4096
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
 # transcripts are append-only, and a rewrite touches the head or the tail.
 CHECK_HEAD = 4 << 10
@@ -193,9 +197,8 @@ class Shipper:
         if folded >= self.state.next_seq:
             self._adopt_deltas(folded)
             adopted += 1
-        while self.repo.exists(layout.segment_key(self.machine, self.state.next_seq)):
-            self._adopt(self.state.next_seq)
-            adopted += 1
+        self._forget_passed(lambda seq: seq <= folded)  # compaction folded them
+        adopted += self._take_next()
         if not self._audited:
             try:
                 adopted += len(self.audit(snaps))
@@ -229,12 +232,15 @@ class Shipper:
         if not missing:
             self._audited = True
             return set()
+        # A seq passed over whose object went since held nothing of ours: it only gets
+        # its stand-in (or is written anew), nothing is shipped again, nothing is said.
+        lost = [seq for seq in missing if seq not in self.state.passed_over()]
         try:
-            view = load_backup(self.repo)
+            view = load_backup(self.repo) if lost else Backup(self.machine, {})
         except NoBackup:  # everything is gone
             view = Backup(self.machine, {})
         marks: list[FileState] = []
-        for row in self.state.files():
+        for row in self.state.files() if lost else ():
             have = view.files.get(row.path)
             if row.deleted_at is not None:
                 # Its tombstone was lost when the store still shows it live; a file the
@@ -255,12 +261,15 @@ class Shipper:
                 self._fill(seq, self._time_near(seq, present))
         if newest < last:
             self.state.set_meta(next_seq=str(newest + 1))
-        note = (f"segments {_seqs(missing)} of machine {self.machine}, confirmed earlier, are "
+            self._forget_passed(lambda seq: seq > newest)  # free again: written anew
+        self._audited = True
+        if not lost:
+            return self.repair
+        note = (f"segments {_seqs(lost)} of machine {self.machine}, confirmed earlier, are "
                 f"missing from {self.repo.url}: shipping {len(marks)} files again from the "
                 "local tree")
         log.warning("%s", note)
         self.state.set_meta(store_repair=json.dumps({"time": self.clock(), "note": note}))
-        self._audited = True
         return self.repair
 
     def _missing(self, snaps: list[tuple[int, int, str]], last: int
@@ -309,12 +318,36 @@ class Shipper:
         self.repo.write_info(doc)  # one written by an earlier run stays
         self.state.set_meta(machine_json="1")
 
-    def _adopt(self, seq: int) -> None:
+    def _take_next(self) -> int:
+        """Adopt or pass over whatever holds our next seq, as long as something does (one
+        HEAD when nothing does); returns how many seqs it moved past."""
+        moved = 0
+        while (size := self.repo.size_of(layout.segment_key(
+                self.machine, self.state.next_seq))) is not None:
+            if not self._adopt(self.state.next_seq, size):
+                break
+            moved += 1
+        return moved
+
+    def _adopt(self, seq: int, size: int) -> bool:
+        """Adopt the object at our next seq ``seq`` when it is our segment of that seq (an
+        earlier run stopped between PUT and commit); pass the seq over when it is not.
+        False: it went meanwhile, the seq is free again."""
         key = layout.segment_key(self.machine, seq)
-        ix = self.repo.read_index(key)
+        if self.lease is not None:
+            # A writer that took our lease over may have written it: not our own past.
+            self.lease.verify()
+        try:
+            ix = self.repo.read_index(key, size)
+        except NotFound:
+            return False
+        except FormatError as err:
+            self._pass_over(seq, str(err))
+            return True
         if ix.machine != self.machine or ix.seq != seq:
-            raise FormatError(f"{self.repo.where(key)}: written by machine {ix.machine!r} "
-                               f"seq {ix.seq}, not by us; refusing to continue")
+            self._pass_over(seq, f"{self.repo.where(key)}: its index says machine "
+                                 f"{ix.machine!r} seq {ix.seq}")
+            return True
         ends: dict[bytes, tuple[int, int, int, int]] = {}
         held: dict[bytes, list[Extent]] = {}
         for e in ix.extents:
@@ -330,6 +363,25 @@ class Shipper:
         self.state.commit(seq, updates, ix.sessions)
         log.warning("adopted segment %s already in the store (%d files): a previous run "
                     "stopped between upload and commit", key, len(updates))
+        return True
+
+    def _pass_over(self, seq: int, why: str) -> None:
+        """An object that is not this machine's segment of ``seq`` holds it (planted,
+        damaged, foreign): the next flush takes the next seq (docs/FORMAT.md, "A seq
+        passed over"). None of our bytes are in it, so nothing is lost; readers report
+        it and walk on."""
+        note = (f"{why}: not this machine's segment {seq:016x}, so that seq is passed over "
+                f"(the next flush takes {seq + 1:016x})")
+        log.warning("%s", note)
+        passed = sorted(self.state.passed_over() | {seq})[-PASSED_KEPT:]
+        self.state.set_meta(next_seq=str(seq + 1), passed_over=json.dumps(passed),
+                            passed_over_note=json.dumps({"time": self.clock(), "note": note}))
+
+    def _forget_passed(self, done: Callable[[int], bool]) -> None:
+        passed = self.state.passed_over()
+        if any(done(seq) for seq in passed):
+            self.state.set_meta(passed_over=json.dumps(sorted(
+                seq for seq in passed if not done(seq))))
 
     def _adopt_snapshot(self, key: str) -> None:
         # Our state is older than the store's newest snapshot (it was lost, or restored
@@ -491,11 +543,9 @@ class Shipper:
         try:
             job.result()
         except AlreadyExists:
-            # Someone (our own earlier run) wrote this seq: adopt it and start over. Only
-            # while the lease is still ours: a writer that took over is not our past.
-            if self.lease is not None:
-                self.lease.verify()
-            self._adopt(seq)
+            # Someone (our own earlier run, or whoever planted an object) holds this seq:
+            # adopted or passed over (only while the lease is still ours), then again.
+            self._take_next()
             raise _Restart() from None
         self.state.commit(seq, batch.updates.values(), batch.writer.index.sessions)
         result.segments.append(seq)

@@ -195,6 +195,15 @@ class State:
     def next_seq(self) -> int:
         return int(self.meta("next_seq", "0") or 0)
 
+    def passed_over(self) -> set[int]:
+        """The seqs the shipper passed over (an object that is not this machine's segment
+        of that seq held them) since the last compaction folded them."""
+        try:
+            seqs = json.loads(self.meta("passed_over") or "[]")
+        except ValueError:
+            return set()
+        return {s for s in seqs if type(s) is int} if isinstance(seqs, list) else set()
+
     # -- files --------------------------------------------------------------
     # Rows are read from SQLite when asked for, not held in memory: a daemon tracking
     # 10 000 files would keep ~4.5 MB of them for the hourly scan that reads each once.

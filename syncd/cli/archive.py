@@ -134,7 +134,8 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
     mine = repo.machine == settings.machine_id
     with meter("verifying") as m:
         r = verify(repo, read_data=read_data, max_duration=max_duration, progress=m,
-                   acknowledged=acknowledged_seq(settings) if mine else None)
+                   acknowledged=acknowledged_seq(settings) if mine else None,
+                   head_interval=settings.head_interval)
     if r.ok and mine:
         record_job(settings, "verify")
     if as_json:

@@ -28,6 +28,7 @@ from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection, tree_writable
 from syncd.config import Settings
 from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
+from syncd.follow.choice import choose, record
 from syncd.follow.quiet import Quiet, intact
 from syncd.format.catalog import session_of, session_of_any
 from syncd.format.segment import SegmentIndex
@@ -52,7 +53,7 @@ FAILED_WAIT_MAX = 64
 SEGMENTS_MAX = 256
 # With follow = "*", the store's machines are listed again every this many polls; at
 # most this many of them are followed (each costs a HEAD a poll; a team's bucket may
-# hold thousands): those named in the config, then the others in name order.
+# hold thousands): those named in the config, then the others backed up last.
 MACHINES_EVERY = 20
 FOLLOW_ALL_MAX = 64
 # Polls a machine that keeps failing waits at most (at 30 s each: an hour).
@@ -219,7 +220,6 @@ class Follower:
         self.me = repo.machine
         self.cursors = cursors(state)
         self._machines: list[str] = []
-        self._left_out = 0  # machines "*" leaves out (said once)
         self._polls = 0
         self._repos: dict[str, _Remembered] = {}
         # A failing machine: (the poll it is tried again at, the wait that was).
@@ -246,14 +246,12 @@ class Follower:
         if "*" not in self.settings.follow:
             return named
         if self._polls % MACHINES_EVERY == 0:
+            # Those backed up last, by their heads; never one that does not open this
+            # store's key (follow/choice.py).
             others = [m for m in self.repo.machines() if m != self.me and m not in named]
-            room = max(0, FOLLOW_ALL_MAX - len(named))
-            if len(others) > room and len(others) != self._left_out:
-                log.warning('following "*": the store holds %d other machines; only %d are '
-                            "followed (name them in follow to choose)", len(others) +
-                            len(named), FOLLOW_ALL_MAX)
-            self._left_out = len(others) if len(others) > room else 0
-            self._machines = others[:room]
+            chosen = choose(self.repo, others, len(named), FOLLOW_ALL_MAX, self.clock())
+            record(self.state, chosen)
+            self._machines = chosen.followed
         return sorted(set(self._machines) | set(named))
 
     def poll(self) -> None:

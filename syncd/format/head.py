@@ -41,6 +41,10 @@ class HeadSession:
     size: int
     deleted_at: float | None = None
     fields: dict[str, str] = field(default_factory=dict)
+    # The generation whose lines named ``fields`` when it is not ``gen`` (a newer
+    # generation that names none yet keeps them): a reader folding later segments onto
+    # the head folds them as a backup's reader would.
+    fields_gen: int | None = None
 
     @property
     def session_id(self) -> str:
@@ -51,6 +55,11 @@ class HeadSession:
     def session(self, machine: str) -> Session:
         return Session(self.session_id, machine, self.path, self.gen, self.size,
                        self.deleted_at, fields=dict(self.fields))
+
+    @property
+    def named_by(self) -> int:
+        """The generation whose lines named ``fields``."""
+        return self.gen if self.fields_gen is None else self.fields_gen
 
 
 @dataclass
@@ -72,9 +81,13 @@ def encode(h: Head) -> bytes:
         "sessions": [{**encode_path(s.path), "gen": s.gen, "size": s.size,
                       **({"deleted_at": s.deleted_at} if s.deleted_at is not None else {}),
                       "fields": {k: v[:HEAD_FIELD_MAX] for k, v in s.fields.items()
-                                 if k in _FIELDS}}
+                                 if k in _FIELDS},
+                      **({"fields_gen": s.fields_gen} if s.fields_gen not in (None, s.gen)
+                         and s.fields else {})}
                      for s in h.sessions]}
-    return zstandard.ZstdCompressor(level=3).compress(
+    # With its content checksum: a flipped byte of a plain store's head fails to read
+    # (a sealed one fails its tag anyway).
+    return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(
         json.dumps(doc, separators=(",", ":")).encode())
 
 
@@ -145,6 +158,9 @@ def _session(s: Any) -> HeadSession:
     fields = s.get("fields", {})
     if not isinstance(fields, dict):
         raise ValueError(f"{path[:200]!r}: fields is not a JSON object")
+    named = s.get("fields_gen")
+    if named is not None and (type(named) is not int or not 0 <= named < 1 << 63):
+        raise ValueError(f"{path[:200]!r}: bad fields_gen")
     return HeadSession(path, gen, size, None if deleted is None else when(deleted),
                        {k: v[:FIELD_MAX] for k, v in fields.items()
-                        if k in _FIELDS and isinstance(v, str)})
+                        if k in _FIELDS and isinstance(v, str)}, named)

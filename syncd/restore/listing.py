@@ -8,9 +8,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from syncd.errors import BackupError, CryptoError, FormatError, LookupFailed, NoBackup, StoreError
-from syncd.format.catalog import Session
-from syncd.format.head import HEAD_RAW_MAX, Head, HeadTooLarge
+from syncd.errors import (
+    BackupError,
+    CryptoError,
+    FormatError,
+    LookupFailed,
+    NoBackup,
+    NotFound,
+    StoreError,
+)
+from syncd.format.catalog import Session, session_of
+from syncd.format.head import HEAD_RAW_MAX, Head, HeadSession, HeadTooLarge
+from syncd.format.points import apply, apply_catalog, point_of
+from syncd.format.segment import SegmentIndex
+from syncd.format.snapshot import Entry
 from syncd.repository import Repository
 from syncd.seen import Seen
 from syncd.store import layout
@@ -22,6 +33,10 @@ R = TypeVar("R")
 # reading threads (and the results waiting their turn) each hold a few MiB at most, not
 # a catalog of hundreds of thousands of sessions each.
 SHARED_RAW_MAX = 1 << 20
+# Segments after a machine's head a reader folds onto it: a busy machine's head lags up
+# to head_interval (300 s: 75 flushes at one every 4 s). A head further behind is read
+# past: its machine's backup is read instead.
+AFTER_HEAD_MAX = 256
 
 
 class _ReadAlone(Exception):
@@ -69,18 +84,91 @@ def machine_rows(repo: Repository, seen: Seen | None = None,
 
 def _head_of(repo: Repository, raw_max: int, seen: Seen | None
              ) -> tuple[Head | None, list[str]]:
-    """The machine's head, or None and why (none: an older writer's machine);
-    ``_ReadAlone`` beyond ``raw_max``. ``seen``: a head older than one read here
-    before is a line (it is listed all the same)."""
+    """The machine's head with the segments written after it folded on, or None and why
+    (its backup is then read: an older writer's machine has no head); ``_ReadAlone``
+    beyond ``raw_max``. ``seen``: a head older than one read here before is a line (it
+    is listed all the same)."""
     try:
         h = repo.head(raw_max)
     except HeadTooLarge:  # never at HEAD_RAW_MAX
         raise _ReadAlone() from None
     except (FormatError, StoreError) as e:
         return None, [f"{e} (its backup is read instead)"]
-    problem = None if seen is None or h is None or h.seq < 0 else \
-        seen.check_head(repo.machine, h.seq)
-    return h, [problem] if problem else []
+    if h is None:
+        return None, []
+    problem = None if seen is None or h.seq < 0 else seen.check_head(repo.machine, h.seq)
+    problems = [problem] if problem else []
+    after: list[str] = []  # what the segments after it had to say
+    try:
+        return _brought_up(repo, h, after, alone=raw_max >= HEAD_RAW_MAX), problems + after
+    except _Behind:  # the backup's reader says it all
+        return None, problems
+    except StoreError as e:
+        return None, [*problems, f"{e} (its backup is read instead)"]
+
+
+class _Behind(Exception):
+    """A head further behind its backup than a reader folds on: the backup is read."""
+
+
+def _brought_up(m: Repository, h: Head, problems: list[str], alone: bool) -> Head:
+    """``h`` with the segments its machine flushed after it folded on, as a reader of the
+    backup folds them: a HEAD of the next segment's key, which an idle machine's head
+    answers (a busy machine's head lags up to ``head_interval``: then an index read and
+    a HEAD per segment since). A head ``AFTER_HEAD_MAX`` segments behind, or one whose
+    next segments were compacted meanwhile, is ``_Behind``; a segment that does not
+    read is a line and passed over, as a reader of the backup does."""
+    segs: list[tuple[SegmentIndex, int]] = []
+    seq = h.seq
+    while (size := m.size_of(key := layout.segment_key(m.machine, seq + 1))) is not None:
+        seq += 1
+        if seq - h.seq > AFTER_HEAD_MAX:  # readable or not: planted ones cost requests too
+            raise _Behind()
+        try:
+            ix = m.read_index(key, size) if alone else m.read_small_index(key, size)
+        except NotFound:  # compacted since the HEAD: the backup has it
+            raise _Behind() from None
+        except FormatError as e:
+            problems.append(str(e))
+            continue
+        if ix is None:  # a large index: read by the calling thread
+            raise _ReadAlone()
+        if (ix.machine, ix.seq) != (m.machine, seq):
+            problems.append(f"{m.where(key)}: index says machine {ix.machine!r} seq "
+                            f"{ix.seq}, not what its key says (foreign or renamed object)")
+            continue
+        segs.append((ix, size))
+    return _folded(h, segs) if segs else h
+
+
+def _folded(h: Head, segs: list[tuple[SegmentIndex, int]]) -> Head:
+    """A head as if written after the segments ``segs`` (the rules of "Reading a file
+    back" and of the catalog, as ``view`` applies them)."""
+    files = {s.path: Entry(s.path, s.gen, s.size, deleted_at=s.deleted_at)
+             for s in h.sessions}
+    named = {s.path: Session(s.session_id, h.machine, s.path, s.named_by,
+                             fields=dict(s.fields)) for s in h.sessions}
+    # Where a generation starts: the head's (its bytes are in the backup) or a segment's.
+    held = {(s.path, s.gen) for s in h.sessions} | {
+        (x.path, x.gen) for ix, _ in segs for x in ix.extents if x.start == 0}
+
+    def transcript(path: bytes) -> bool:
+        return session_of(path) is not None
+
+    for ix, _ in segs:
+        p = point_of(ix)
+        apply(p, files, wanted=transcript, held=lambda path, gen: (path, gen) in held)
+        apply_catalog(p, named, h.machine, transcript)
+    sessions = []
+    for path, e in files.items():
+        s = named.get(path)
+        sessions.append(HeadSession(path, e.gen, e.size, e.deleted_at,
+                                    {} if s is None else s.fields,
+                                    None if s is None or s.gen == e.gen else s.gen))
+    n, stored = h.objects.get("seg", (0, 0))
+    objects = {**h.objects, "seg": (n + len(segs), stored + sum(size for _, size in segs))}
+    last = segs[-1][0]
+    return Head(h.machine, h.written, last.seq, last.time, h.info, objects, sessions)
 
 
 def _machine_row(repo: Repository, machine: str, seen: Seen | None, raw_max: int
@@ -157,6 +245,39 @@ def _objects_row(m: Repository, seen: Seen | None
             "snapshots": kinds.count("snap"), "deltas": len(deltas),
             "stored_bytes": sum(o.size for o in objects), "last_backup": last,
             "sessions": None, "as_of": None}, problems
+
+
+def last_backups(repo: Repository, names: Iterable[str]
+                 ) -> Iterator[tuple[str, float | None, bool]]:
+    """``(machine, its last backup, whether its objects open with this store's key)`` for
+    each machine in order, from its head (read concurrently as for the listings; no
+    check of the segments after it: a lagging head's time is a little early). None: no
+    head that reads, or nothing flushed yet. In an encrypted store a machine whose head
+    does not read is asked for its ``machine.json`` (one more GET): one that is missing
+    or does not open is no machine of this store's key; a plain store's are all True. A
+    store that does not answer says nothing against a machine (None, True)."""
+    def one(name: str, raw_max: int) -> tuple[float | None, bool]:
+        m = repo.for_machine(name)
+        try:
+            h = m.head(raw_max)
+        except HeadTooLarge:
+            raise _ReadAlone() from None
+        except StoreError:
+            return None, True
+        except FormatError:
+            h = None
+        if h is not None or repo.crypto is None:
+            return (None if h is None else h.time), True
+        try:
+            # Its writer seals the key's fingerprint in: missing, the file is missing.
+            return None, "key" in m.info()
+        except CryptoError:
+            return None, False
+        except StoreError:  # not JSON once opened (so sealed with our key), or no answer
+            return None, True
+
+    for name, (t, opens) in _each_machine(names, one):
+        yield name, t, opens
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,8 @@ class Archiver:
                 else:
                     share, limit = verify_budget(s)
                     report = verify(repo, read_data=share, max_duration=limit,
-                                    acknowledged=acknowledged_seq(s))
+                                    acknowledged=acknowledged_seq(s),
+                                    head_interval=s.head_interval)
                     result = report.as_dict()
                     if not report.ok:
                         raise CompactError(f"verify found {len(report.problems)} problems: "

@@ -18,6 +18,7 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import StoreError
+from syncd.follow.choice import recorded
 from syncd.follow.follower import Cursor, cursors, session_of_any
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store
@@ -94,9 +95,16 @@ def status(settings: Settings, *, probe_store: bool = False,
         # The last time the writer found segments missing from the store, and what it did.
         "store_repair": None,
         "store_repair_time": None,
+        # The last object that held this machine's next seq without being its segment
+        # (planted, damaged, foreign): that seq was passed over.
+        "passed_over": None,
+        "passed_over_time": None,
         "next_jobs": {"reconcile": None, "compaction": None, "prune": None, "verify": None},
         # Machines followed (follow): how far, the last import, what waits, conflicts.
         "following": [],
+        # follow = "*": the last choice of machines (the cap, those left out, those
+        # refused: they do not open this store's key).
+        "follow_all": None,
     }
     if probe_store:
         out["store_reachable"], out["store_error"] = check_store(settings, store)
@@ -122,12 +130,14 @@ def status(settings: Settings, *, probe_store: bool = False,
         for key in ("last_compaction_time", "last_prune_time", "last_verify_time"):
             value = state.meta(key)
             out[key] = float(value) if value else None
-        repair = state.meta("store_repair")
-        if repair:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                doc = json.loads(repair)
-                out["store_repair"], out["store_repair_time"] = str(doc["note"]), \
-                    float(doc["time"])
+        for key, meta in (("store_repair", "store_repair"), ("passed_over", "passed_over_note")):
+            note = state.meta(meta)
+            if note:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    doc = json.loads(note)
+                    out[key], out[f"{key}_time"] = str(doc["note"]), float(doc["time"])
+        if "*" in settings.follow:
+            out["follow_all"] = recorded(state)
         followed = cursors(state)
         names = [m for m in settings.follow if m != "*"] + sorted(set(followed) - set(
             settings.follow))
@@ -207,6 +217,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"errors:       {s.get('errors_last_hour', 0)} in the last hour",
         f"store repair: {s['store_repair']} ({when(s.get('store_repair_time'))})"
         if s.get("store_repair") else "store repair: none needed",
+        *([f"passed over:  {printable(s['passed_over'])} ({when(s.get('passed_over_time'))})"]
+          if s.get("passed_over") else []),
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
         f"verify:       {when(s.get('last_verify_time'))}",
@@ -214,6 +226,16 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}; "
         f"verify {later(jobs.get('verify'))}",
     ]
+    every = s.get("follow_all")
+    if every:
+        # Candidates are the machines not named in follow; named ones count in the cap.
+        lines.append(f"follow *:     {len(every.get('followed') or [])} of "
+                     f"{every.get('candidates', 0)} other machines followed, those backed "
+                     f"up last (at most {every.get('cap', 0)} with the "
+                     f"{every.get('named', 0)} named; chosen {when(every.get('time'))})"
+                     + _names("; left out", every.get("left_out"), every.get("left_out_count"))
+                     + _names("; refused (do not open this store's key)",
+                              every.get("refused"), every.get("refused_count")))
     for f in s.get("following") or []:
         lines.append(f"following:    {f['machine']}: last import {when(f['last_import'])}"
                      + (f", through seq {f['seq']}" if f["seq"] is not None else
@@ -254,10 +276,22 @@ def health(s: dict[str, Any], now: float | None = None) -> list[str]:
     repaired = s.get("store_repair_time")
     if repaired is not None and now - repaired < 86400:
         problems.append("the store lost segments (shipped again)")
+    passed = s.get("passed_over_time")
+    if passed is not None and now - passed < 86400:
+        problems.append("an object not ours took a seq (passed over)")
     for f in s.get("following") or []:
         if f.get("problem"):
             problems.append(f"following {f['machine']}: {printable(f['problem'])[:200]}")
     return problems
+
+
+def _names(label: str, names: Any, count: Any) -> str:
+    """``label``: the first names and how many more (store text made printable)."""
+    if not isinstance(names, list) or not names:
+        return ""
+    more = count - len(names) if isinstance(count, int) and count > len(names) else 0
+    return f"{label}: {printable(', '.join(str(n) for n in names[:10]))}" + (
+        f" and {more + len(names[10:])} more" if more or len(names) > 10 else "")
 
 
 def _ago(seconds: float) -> str:
