@@ -261,10 +261,12 @@ class State:
                           "src_size, at FROM imported WHERE path=?", (path,))
         return _imported(rows[0]) if rows else None
 
-    def imports(self) -> list[ImportedFile]:
+    def imports(self, source: str | None = None) -> list[ImportedFile]:
+        """What imports wrote (from ``source`` only, when given)."""
+        where, args = ("WHERE source=? ", (source,)) if source is not None else ("", ())
         return [_imported(r) for r in self._read(
             "SELECT path, source, size, check_hash, merged, src_path, src_gen, src_size, at "
-            "FROM imported ORDER BY path")]
+            f"FROM imported {where}ORDER BY path", args)]
 
     def record_imported(self, files: Iterable[ImportedFile]) -> None:
         """Remember what an import wrote (a row per path, the newest wins)."""

@@ -49,6 +49,8 @@ HEAD_EVERY = 10
 RECONCILE_MAX = 256
 # A session whose import keeps failing waits 2, 4, 8 … reconciliations, at most this many.
 FAILED_WAIT_MAX = 64
+# Failed sessions remembered at most (of all followed machines).
+FAILED_KEPT = 4096
 # Segments read in one poll; the rest come with the next.
 SEGMENTS_MAX = 256
 # With follow = "*", the store's machines are listed again every this many polls; at
@@ -414,9 +416,11 @@ class Follower:
         """What the last head listed that is still missing or behind here (imports since
         brought the rest)."""
         listed = self._missing.get(machine)
-        if listed is None:
+        if not listed:
+            if listed is not None:
+                cur.missing = 0
             return
-        have = {r.src_path: r for r in self.state.imports() if r.source == machine}
+        have = {r.src_path: r for r in self.state.imports(machine)}
         for path in [p for p, (gen, size) in listed.items() if (r := have.get(p)) is not None
                      and (r.src_gen > gen or (r.src_gen == gen and r.src_size >= size))]:
             del listed[path]
@@ -574,9 +578,13 @@ class Follower:
     def _fail(self, machine: str, cur: Cursor, sid: str) -> None:
         """An import of ``sid`` that did not bring it: tried again at the next poll, then
         after 2, 4 … polls (at most ``FAILED_WAIT_MAX``), whether or not it changes there."""
-        n = self._failed.get((machine, sid), (0, 0))[0] + 1
+        n = self._failed.pop((machine, sid), (0, 0))[0] + 1
         at = self._polls + 1 + (0 if n == 1 else min(1 << (n - 1), FAILED_WAIT_MAX))
         self._failed[(machine, sid)] = (n, at)
+        if len(self._failed) > FAILED_KEPT:
+            # A machine whose sessions all fail costs bounded memory: the oldest failure
+            # is forgotten (its session, still missing, comes with the head's list).
+            del self._failed[next(iter(self._failed))]
         cur.retry = sorted(set(cur.retry) | {sid})[:KEPT]
         self._reconcile_at[machine] = min(self._reconcile_at.get(machine, at), at)
 
