@@ -5,9 +5,11 @@ waits, and never writes over a local session."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
+import tracemalloc
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from syncd.restore.merge import Decision
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.service.status import format_status, status
 from syncd.store import LocalStore, layout
+from syncd.view import load_backup
 from tests.counting import CountingStore
 from tests.helpers import write
 from tests.hostile import T0, Craft, Piece, line, sid, transcript
@@ -679,3 +682,28 @@ def test_a_line_appended_here_to_a_file_the_import_skips_is_shipped_as_this_mach
     finally:
         state.close()
     assert rec is not None and rec.size == len(before)
+
+
+def test_an_imports_view_holds_the_extents_of_its_sessions_only(laptop: Machine) -> None:
+    """A machine whose segments name many other files: the view of the sessions an import
+    brings (never compacted there, every segment is walked) holds their extents, not
+    those of every file the segments name."""
+    c = craft(laptop)
+    s1 = sid(DESK, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    for seq in range(1, 5):
+        c.segment(DESK, seq, [Piece(f"plans/{seq}-{i}.md", b"x") for i in range(8000)])
+    repo = Repository(LocalStore(laptop.store_dir), DESK)
+
+    def peak(sessions: list[str] | None) -> int:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            backup = load_backup(repo, sessions=sessions)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            assert backup.find_session(s1) is not None
+
+    one, every = peak([s1]), peak(None)
+    assert one < every / 3, (one, every)
