@@ -8,8 +8,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import random
 import time
 import tracemalloc
+import uuid
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,10 @@ from syncd.backup.ship import merged_from
 from syncd.backup.state import State
 from syncd.errors import StoreError
 from syncd.follow import follower as follow_module
-from syncd.follow.follower import HEAD_EVERY, KEPT
+from syncd.follow.follower import HEAD_EVERY, INDEX_BYTES_KEPT, KEPT
 from syncd.format.head import Head
 from syncd.format.head import encode as head_encode
-from syncd.format.segment import FRAME_MAX
+from syncd.format.segment import ENTRIES_MAX, FRAME_MAX
 from syncd.repository import Repository
 from syncd.restore import install, restorer
 from syncd.restore.merge import Decision
@@ -682,6 +684,111 @@ def test_a_line_appended_here_to_a_file_the_import_skips_is_shipped_as_this_mach
     finally:
         state.close()
     assert rec is not None and rec.size == len(before)
+
+
+def tombstones(n: int, seed: int, width: int = 0) -> list[tuple[str, int]]:
+    """``n`` tombstones of files desk never had, each name ``width`` random hex digits
+    longer than a transcript's (random: an index of them compresses no better than a
+    real one)."""
+    rnd = random.Random(seed)
+    return [(transcript(CWD, str(uuid.UUID(int=rnd.getrandbits(128)))) +
+             rnd.randbytes(width // 2).hex(), 1) for _ in range(n)]
+
+
+def test_the_indexes_a_follower_keeps_stay_within_its_bytes_however_big_they_are(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: each of desk's segments names thousands of tombstones of long names
+    (within what a reader accepts). The follower reads every one; what it keeps of them
+    stays within INDEX_BYTES_KEPT, however big they are and however many."""
+    c, _, _ = followed(laptop, monkeypatch)
+    segments = 8  # of ~10 MB each as objects: 80 MB kept before the bound
+    for seq in range(1, segments + 1):
+        c.segment(DESK, seq, tombstones=tombstones(9000, seq, width=1000))
+    for follower in laptop.follower(monkeypatch):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            follower.poll()
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert follower.cursors[DESK].seq == segments
+        assert follower.cursors[DESK].problem is None  # nothing refused: all are readable
+        assert kept <= INDEX_BYTES_KEPT + (4 << 20), kept
+        count, held = follower._indexes.held(DESK)
+        assert 0 < count < segments and held <= INDEX_BYTES_KEPT, (count, held)
+
+
+def test_the_indexes_kept_of_every_followed_machine_share_one_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow_module, "INDEX_BYTES_KEPT", 3 << 20)
+    monkeypatch.setattr(follow_module, "INDEX_BYTES_ALL", 5 << 20)
+    names = ["ma", "mb", "mc"]
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=names)
+    c = craft(m)
+    for name in names:
+        c.machine_json(name, f"/home/{name}")
+        for seq in range(4):  # about 1.5 MB each as objects
+            c.segment(name, seq, tombstones=tombstones(6000, hash((name, seq))))
+    for follower in m.follower(monkeypatch):
+        for _ in range(2):  # the first look lists and reads them all; the next HEADs
+            follower.poll()
+        held = [follower._indexes.held(name) for name in names]
+        assert all(n <= 3 << 20 for _, n in held), held
+        assert sum(n for _, n in held) == follower._indexes.bytes <= 5 << 20, held
+        assert all(count for count, _ in held[1:]), held  # the last machines read are kept
+
+
+class Gets(LocalStore):
+    """Remembers the key of every GET."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.keys: list[str] = []
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        self.keys.append(key)
+        return super().get(key, start, length)
+
+
+@pytest.mark.parametrize("look", ["first", "later"])
+def test_an_index_naming_more_entries_than_any_writer_is_one_line_and_a_problem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        look: str) -> None:
+    laptop = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    c = craft(laptop)
+    s1, s2 = sid(DESK, 1), sid(DESK, 2)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    if look == "later":
+        laptop.poll(monkeypatch)
+    bad = c.segment(DESK, 1, tombstones=tombstones(ENTRIES_MAX + 1, 1))
+    c.segment(DESK, 2, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    store = Gets(laptop.store_dir)
+    for follower in laptop.follower(monkeypatch, store):
+        follower.poll()
+        assert laptop.transcript("app", s1).exists() and laptop.transcript("app", s2).exists()
+        cur = follower.cursors[DESK]
+        assert cur.seq == 2 and cur.problem is not None and bad in cur.problem
+        # Busy again: imported as ever, the refused index never read again.
+        store.keys.clear()
+        c.segment(DESK, 3, [Piece(transcript(CWD, s2), line(s2, CWD, 1),
+                                  start=len(line(s2, CWD, 0)))])
+        for _ in range(3):
+            follower.poll()
+        assert laptop.transcript("app", s2).read_bytes().endswith(line(s2, laptop.cwd("app"), 1))
+        assert bad not in store.keys and cur.seq == 3
+        assert cur.problem is not None and bad in cur.problem  # still there: still said
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and bad in said[0] and str(ENTRIES_MAX) in said[0], said
+    shown = format_status(status(laptop.settings))
+    assert "PROBLEM" in shown and bad in shown, shown
+    # Gone from desk (folded away by its compaction): no problem any more.
+    c.delete(bad)
+    c.segment(DESK, 4, [Piece(transcript(CWD, s2), line(s2, CWD, 2),
+                              start=len(line(s2, CWD, 0) + line(s2, CWD, 1)))])
+    laptop.poll(monkeypatch)
+    assert laptop.cursor(DESK)["problem"] is None
 
 
 def test_an_imports_view_holds_the_extents_of_its_sessions_only(laptop: Machine) -> None:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import struct
+import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -191,6 +192,46 @@ class SegmentIndex:
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Keys of packs and snapshot manifests (docs/FORMAT.md), which share this container.
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Bytes an object takes beyond what sys.getsizeof says (the allocator rounds up to 16
+# bytes, 8 on average), and a list's or dict's slot for it.
+_ROUNDING = 8
+_SLOT = 8
+
+
+def index_bytes(ix: SegmentIndex) -> int:
+    """The memory ``ix`` holds, estimated from its entries and the sizes of their strings
+    and numbers, never less than it takes (what a cache of indexes counts)."""
+    size = sys.getsizeof
+    n = size(ix) + size(ix.extents) + size(ix.tombstones) + size(ix.sessions) + \
+        _json_bytes(ix.machine) + _json_bytes(ix.projects) + _json_bytes(ix.extra)
+    for x in ix.extents:
+        n += size(x) + size(x.path) + size(x.sha256) + size(x.reason) + size(x.gen) + \
+            size(x.start) + size(x.end) + size(x.off) + size(x.clen) + size(x.mode) + \
+            size(x.mtime_ns) + 11 * _ROUNDING + _SLOT
+    for t in ix.tombstones:
+        n += size(t) + size(t.path) + size(t.gen) + size(t.time) + 4 * _ROUNDING + _SLOT
+    for path, (gen, fields) in ix.sessions.items():
+        # The dict's slot (its table has room to spare), the key, the tuple, the fields.
+        n += 4 * _SLOT + size(path) + size((gen, fields)) + size(gen) + 3 * _ROUNDING + \
+            _json_bytes(fields)
+    return n
+
+
+def _json_bytes(value: Any) -> int:
+    """What a parsed JSON value holds (walked without recursion: it may nest deeply)."""
+    n = 0
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        n += sys.getsizeof(v) + _ROUNDING
+        if isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, list | tuple):
+            todo.extend(v)
+    return n
 
 
 # Keys of packs, manifests and lost segments' stand-ins (docs/FORMAT.md).
