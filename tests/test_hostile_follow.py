@@ -36,7 +36,7 @@ from syncd.store import LocalStore, layout
 from syncd.view import load_backup
 from tests.counting import CountingStore
 from tests.helpers import write
-from tests.hostile import T0, Craft, Piece, line, sid, transcript
+from tests.hostile import T0, Craft, Piece, line, rle_sha256, sid, transcript, zstd_frame
 from tests.test_follow import S1, Machine, extents_of, imported_once
 
 DESK = "desk"
@@ -814,3 +814,71 @@ def test_an_imports_view_holds_the_extents_of_its_sessions_only(laptop: Machine)
 
     one, every = peak([s1]), peak(None)
     assert one < every / 3, (one, every)
+
+
+CLAIM = 25 * FRAME_MAX  # 100 MiB, from a segment of a few kB
+
+
+def claim(c: Craft, seq: int, path: str, gen: int, fill: int, size: int = CLAIM) -> str:
+    """Segment ``seq`` of desk: generation ``gen`` of ``path`` is ``size`` bytes of
+    ``fill`` (zstd frames of repeated bytes: a few bytes per 128 KiB)."""
+    w = c.writer(DESK, seq)
+    digests: dict[int, str] = {}
+    for start in range(0, size, FRAME_MAX):
+        n = min(FRAME_MAX, size - start)
+        digest = digests.setdefault(n, rle_sha256(fill, n))
+        w.add_frame(path.encode(), gen, start, n, zstd_frame(b"", fill, n, content_size=n),
+                    digest, mode=0o600, mtime_ns=int(T0 * 1e9))
+    return c.finish(layout.segment_key(DESK, seq), w)
+
+
+def diverged_here(laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> tuple[Craft, str]:
+    """desk's session, imported and continued here (the laptop's branch is the newer)."""
+    c, s1, _ = followed(laptop, monkeypatch)
+    with open(laptop.transcript("app", s1), "ab") as f:
+        f.write(line(s1, laptop.cwd("app"), 1, "typed here").replace(b"-000001", b"-here1"))
+    return c, s1
+
+
+def conflict_bytes(laptop: Machine) -> int:
+    return sum(p.stat().st_size for p in (laptop.settings.state_dir / "conflicts").rglob("*")
+               if p.is_file())
+
+
+def test_claims_of_new_100_mb_generations_leave_conflict_copies_within_the_bound(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: each of desk's segments (a few kB) claims a new 100 MiB generation of a
+    session the laptop continued, another one at every poll. The copies kept under the
+    state stay within conflict_bytes, the oldest going first."""
+    laptop.settings = laptop.settings.model_copy(update={"conflict_bytes": 250 << 20})
+    c, s1 = diverged_here(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1).read_bytes()
+    for poll in range(4):
+        claim(c, poll + 1, transcript(CWD, s1), gen=2 + poll, fill=0x61 + poll)
+        laptop.poll(monkeypatch)
+        assert laptop.transcript("app", s1).read_bytes() == mine  # local kept
+        assert conflict_bytes(laptop) <= 250 << 20
+    copies = laptop.cursor(DESK)["conflicts"]
+    assert isinstance(copies, list) and len(copies) == 2, copies  # the two newest
+    assert [Path(p).read_bytes()[:1] for p in copies] == [b"c", b"d"]
+    assert laptop.cursor(DESK)["problem"] is None
+
+
+def test_a_claim_bigger_than_conflict_bytes_is_one_line_and_the_machines_problem(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"conflict_bytes": 64 << 20})
+    c, s1 = diverged_here(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1).read_bytes()
+    claim(c, 1, transcript(CWD, s1), gen=2, fill=0x61)
+    for follower in laptop.follower(monkeypatch):  # one throughout, as the daemon keeps it
+        for _ in range(HEAD_EVERY + 2):  # the import, idle polls, a head read
+            follower.poll()
+    assert laptop.transcript("app", s1).read_bytes() == mine
+    assert conflict_bytes(laptop) == 0
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and s1 in said[0] and "conflict_bytes" in said[0], said
+    problem = laptop.cursor(DESK)["problem"]
+    assert isinstance(problem, str) and s1 in problem and "conflict_bytes" in problem
+    shown = format_status(status(laptop.settings))
+    assert "PROBLEM" in shown and "conflict_bytes" in shown, shown

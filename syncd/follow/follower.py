@@ -191,6 +191,10 @@ class _Remembered(Repository):
         self._indexes = indexes or _Indexes()
         # (key, size) of a segment whose index was refused → why (said once).
         self._refused: OrderedDict[tuple[str, int], str] = OrderedDict()
+        # The conflict copy the last import's restore refused (too big), if it did, and
+        # the refusals said (the same one again is not).
+        self._copy_refused: str | None = None
+        self._copies_said: OrderedDict[str, None] = OrderedDict()
         self._info: dict[str, Any] | None = None
         self._snaps: list[tuple[int, int, str]] | None = None
         self._deltas: list[tuple[int, int, str, int]] | None = None
@@ -205,17 +209,31 @@ class _Remembered(Repository):
         self._info = self._snaps = self._deltas = self._segments = None
 
     def problem(self) -> str | None:
-        """Why a segment the machine still lists (as last listed) was refused, if one was."""
+        """Why a segment the machine still lists (as last listed) was refused, if one was;
+        else why the last import could not keep a conflict copy, if it could not."""
         listed = None if self._segments is None else {k for k, _ in self._segments.values()}
         for (key, _), why in reversed(self._refused.items()):
             if listed is None or key in listed:
                 return why
-        return None
+        return self._copy_refused
 
-    def said(self, line: str) -> bool:
-        """Whether ``line`` (an import's error) is about a refused segment (its refusal,
-        the gap it leaves): said already, when it was refused."""
-        return any(self.where(key) in line for key, _ in self._refused)
+    def copy_refused(self, why: str) -> None:
+        """Told by the restore of an import: a conflict copy was refused (``why``)."""
+        self._copy_refused = why[:PROBLEM_MAX]
+
+    def to_say(self, line: str) -> bool:
+        """Whether to log ``line``, an import's error: not when it is about a refused
+        segment (its refusal, the gap it leaves: said when it was refused), nor a refused
+        conflict copy said already (noted as said now)."""
+        if any(self.where(key) in line for key, _ in self._refused):
+            return False
+        if line[:PROBLEM_MAX] == self._copy_refused:
+            if line in self._copies_said:
+                return False
+            self._copies_said[line] = None
+            if len(self._copies_said) > KEPT:
+                self._copies_said.popitem(last=False)
+        return True
 
     def saw(self, seq: int, key: str, size: int) -> None:
         """Segment ``seq`` exists (a HEAD said so)."""
@@ -240,6 +258,7 @@ class _Remembered(Repository):
         return self._deltas
 
     def segments(self, after: int = -1) -> list[tuple[str, int]]:
+        self._copy_refused = None  # a view, so an import, begins: its own refusals count
         if self._segments is None:
             listed = super().segments(after)
             self._segments = {seq: (k, n) for k, n in listed
@@ -525,6 +544,8 @@ class Follower:
             target=cfg.source, sessions=tuple(present), maps=tuple(config_rules(cfg)),
             local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
             conflicts_dir=cfg.state_dir / "conflicts",
+            conflict_copies=cfg.conflict_copies, conflict_bytes=cfg.conflict_bytes,
+            refused_copy=rm.copy_refused,
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
             leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, ours=self._as_imported),
             history=False,
@@ -577,9 +598,10 @@ class Follower:
                 cur.waiting = sorted(set(cur.waiting) | {sid})
                 self._left[(machine, sid)] = os.fsencode(a.path)
             if a.conflict_copy:
-                # Those a newer copy superseded (restorer._drop_superseded) are gone.
-                cur.conflicts = [*(c for c in cur.conflicts if os.path.exists(c)),
-                                 a.conflict_copy][-KEPT:]
+                # Gone: those a newer copy superseded or the bounds let go (the oldest);
+                # a copy kept already (nothing new) is named once.
+                cur.conflicts = [*(c for c in cur.conflicts if os.path.exists(c) and
+                                   c != a.conflict_copy), a.conflict_copy][-KEPT:]
             f = backup.files.get(src)
             if a.action not in WRITTEN or f is None:
                 continue
@@ -608,7 +630,7 @@ class Follower:
                     written.add(sid)
         self.state.record_imported(records)
         for line in report.errors if said else ():
-            if not self._repos[machine].said(line):
+            if self._repos[machine].to_say(line):
                 log.warning("following %s: %s", machine, line)
         if written:
             cur.imported += len(written)
