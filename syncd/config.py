@@ -208,6 +208,11 @@ class Settings(BaseSettings):
     follow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     follow_interval: float = Field(30.0, ge=1)
     follow_quiet: float = Field(60.0, ge=0)
+    # Copies of diverged files another machine's backup held (an import's, a restore's)
+    # kept under <state_dir>/conflicts/: at most this many of one file, these bytes in
+    # all, the oldest going first; a copy bigger than conflict_bytes alone is refused.
+    conflict_copies: int = Field(8, ge=1)
+    conflict_bytes: int = Field(1 << 30, ge=1 << 20)
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_INCLUDE))
     exclude: list[str] = Field(default_factory=list)
     # Restore: extra path prefixes to map (old → new), and where local clones live

@@ -238,7 +238,10 @@ class Repository:
         cipher = self.cipher(key)
         if size <= TAIL_READ:
             check_header(tail, where, sealed=cipher is not None)
-        got = parse_index(tail, size, where, cipher)
+        # A manifest's entries are its groups' frames, as many as the tree has groups;
+        # every other index is held to what a writer puts in one.
+        capped = layout.kind_of(key) != "snap"
+        got = parse_index(tail, size, where, cipher, capped)
         if isinstance(got, SegmentIndex):
             return got
         off, length = got
@@ -250,7 +253,8 @@ class Repository:
         # The tail already holds the index's last bytes: fetch only what comes before them.
         have = len(tail) - TRAILER.size
         blob = self.store.get(key, off, length - have) + tail[:have]
-        return decode_index(blob, index_digest(tail), where, cipher=cipher, offset=off)
+        return decode_index(blob, index_digest(tail), where, cipher=cipher, offset=off,
+                            capped=capped)
 
     def read_extents(self, key: str, exts: list[Extent],
                      on_error: Callable[[Extent, FormatError], None] | None = None,

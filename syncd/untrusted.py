@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 # Containers allowed per byte of text, with some slack for tiny objects.
@@ -42,9 +43,11 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str,
+          object_hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """The JSON value of ``data``, or ``ValueError`` if it is not one a writer of syncd
-    makes (see the module's docstring)."""
+    makes (see the module's docstring). ``object_hook``: as ``json.loads``'s, told of each
+    object as it is parsed (a caller counting them can stop the parse there)."""
     raw = data.encode() if isinstance(data, str) else data
     limit = len(raw) // _BYTES_PER_CONTAINER + _SLACK
     containers = raw.count(b"{") + raw.count(b"[")
@@ -56,7 +59,8 @@ def loads(data: bytes | str) -> Any:
         raise ValueError(f"{containers} objects and arrays in {len(raw)} bytes: more than "
                          "any writer makes (refusing to build them)")
     try:
-        return json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        return json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int,
+                          object_hook=object_hook)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

@@ -17,6 +17,7 @@ from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreE
 from syncd.format.catalog import Session, session_of
 from syncd.format.delta import by_start, manifest_points
 from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
+from syncd.format.segment import Extent
 from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
 from syncd.repository import Repository
 from syncd.seen import Seen
@@ -71,16 +72,17 @@ def load_backup(repo: Repository, at: float | None = None,
     if newest is not None and at is not None and newest.time > at:
         base = _manifest_at(repo, snaps, newest.seq, at, b.errors)
     names: set[str] | None = None
-    wanted = _wanted(None, sessions)
+    if sessions is not None:
+        # (Without a manifest a session's files are known by its id alone.)
+        names = set()
+        for sid in sessions:
+            for folder in () if newest is None else \
+                    (base or newest).folders_of(sid) or newest.folders_of(sid):
+                names |= session_groups(sid, folder)
+            names |= session_groups(sid, "")
+    wanted = _wanted(names, sessions)
     locator = Locator()
     if newest is not None:
-        if sessions is not None:
-            names = set()
-            for sid in sessions:
-                for folder in (base or newest).folders_of(sid) or newest.folders_of(sid):
-                    names |= session_groups(sid, folder)
-                names |= session_groups(sid, "")
-            wanted = _wanted(names, sessions)
 
         def lost(name: str, err: FormatError) -> None:
             # That group's files are missing from this view; the others are whole.
@@ -216,7 +218,7 @@ class _Walk:
                 self.b.errors.append(f"{self.repo.where(key)}: written by machine "
                                      f"{d.index.machine!r} (foreign or renamed object)")
                 continue
-            self.locator.add_all((key, x) for x in d.index.extents)
+            self._locate(key, d.index.extents)
             self.b.projects.update(d.index.projects)
             self._points(d.points)
             if not self.stopped:
@@ -264,10 +266,15 @@ class _Walk:
             return True
         if self.seen is not None:
             self.seen.saw(self.b.machine, seq)
-        self.locator.add_all((key, x) for x in ix.extents)
+        self._locate(key, ix.extents)
         self.b.projects.update(ix.projects)
         self._points([point_of(ix)])
         return True
+
+    def _locate(self, key: str, extents: list[Extent]) -> None:
+        # Only the files the view is for: a view of some sessions (an import, a resume)
+        # holds their extents, not those of every file the objects it walks name.
+        self.locator.add_all((key, x) for x in extents if self.wanted(x.path))
 
 
 def _manifest_at(repo: Repository, snaps: list[tuple[int, int, str]], below: int, at: float,

@@ -459,3 +459,19 @@ def test_every_option_of_every_command_has_help() -> None:
             if isinstance(param, click.Option):
                 assert (param.help or "").strip(), (path, param.opts)
         assert help_of(*path)  # and each help renders
+
+
+def test_restore_says_in_one_line_that_a_conflict_copy_bigger_than_conflict_bytes_is_not_kept(
+        tmp_path: Path) -> None:
+    env = env_of(tmp_path, SYNCD_CONFLICT_BYTES=str(1 << 20))
+    rel = f"projects/-home-a/{SID}.jsonl"
+    write(tmp_path / "src", rel, b"a\n" + b"b" * (2 << 20) + b"\n")
+    assert syncd(env, "sync").returncode == 0
+    write(tmp_path / "src", rel, b"a\nX\n")  # diverged here since
+    r = syncd(env, "restore")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    said = [ln for ln in r.stderr.splitlines() if "conflict_bytes" in ln]
+    assert len(said) == 1 and rel in said[0] and said[0].startswith("syncd: "), r.stderr
+    assert (tmp_path / "src" / rel).read_bytes() == b"a\nX\n"
+    assert not [p for p in (tmp_path / "state").rglob("*") if "conflicts" in p.parts
+                and p.is_file()]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from syncd.archive import compact as compact_module
 from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.options import acknowledged_seq
 from syncd.backup.ship import Shipper
@@ -925,3 +926,26 @@ def test_a_revival_of_a_generation_the_view_does_not_hold_starts_nothing() -> No
     empty = Extent(b"projects/-a/empty", 1, 0, 0, 16, 9, "0" * 64, mode=0o600, mtime_ns=0)
     fold(SegmentIndex(machine=M, seq=4, time=T0, extents=[empty]))
     assert files[b"projects/-a/empty"].size == 0  # an empty file still is one
+
+
+def test_a_small_delta_grows_only_while_its_entries_fit_one_delta(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delta names at most DELTA_ENTRIES entries of its segments, the small delta it
+    grows from included (readers refuse an index naming more than a writer makes)."""
+    monkeypatch.setattr(compact_module, "DELTA_ENTRIES", 6)
+    store, src = MemoryStore(), tmp_path / "src"
+    sh = make_shipper(src, store, tmp_path / "state")
+    write(src, TA, line(SA, 0))
+    ship_all(sh, src)
+    compact(Repository(store, M))  # the first compaction: a manifest
+    for batch in range(2):  # four new files a compaction: together more than six
+        for i in range(4):
+            write(src, f"plans/p{batch}-{i}.md", b"a plan\n")
+        ship_all(sh, src)
+        assert compact(Repository(store, M)).delta is not None
+    deltas = keys(store, "delta")
+    assert len(deltas) == 2, deltas
+    for key in deltas:
+        ix = read_index(store, key)
+        assert len(ix.extents) + len(ix.tombstones) <= 6, (key, ix.extents)
+    assert_restores(store, src, tmp_path / "out")

@@ -224,3 +224,20 @@ def test_an_explicit_machine_id_always_wins(tmp_path: Path,
     assert _load(tmp_path).machine_id == "env"
     monkeypatch.setenv("SYNCD_MACHINE_ID", new)
     assert _load(tmp_path).machine_id == new
+
+
+def test_conflict_copies_are_bounded_by_default_and_the_bounds_are_validated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.toml"
+    s = load_settings(cfg)
+    assert (s.conflict_copies, s.conflict_bytes) == (8, 1 << 30)
+    cfg.write_text("conflict_copies = 3\nconflict_bytes = 104857600\n")
+    assert (load_settings(cfg).conflict_copies, load_settings(cfg).conflict_bytes) == (
+        3, 100 << 20)
+    monkeypatch.setenv("SYNCD_CONFLICT_BYTES", "1000")  # no copy of a transcript fits
+    with pytest.raises(ConfigError, match=r"^\$SYNCD_CONFLICT_BYTES: conflict_bytes: "):
+        load_settings(cfg)
+    monkeypatch.delenv("SYNCD_CONFLICT_BYTES")
+    cfg.write_text("conflict_copies = 0\n")  # every diverged branch dropped
+    with pytest.raises(ConfigError, match=r"line 1: conflict_copies: "):
+        load_settings(cfg)

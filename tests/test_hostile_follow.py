@@ -5,9 +5,13 @@ waits, and never writes over a local session."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import random
 import time
+import tracemalloc
+import uuid
 from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
@@ -19,10 +23,10 @@ from syncd.backup.ship import merged_from
 from syncd.backup.state import State
 from syncd.errors import StoreError
 from syncd.follow import follower as follow_module
-from syncd.follow.follower import HEAD_EVERY, KEPT
+from syncd.follow.follower import HEAD_EVERY, INDEX_BYTES_KEPT, KEPT
 from syncd.format.head import Head
 from syncd.format.head import encode as head_encode
-from syncd.format.segment import FRAME_MAX
+from syncd.format.segment import ENTRIES_MAX, FRAME_MAX
 from syncd.repository import Repository
 from syncd.restore import install, restorer
 from syncd.restore.merge import Decision
@@ -32,7 +36,7 @@ from syncd.store import LocalStore, layout
 from syncd.view import load_backup
 from tests.counting import CountingStore
 from tests.helpers import write
-from tests.hostile import T0, Craft, Piece, line, sid, stamp, transcript
+from tests.hostile import T0, Craft, Piece, line, rle_sha256, sid, stamp, transcript, zstd_frame
 from tests.test_follow import S1, Machine, extents_of, imported_once
 
 DESK = "desk"
@@ -785,3 +789,201 @@ def test_a_session_that_came_from_the_followed_machine_takes_its_newer_branch(
     laptop.poll(monkeypatch)
     assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + typed + line(
         s1, laptop.cwd("app"), 5, "desk's branch")
+
+
+def tombstones(n: int, seed: int, width: int = 0) -> list[tuple[str, int]]:
+    """``n`` tombstones of files desk never had, each name ``width`` random hex digits
+    longer than a transcript's (random: an index of them compresses no better than a
+    real one)."""
+    rnd = random.Random(seed)
+    return [(transcript(CWD, str(uuid.UUID(int=rnd.getrandbits(128)))) +
+             rnd.randbytes(width // 2).hex(), 1) for _ in range(n)]
+
+
+def test_the_indexes_a_follower_keeps_stay_within_its_bytes_however_big_they_are(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: each of desk's segments names thousands of tombstones of long names
+    (within what a reader accepts). The follower reads every one; what it keeps of them
+    stays within INDEX_BYTES_KEPT, however big they are and however many."""
+    c, _, _ = followed(laptop, monkeypatch)
+    segments = 8  # of ~10 MB each as objects: 80 MB kept before the bound
+    for seq in range(1, segments + 1):
+        c.segment(DESK, seq, tombstones=tombstones(9000, seq, width=1000))
+    for follower in laptop.follower(monkeypatch):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            follower.poll()
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert follower.cursors[DESK].seq == segments
+        assert follower.cursors[DESK].problem is None  # nothing refused: all are readable
+        assert kept <= INDEX_BYTES_KEPT + (4 << 20), kept
+        count, held = follower._indexes.held(DESK)
+        assert 0 < count < segments and held <= INDEX_BYTES_KEPT, (count, held)
+
+
+def test_the_indexes_kept_of_every_followed_machine_share_one_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow_module, "INDEX_BYTES_KEPT", 3 << 20)
+    monkeypatch.setattr(follow_module, "INDEX_BYTES_ALL", 5 << 20)
+    names = ["ma", "mb", "mc"]
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=names)
+    c = craft(m)
+    for name in names:
+        c.machine_json(name, f"/home/{name}")
+        for seq in range(4):  # about 1.5 MB each as objects
+            c.segment(name, seq, tombstones=tombstones(6000, hash((name, seq))))
+    for follower in m.follower(monkeypatch):
+        for _ in range(2):  # the first look lists and reads them all; the next HEADs
+            follower.poll()
+        held = [follower._indexes.held(name) for name in names]
+        assert all(n <= 3 << 20 for _, n in held), held
+        assert sum(n for _, n in held) == follower._indexes.bytes <= 5 << 20, held
+        assert all(count for count, _ in held[1:]), held  # the last machines read are kept
+
+
+class Gets(LocalStore):
+    """Remembers the key of every GET."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.keys: list[str] = []
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        self.keys.append(key)
+        return super().get(key, start, length)
+
+
+@pytest.mark.parametrize("look", ["first", "later"])
+def test_an_index_naming_more_entries_than_any_writer_is_one_line_and_a_problem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        look: str) -> None:
+    laptop = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+    c = craft(laptop)
+    s1, s2 = sid(DESK, 1), sid(DESK, 2)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    if look == "later":
+        laptop.poll(monkeypatch)
+    bad = c.segment(DESK, 1, tombstones=tombstones(ENTRIES_MAX + 1, 1))
+    c.segment(DESK, 2, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+    store = Gets(laptop.store_dir)
+    for follower in laptop.follower(monkeypatch, store):
+        follower.poll()
+        assert laptop.transcript("app", s1).exists() and laptop.transcript("app", s2).exists()
+        cur = follower.cursors[DESK]
+        assert cur.seq == 2 and cur.problem is not None and bad in cur.problem
+        # Busy again: imported as ever, the refused index never read again.
+        store.keys.clear()
+        c.segment(DESK, 3, [Piece(transcript(CWD, s2), line(s2, CWD, 1),
+                                  start=len(line(s2, CWD, 0)))])
+        for _ in range(3):
+            follower.poll()
+        assert laptop.transcript("app", s2).read_bytes().endswith(line(s2, laptop.cwd("app"), 1))
+        assert bad not in store.keys and cur.seq == 3
+        assert cur.problem is not None and bad in cur.problem  # still there: still said
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and bad in said[0] and str(ENTRIES_MAX) in said[0], said
+    shown = format_status(status(laptop.settings))
+    assert "PROBLEM" in shown and bad in shown, shown
+    # Gone from desk (folded away by its compaction): no problem any more.
+    c.delete(bad)
+    c.segment(DESK, 4, [Piece(transcript(CWD, s2), line(s2, CWD, 2),
+                              start=len(line(s2, CWD, 0) + line(s2, CWD, 1)))])
+    laptop.poll(monkeypatch)
+    assert laptop.cursor(DESK)["problem"] is None
+
+
+def test_an_imports_view_holds_the_extents_of_its_sessions_only(laptop: Machine) -> None:
+    """A machine whose segments name many other files: the view of the sessions an import
+    brings (never compacted there, every segment is walked) holds their extents, not
+    those of every file the segments name."""
+    c = craft(laptop)
+    s1 = sid(DESK, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0))])
+    for seq in range(1, 5):
+        c.segment(DESK, seq, [Piece(f"plans/{seq}-{i}.md", b"x") for i in range(8000)])
+    repo = Repository(LocalStore(laptop.store_dir), DESK)
+
+    def peak(sessions: list[str] | None) -> int:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            backup = load_backup(repo, sessions=sessions)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            assert backup.find_session(s1) is not None
+
+    one, every = peak([s1]), peak(None)
+    assert one < every / 3, (one, every)
+
+
+CLAIM = 25 * FRAME_MAX  # 100 MiB, from a segment of a few kB
+
+
+def claim(c: Craft, seq: int, path: str, gen: int, fill: int, size: int = CLAIM) -> str:
+    """Segment ``seq`` of desk: generation ``gen`` of ``path`` is ``size`` bytes of
+    ``fill`` (zstd frames of repeated bytes: a few bytes per 128 KiB)."""
+    w = c.writer(DESK, seq)
+    digests: dict[int, str] = {}
+    for start in range(0, size, FRAME_MAX):
+        n = min(FRAME_MAX, size - start)
+        digest = digests.setdefault(n, rle_sha256(fill, n))
+        w.add_frame(path.encode(), gen, start, n, zstd_frame(b"", fill, n, content_size=n),
+                    digest, mode=0o600, mtime_ns=int(T0 * 1e9))
+    return c.finish(layout.segment_key(DESK, seq), w)
+
+
+def diverged_here(laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> tuple[Craft, str]:
+    """desk's session, imported and continued here (the laptop's branch is the newer)."""
+    c, s1, _ = followed(laptop, monkeypatch)
+    with open(laptop.transcript("app", s1), "ab") as f:
+        f.write(line(s1, laptop.cwd("app"), 1, "typed here").replace(b"-000001", b"-here1"))
+    return c, s1
+
+
+def conflict_bytes(laptop: Machine) -> int:
+    return sum(p.stat().st_size for p in (laptop.settings.state_dir / "conflicts").rglob("*")
+               if p.is_file())
+
+
+def test_claims_of_new_100_mb_generations_leave_conflict_copies_within_the_bound(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: each of desk's segments (a few kB) claims a new 100 MiB generation of a
+    session the laptop continued, another one at every poll. The copies kept under the
+    state stay within conflict_bytes, the oldest going first."""
+    laptop.settings = laptop.settings.model_copy(update={"conflict_bytes": 250 << 20})
+    c, s1 = diverged_here(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1).read_bytes()
+    for poll in range(4):
+        claim(c, poll + 1, transcript(CWD, s1), gen=2 + poll, fill=0x61 + poll)
+        laptop.poll(monkeypatch)
+        assert laptop.transcript("app", s1).read_bytes() == mine  # local kept
+        assert conflict_bytes(laptop) <= 250 << 20
+    copies = laptop.cursor(DESK)["conflicts"]
+    assert isinstance(copies, list) and len(copies) == 2, copies  # the two newest
+    assert [Path(p).read_bytes()[:1] for p in copies] == [b"c", b"d"]
+    assert laptop.cursor(DESK)["problem"] is None
+
+
+def test_a_claim_bigger_than_conflict_bytes_is_one_line_and_the_machines_problem(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    laptop.settings = laptop.settings.model_copy(update={"conflict_bytes": 64 << 20})
+    c, s1 = diverged_here(laptop, monkeypatch)
+    mine = laptop.transcript("app", s1).read_bytes()
+    claim(c, 1, transcript(CWD, s1), gen=2, fill=0x61)
+    for follower in laptop.follower(monkeypatch):  # one throughout, as the daemon keeps it
+        for _ in range(HEAD_EVERY + 2):  # the import, idle polls, a head read
+            follower.poll()
+    assert laptop.transcript("app", s1).read_bytes() == mine
+    assert conflict_bytes(laptop) == 0
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and s1 in said[0] and "conflict_bytes" in said[0], said
+    problem = laptop.cursor(DESK)["problem"]
+    assert isinstance(problem, str) and s1 in problem and "conflict_bytes" in problem
+    shown = format_status(status(laptop.settings))
+    assert "PROBLEM" in shown and "conflict_bytes" in shown, shown

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
+from syncd.config import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 DESK = "alice.desk-1a2b3c4d"
@@ -189,3 +190,12 @@ def test_encrypt_future_writes(homes: Homes) -> None:
     r = subprocess.run([sys.executable, "-m", "syncd", "sessions"], env=env,
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode != 0 and SID not in r.stdout
+
+
+def test_the_configuration_block_names_every_key() -> None:
+    text = README.read_text()
+    section = text.split("\n## Configuration\n", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    named = set(re.findall(r"^([a-z0-9_]+) = ", block, re.M))
+    named |= set(re.findall(r"^\[([a-z0-9_]+)\]", block, re.M))
+    assert named == set(Settings.model_fields), named ^ set(Settings.model_fields)

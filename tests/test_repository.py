@@ -3,14 +3,17 @@ kept apart, only machine names a machine id can have."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
+import random
+import tracemalloc
 
 import pytest
 import zstandard
 
 from syncd.errors import CryptoError, FormatError, StoreError
-from syncd.format.segment import INDEX_MAX, TRAILER, SegmentWriter
+from syncd.format.segment import ENTRIES_MAX, INDEX_MAX, MAX_ENTRIES, TRAILER, SegmentWriter
 from syncd.repository import MACHINE_JSON_MAX, Repository
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore, layout
@@ -125,3 +128,71 @@ def test_a_lost_dictionary_is_one_error_for_the_frames_that_need_it() -> None:
     got = list(repo.read_extents(layout.segment_key(M, 0), [needs],
                                  lambda x, e: failed.append(str(e))))
     assert got == [] and len(failed) == 1 and "dictionary" in failed[0]
+
+
+def _many(what: str, n: int) -> bytes:
+    """A segment naming ``n`` tombstones, sessions or projects (paths that do not compress
+    to nothing: the index stays within what its stored size may expand to)."""
+    w = SegmentWriter(M, 0, 1.0)
+    rnd = random.Random(n)
+    names = [f"projects/p/{rnd.getrandbits(40):010x}" for _ in range(n)]
+    w.add_data(b"projects/p/x.jsonl", 1, 0, b"x\n", mode=0o600, mtime_ns=1)
+    for name in names:
+        if what == "entries":
+            w.add_tombstone(name.encode(), 1, 1.0)
+        elif what == "sessions":
+            w.add_session(f"{name}.jsonl".encode(), 1, {"cwd": name})
+        else:
+            w.add_project(name, {"toplevel": name})
+    return w.finish()
+
+
+# What each kind of object a reader holds to ENTRIES_MAX is stored under.
+CAPPED = {"seg": layout.segment_key(M, 0), "pack": layout.pack_key(M, 0, 0, "0badc0de"),
+          "delta": layout.delta_key(M, 0, 0)}
+
+
+@pytest.mark.parametrize("what", ["entries", "sessions", "projects"])
+@pytest.mark.parametrize("kind", sorted(CAPPED))
+def test_an_index_naming_more_than_a_writer_puts_in_one_is_refused(what: str,
+                                                                   kind: str) -> None:
+    store = MemoryStore()
+    key = CAPPED[kind]
+    store.put(key, _many(what, ENTRIES_MAX + 1))
+    with pytest.raises(FormatError) as e:
+        Repository(store, M).read_index(key)
+    assert key in str(e.value) and what in str(e.value) and "refusing it" in str(e.value)
+
+
+def test_an_index_a_writer_fills_reads_and_a_manifests_is_not_held_to_it() -> None:
+    store = MemoryStore()
+    # A writer starts another object at MAX_ENTRIES, after the frames of the file it reads.
+    store.put(layout.segment_key(M, 0), _many("entries", MAX_ENTRIES + 64))
+    assert len(Repository(store, M).read_index(layout.segment_key(M, 0)).tombstones) == \
+        MAX_ENTRIES + 64
+    # A manifest's entries are its groups' frames: as many as the tree has groups.
+    key = layout.snapshot_key(M, 0, 0)
+    store.put(key, _many("entries", ENTRIES_MAX + 1))
+    assert len(Repository(store, M).read_index(key).tombstones) == ENTRIES_MAX + 1
+
+
+def test_an_index_naming_too_many_entries_is_refused_before_it_is_all_built() -> None:
+    store = MemoryStore()
+    blob = _many("entries", 6 * ENTRIES_MAX)
+    store.put(layout.segment_key(M, 0), blob)
+    store.put(layout.snapshot_key(M, 0, 0), blob)  # read whole: what the refusal spares
+
+    def peak(key: str) -> int:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            Repository(store, M).read_index(key)
+        except FormatError:
+            pass
+        finally:
+            got = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        return got
+
+    refused, read = peak(layout.segment_key(M, 0)), peak(layout.snapshot_key(M, 0, 0))
+    assert refused < read / 2, (refused, read)

@@ -337,3 +337,85 @@ def test_staging_left_by_a_killed_restore_is_removed_by_the_next(tmp_path: Path)
     assert (out / S).read_bytes() == L1
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".syncd")) == [
         ".syncd-restore-running", ".syncd-restore-young"]  # its own is gone too
+
+
+def _seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each conflict copy is saved in a second of its own (the next one)."""
+    import syncd.restore.restorer as restorer_mod
+
+    seconds = iter(f"20261201T09{i // 60:02d}{i % 60:02d}" for i in range(3600))
+    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: next(seconds))
+
+
+def _copies(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def test_a_conflict_copy_that_says_nothing_new_is_not_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same diverged copy again (each import of a session that goes on diverging the
+    same way), or a part of one kept: the copy kept already says it all."""
+    import syncd.restore.restorer as restorer_mod
+
+    _seconds(monkeypatch)
+    opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
+    kept = restorer_mod._save_conflict(L1 + L2, S.encode(), "desk", opts)
+    again = restorer_mod._save_conflict(write(tmp_path, "staged", L1 + L2), S.encode(),
+                                        "desk", opts)
+    part = restorer_mod._save_conflict(L1, S.encode(), "desk", opts)
+    assert again == part == kept and _copies(tmp_path / "c") == [Path(kept)]
+    assert Path(kept).read_bytes() == L1 + L2
+
+
+def test_conflict_copies_of_a_file_are_at_most_conflict_copies_the_oldest_going_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import syncd.restore.restorer as restorer_mod
+
+    _seconds(monkeypatch)
+    opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c",
+                          conflict_copies=3)
+    other = restorer_mod._save_conflict(b'{"other file":1}\n', b"projects/-home-a/t.jsonl",
+                                        "desk", opts)
+    saved = [restorer_mod._save_conflict(f'{{"branch":{i}}}\n'.encode(), S.encode(), "desk",
+                                         opts) for i in range(6)]
+    assert _copies(tmp_path / "c") == sorted(Path(p) for p in [other, *saved[-3:]])
+    assert [Path(p).read_bytes() for p in saved[-3:]] == [
+        f'{{"branch":{i}}}\n'.encode() for i in (3, 4, 5)]
+
+
+def test_conflict_copies_stay_within_conflict_bytes_the_oldest_going_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every machine's copies of every file count (the daemon's imports and the CLI's
+    restores share the folder); a file there that syncd did not write is not touched."""
+    import syncd.restore.restorer as restorer_mod
+
+    _seconds(monkeypatch)
+    opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c",
+                          conflict_bytes=1 << 20)
+    mine = write(tmp_path / "c", "notes.txt", b"the user's own\n" * 30000)  # 450 kB
+    copy = 300_000
+    saved = []
+    for i, (machine, rel) in enumerate([("desk", S), ("zulu", S), ("desk", "todos/t.json"),
+                                        ("zulu", "plans/p.md"), ("desk", S)]):
+        data = bytes([0x41 + i]) * copy
+        saved.append(restorer_mod._save_conflict(data, rel.encode(), machine, opts))
+        held = sum(p.stat().st_size for p in _copies(tmp_path / "c") if p != mine)
+        assert held <= 1 << 20, (i, held)
+    assert _copies(tmp_path / "c") == sorted([mine, *(Path(p) for p in saved[-3:])])
+    assert mine.read_bytes() == b"the user's own\n" * 30000
+
+
+def test_a_conflict_copy_bigger_than_conflict_bytes_alone_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    big = b"a\n" + b"b" * (2 << 20) + b"\n"
+    store = _backup(tmp_path, big)
+    write(tmp_path / "out", S, b"a\nX\n")
+    told: list[str] = []
+    r = restore(Repository(store, "m1"), RestoreOptions(
+        target=tmp_path / "out", conflicts_dir=tmp_path / "c", conflict_bytes=1 << 20,
+        refused_copy=told.append))
+    assert (tmp_path / "out" / S).read_bytes() == b"a\nX\n"  # local kept
+    assert not (tmp_path / "c").exists() or _copies(tmp_path / "c") == []
+    [line] = r.errors
+    assert S in line and "conflict_bytes" in line and str(len(big)) in line, line
+    assert told == [line] and [a.action for a in r.actions] == ["error"]

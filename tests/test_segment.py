@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import gc
 import itertools
+import random
+import tracemalloc
 
 import pytest
 
@@ -12,6 +15,7 @@ from syncd.format.segment import (
     TAIL_READ,
     SegmentWriter,
     extent_bytes,
+    index_bytes,
 )
 from syncd.security.crypto import Crypto, new_master
 from syncd.store import MemoryStore
@@ -155,3 +159,40 @@ def test_batches_in_the_worker_keep_order_and_offsets() -> None:
     assert all(a.off + a.clen == b.off for a, b in itertools.pairwise(ix.extents))
     for e in ix.extents:
         assert extent_bytes(blob, 0, e, "seg") == data[e.path]
+
+
+def _shaped(shape: str) -> bytes:
+    """A segment whose index holds one kind of thing many times, with strings of every
+    width (ASCII, Latin-1, the BMP, beyond it) and numbers far from small."""
+    rnd = random.Random(shape)
+    w = SegmentWriter("m1", 7, 1700000000.5)
+    text = ["a", "é", "ꙮ", "\U0001F600"]
+    for i in range(3000):
+        s = f"{text[i % 4] * rnd.randint(1, 40)}{rnd.getrandbits(48):x}"
+        path = f"projects/p/{s}".encode()
+        if shape == "data":
+            w.add_frame(path, rnd.getrandbits(40), rnd.getrandbits(62), 0, b"x", s * 2,
+                        mode=0o600, mtime_ns=rnd.getrandbits(62), reason=s)
+        elif shape == "tombstones":
+            w.add_tombstone(path, i, 1700000000.0 + i / 7)
+        elif shape == "sessions":
+            w.add_session(path, i, {"cwd": s, "summary": s * 3, "last_prompt": s[:5]})
+        else:
+            w.add_project(s, {"toplevel": s, "worktrees": [{"path": s, "branch": "b"}] * 3})
+    w.add_data(b"projects/p/x", 1, 0, b"x\n", mode=0o600, mtime_ns=1)
+    w.index.extra = {"points": [[i, 1.5, [[i, 1, 2]]] for i in range(500)]}
+    return w.finish()
+
+
+@pytest.mark.parametrize("shape", ["data", "tombstones", "sessions", "projects"])
+def test_an_indexs_estimated_memory_is_never_less_than_it_takes(shape: str) -> None:
+    blob = _shaped(shape)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        ix = parse_segment(blob, "seg")
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held <= index_bytes(ix) <= 2 * held, (held, index_bytes(ix))

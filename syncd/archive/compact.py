@@ -223,7 +223,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
     head = chain[-1].hi if chain else top
     segs = _segments(repo, head, rep, _covered(repo, opts.acknowledged), opts.passed_over)
     raw = sum(x.end - x.start for _, _, ix in segs for x in ix.extents)
-    entries = sum(len(ix.extents) + len(ix.tombstones) for _, _, ix in segs)
+    entries = sum(_entries(ix) for _, _, ix in segs)
     # A long chain is rebased by the compaction that would lengthen it (max_chain 0: a
     # manifest every time, as before deltas).
     rebase = (not snaps or (opts.keep is not None and not segs)
@@ -246,8 +246,10 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
             return rep
         # A small last delta grows instead of being followed by another: fewer objects
         # to read, one run of frames per file, and a chain that reaches further.
+        # Its points and entries stay within what one delta folds (a reader's limits).
         last = chain[-1] if chain and chain[-1].size < opts.delta_target \
-            and len(chain[-1].points) + len(segs) <= DELTA_SEGMENTS else None
+            and len(chain[-1].points) + len(segs) <= DELTA_SEGMENTS \
+            and _entries(chain[-1].index) + entries <= DELTA_ENTRIES else None
         d = write_delta(repo, segs, level=opts.level, spool_dir=opts.spool_dir, extend=last)
         if d is None:
             key = layout.delta_key(machine, segs[0][2].seq if last is None else last.lo,
@@ -261,6 +263,10 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
                 + _narrower(repo, [*chain[:-1], d] if last is not None else [*chain, d]), rep)
         return rep
     return _rebase(repo, opts, rep, snaps, chain, segs, now)
+
+
+def _entries(ix: SegmentIndex) -> int:
+    return len(ix.extents) + len(ix.tombstones)
 
 
 def _narrower(repo: Repository, chain: list[Delta]) -> list[str]:

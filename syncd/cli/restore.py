@@ -236,6 +236,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         dry_run=dry_run, local_root=None if target else str(settings.source),
         project_roots=tuple(settings.project_roots),
         conflicts_dir=settings.state_dir / "conflicts",
+        conflict_copies=settings.conflict_copies, conflict_bytes=settings.conflict_bytes,
         selection=Selection(settings.include, settings.exclude),
         local_machine=settings.machine_id)
 

@@ -31,7 +31,7 @@ from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdErr
 from syncd.follow.choice import choose, record
 from syncd.follow.quiet import Quiet, intact
 from syncd.format.catalog import session_of, session_of_any
-from syncd.format.segment import SegmentIndex
+from syncd.format.segment import SegmentIndex, index_bytes
 from syncd.progress import NullMeter
 from syncd.repository import Repository
 from syncd.restore.remap import config_rules
@@ -68,8 +68,15 @@ META = "follow"
 # "keep": the local copy holds all of it; "conflict": saved aside (none of the local
 # file's bytes is the other machine's then).
 WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip", "keep")
-# Segment indexes a follower keeps per followed machine (a few MB at most).
+# Segment indexes a follower keeps once read: at most this many and these bytes (as
+# ``index_bytes`` estimates them) per followed machine, and these bytes in all. Thousands
+# of a busy machine's indexes fit; a hostile machine's big ones cost their reads, never
+# more memory. So many refused ones are remembered per machine (never read again).
 INDEXES_KEPT = 4096
+INDEX_BYTES_KEPT = 32 << 20
+INDEX_BYTES_ALL = 128 << 20
+# A refusal is said (logged, the cursor's problem) in at most this many characters.
+PROBLEM_MAX = 500
 # The largest integer the state holds: a source's generation or size past it (a number no
 # writer makes) is recorded as this.
 STATE_INT_MAX = (1 << 63) - 1
@@ -85,7 +92,9 @@ class Cursor:
     imported: int = 0  # sessions written from it so far
     waiting: list[str] = field(default_factory=list)  # sessions left until quiet
     conflicts: list[str] = field(default_factory=list)  # conflict copies' paths
-    problem: str | None = None  # the last poll's failure, if any
+    # The last poll's failure, if any; else an object of that machine refused while it
+    # stands (a segment it still lists, a conflict copy its last import could not save).
+    problem: str | None = None
     misses: int = 0  # polls without a new segment since the head was read
     # Sessions an import could not bring (their bytes not fetched): tried again at the next
     # poll's reconciliation, then after 2, 4 … more.
@@ -136,10 +145,59 @@ def _sound(c: Cursor) -> bool:
         and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)
 
 
+class _Indexes:
+    """The segment indexes of the followed machines, kept once read, the least recently
+    used going first: INDEXES_KEPT and INDEX_BYTES_KEPT per machine, INDEX_BYTES_ALL in
+    all. One bigger than a machine's share is not kept (read again when needed)."""
+
+    def __init__(self) -> None:
+        self.per_machine, self.total = INDEX_BYTES_KEPT, INDEX_BYTES_ALL
+        self._all: OrderedDict[tuple[str, str, int], tuple[SegmentIndex, int]] = OrderedDict()
+        self._of: dict[str, OrderedDict[tuple[str, str, int], int]] = {}
+        self._bytes: dict[str, int] = {}
+        self.bytes = 0
+
+    def held(self, machine: str) -> tuple[int, int]:
+        """How many of ``machine``'s indexes are kept, and their bytes."""
+        return len(self._of.get(machine, ())), self._bytes.get(machine, 0)
+
+    def get(self, machine: str, key: str, size: int) -> SegmentIndex | None:
+        k = (machine, key, size)
+        got = self._all.get(k)
+        if got is None:
+            return None
+        self._all.move_to_end(k)
+        self._of[machine].move_to_end(k)
+        return got[0]
+
+    def put(self, machine: str, key: str, size: int, ix: SegmentIndex) -> None:
+        k = (machine, key, size)
+        n = index_bytes(ix)
+        if n > self.per_machine or k in self._all:
+            return
+        self._all[k] = (ix, n)
+        mine = self._of.setdefault(machine, OrderedDict())
+        mine[k] = n
+        self._bytes[machine] = self._bytes.get(machine, 0) + n
+        self.bytes += n
+        while self._bytes[machine] > self.per_machine or len(mine) > INDEXES_KEPT:
+            self._drop(next(iter(mine)))
+        while self.bytes > self.total:
+            self._drop(next(iter(self._all)))
+
+    def _drop(self, k: tuple[str, str, int]) -> None:
+        _, n = self._all.pop(k)
+        del self._of[k[0]][k]
+        self._bytes[k[0]] -= n
+        self.bytes -= n
+
+
 class _Remembered(Repository):
-    """A followed machine's objects, its segments' indexes kept once read. A segment is
-    written once, and each import's view reads every segment since the machine's last
-    compaction: kept, a busy machine's look reads only its new ones.
+    """A followed machine's objects, its segments' indexes kept once read (in ``indexes``,
+    which the follower's machines share). A segment is written once, and each import's
+    view reads every segment since the machine's last compaction: kept, a busy machine's
+    look reads only its new ones. One whose index is refused (damaged, more than a reader
+    accepts) is remembered as such, never read again.
 
     Its listings too (manifests, deltas, segments: three LISTs, each 12.5 times a GET's
     price) and its ``machine.json``, once read: the segments the follower HEADs since are
@@ -147,9 +205,15 @@ class _Remembered(Repository):
     changes the listings (objects gone, new ones); ``forget`` makes the next view list
     again."""
 
-    def __init__(self, repo: Repository, machine: str) -> None:
+    def __init__(self, repo: Repository, machine: str, indexes: _Indexes | None = None) -> None:
         super().__init__(repo.store, machine, repo.crypto)
-        self._indexes: OrderedDict[tuple[str, int], SegmentIndex] = OrderedDict()
+        self._indexes = indexes or _Indexes()
+        # (key, size) of a segment whose index was refused → why (said once).
+        self._refused: OrderedDict[tuple[str, int], str] = OrderedDict()
+        # The conflict copy the last import's restore refused (too big), if it did, and
+        # the refusals said (the same one again is not).
+        self._copy_refused: str | None = None
+        self._copies_said: OrderedDict[str, None] = OrderedDict()
         self._info: dict[str, Any] | None = None
         self._snaps: list[tuple[int, int, str]] | None = None
         self._deltas: list[tuple[int, int, str, int]] | None = None
@@ -162,6 +226,33 @@ class _Remembered(Repository):
 
     def forget(self) -> None:
         self._info = self._snaps = self._deltas = self._segments = None
+
+    def problem(self) -> str | None:
+        """Why a segment the machine still lists (as last listed) was refused, if one was;
+        else why the last import could not keep a conflict copy, if it could not."""
+        listed = None if self._segments is None else {k for k, _ in self._segments.values()}
+        for (key, _), why in reversed(self._refused.items()):
+            if listed is None or key in listed:
+                return why
+        return self._copy_refused
+
+    def copy_refused(self, why: str) -> None:
+        """Told by the restore of an import: a conflict copy was refused (``why``)."""
+        self._copy_refused = why[:PROBLEM_MAX]
+
+    def to_say(self, line: str) -> bool:
+        """Whether to log ``line``, an import's error: not when it is about a refused
+        segment (its refusal, the gap it leaves: said when it was refused), nor a refused
+        conflict copy said already (noted as said now)."""
+        if any(self.where(key) in line for key, _ in self._refused):
+            return False
+        if line[:PROBLEM_MAX] == self._copy_refused:
+            if line in self._copies_said:
+                return False
+            self._copies_said[line] = None
+            if len(self._copies_said) > KEPT:
+                self._copies_said.popitem(last=False)
+        return True
 
     def saw(self, seq: int, key: str, size: int) -> None:
         """Segment ``seq`` exists (a HEAD said so)."""
@@ -186,24 +277,38 @@ class _Remembered(Repository):
         return self._deltas
 
     def segments(self, after: int = -1) -> list[tuple[str, int]]:
+        self._copy_refused = None  # a view, so an import, begins: its own refusals count
         if self._segments is None:
             listed = super().segments(after)
             self._segments = {seq: (k, n) for k, n in listed
                               if (seq := layout.segment_seq(k)) is not None}
+            # A refused segment no view reads any more (compacted, deleted) is forgotten.
+            there = set(listed)
+            for gone in [k for k in self._refused if k not in there]:
+                del self._refused[gone]
             return listed
         return [ks for seq, ks in sorted(self._segments.items()) if seq > after]
 
     def read_index(self, key: str, size: int | None = None) -> SegmentIndex:
         if size is None or not key.startswith(layout.segments_prefix(self.machine)):
             return super().read_index(key, size)
-        kept = self._indexes.get((key, size))
+        why = self._refused.get((key, size))
+        if why is not None:
+            raise FormatError(why)
+        kept = self._indexes.get(self.machine, key, size)
         if kept is not None:
-            self._indexes.move_to_end((key, size))
             return kept
-        ix = super().read_index(key, size)
-        self._indexes[(key, size)] = ix
-        if len(self._indexes) > INDEXES_KEPT:
-            self._indexes.popitem(last=False)
+        try:
+            ix = super().read_index(key, size)
+        except FormatError as e:
+            why = str(e)
+            why = why if len(why) <= PROBLEM_MAX else why[: PROBLEM_MAX - 1] + "…"
+            self._refused[(key, size)] = why
+            if len(self._refused) > INDEXES_KEPT:
+                self._refused.popitem(last=False)
+            log.warning("following %s: %s", self.machine, why)  # the one line that says it
+            raise FormatError(why) from None
+        self._indexes.put(self.machine, key, size, ix)
         return ix
 
 
@@ -224,6 +329,7 @@ class Follower:
         self._machines: list[str] = []
         self._polls = 0
         self._repos: dict[str, _Remembered] = {}
+        self._indexes = _Indexes()  # the machines' kept segment indexes, in one budget
         # A failing machine: (the poll it is tried again at, the wait that was).
         self._retry: dict[str, tuple[int, int]] = {}
         # (machine, session) → the local file an import left until quiet: while it is
@@ -270,7 +376,8 @@ class Follower:
             cur.last_check = self.clock()
             try:
                 if self._poll(machine, cur):
-                    cur.problem = None
+                    # (A first look still to come is not held back by it.)
+                    cur.problem = None if cur.seq is None else self._repos[machine].problem()
                 self._retry.pop(machine, None)
             except Exception as e:  # that machine's problem, never the daemon's end
                 # Tried again after 1, 2, 4 … polls (at most an hour's worth), so a
@@ -292,7 +399,7 @@ class Follower:
         stands)."""
         rm = self._repos.get(machine)
         if rm is None:
-            rm = self._repos[machine] = _Remembered(self.repo, machine)
+            rm = self._repos[machine] = _Remembered(self.repo, machine, self._indexes)
         why = tree_writable(self.settings.source)
         blocked = None if why is None else f"the Claude tree is not writable here ({why})"
         if blocked is None and machine in self._blocked:
@@ -480,8 +587,7 @@ class Follower:
                 # Compacted away since its HEAD: not passed over, the head brings what it
                 # changed (read when the HEADs find nothing).
                 break
-            except FormatError as e:
-                log.warning("following %s: skipping %s: %s", rm.machine, rm.where(key), e)
+            except FormatError:  # said by read_index, and passed over
                 top = seq
                 continue
             top = seq
@@ -530,6 +636,8 @@ class Follower:
             target=cfg.source, sessions=tuple(present), maps=tuple(config_rules(cfg)),
             local_root=str(cfg.source), project_roots=tuple(cfg.project_roots),
             conflicts_dir=cfg.state_dir / "conflicts",
+            conflict_copies=cfg.conflict_copies, conflict_bytes=cfg.conflict_bytes,
+            refused_copy=rm.copy_refused,
             selection=Selection(cfg.include, cfg.exclude), local_machine=self.me,
             leave=Quiet(cfg.source, cfg.follow_quiet, self.clock, ours=self._as_imported),
             history=False,
@@ -614,9 +722,10 @@ class Follower:
                 cur.waiting = sorted(set(cur.waiting) | {sid})
                 self._left[(machine, sid)] = os.fsencode(a.path)
             if a.conflict_copy:
-                # Those a newer copy superseded (restorer._drop_superseded) are gone.
-                cur.conflicts = [*(c for c in cur.conflicts if os.path.exists(c)),
-                                 a.conflict_copy][-KEPT:]
+                # Gone: those a newer copy superseded or the bounds let go (the oldest);
+                # a copy kept already (nothing new) is named once.
+                cur.conflicts = [*(c for c in cur.conflicts if os.path.exists(c) and
+                                   c != a.conflict_copy), a.conflict_copy][-KEPT:]
             f = backup.files.get(src)
             if a.action not in WRITTEN or f is None:
                 continue
@@ -645,7 +754,8 @@ class Follower:
                     written.add(sid)
         self.state.record_imported(records)
         for line in report.errors if said else ():
-            log.warning("following %s: %s", machine, line)
+            if self._repos[machine].to_say(line):
+                log.warning("following %s: %s", machine, line)
         if written:
             cur.imported += len(written)
             cur.last_import = self.clock()

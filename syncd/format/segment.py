@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import struct
+import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,12 @@ EXPANSION_FLOOR = 1 << 20
 # what readers accept.
 MAX_ENTRIES = 32768
 INDEX_TARGET = 16 << 20
+# A reader refuses a segment, pack or delta index naming more entries (data and delete)
+# than this, or more sessions, or more projects: a writer puts at most MAX_ENTRIES, plus
+# the frames of the one file it was reading, in one index (docs/FORMAT.md). Each entry
+# costs a few hundred bytes held (an index of a million tombstones fits in 64 MiB of JSON
+# and takes ~130 MB as objects, ~450 MB while parsed).
+ENTRIES_MAX = 2 * MAX_ENTRIES
 # Index bytes of one entry besides its path (numbers, the sha256, the keys).
 _ENTRY_BYTES = 320
 # Frames with fewer raw bytes than this use the trained dictionary, when there is one.
@@ -185,6 +192,46 @@ class SegmentIndex:
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Keys of packs and snapshot manifests (docs/FORMAT.md), which share this container.
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Bytes an object takes beyond what sys.getsizeof says (the allocator rounds up to 16
+# bytes, 8 on average), and a list's or dict's slot for it.
+_ROUNDING = 8
+_SLOT = 8
+
+
+def index_bytes(ix: SegmentIndex) -> int:
+    """The memory ``ix`` holds, estimated from its entries and the sizes of their strings
+    and numbers, never less than it takes (what a cache of indexes counts)."""
+    size = sys.getsizeof
+    n = size(ix) + size(ix.extents) + size(ix.tombstones) + size(ix.sessions) + \
+        _json_bytes(ix.machine) + _json_bytes(ix.projects) + _json_bytes(ix.extra)
+    for x in ix.extents:
+        n += size(x) + size(x.path) + size(x.sha256) + size(x.reason) + size(x.gen) + \
+            size(x.start) + size(x.end) + size(x.off) + size(x.clen) + size(x.mode) + \
+            size(x.mtime_ns) + 11 * _ROUNDING + _SLOT
+    for t in ix.tombstones:
+        n += size(t) + size(t.path) + size(t.gen) + size(t.time) + 4 * _ROUNDING + _SLOT
+    for path, (gen, fields) in ix.sessions.items():
+        # The dict's slot (its table has room to spare), the key, the tuple, the fields.
+        n += 4 * _SLOT + size(path) + size((gen, fields)) + size(gen) + 3 * _ROUNDING + \
+            _json_bytes(fields)
+    return n
+
+
+def _json_bytes(value: Any) -> int:
+    """What a parsed JSON value holds (walked without recursion: it may nest deeply)."""
+    n = 0
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        n += sys.getsizeof(v) + _ROUNDING
+        if isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, list | tuple):
+            todo.extend(v)
+    return n
 
 
 # Keys of packs, manifests and lost segments' stand-ins (docs/FORMAT.md).
@@ -425,12 +472,14 @@ class SegmentWriter:
 
 
 def parse_index(tail: bytes, total_size: int, where: str,
-                cipher: ObjectCipher | None = None) -> SegmentIndex | tuple[int, int]:
+                cipher: ObjectCipher | None = None,
+                capped: bool = True) -> SegmentIndex | tuple[int, int]:
     """Parse the index from the last bytes of a segment.
 
     Returns the index, or ``(offset, length)`` of the index when ``tail`` does not
     hold all of it (the caller then fetches that range and calls ``decode_index``).
     ``cipher`` is given for an encrypted store: then only a sealed segment is accepted.
+    ``capped``: as ``decode_index``'s.
     """
     if len(tail) < TRAILER.size or total_size < HEADER.size + TRAILER.size:
         raise FormatError(f"{where}: too short to be a segment ({total_size} bytes)")
@@ -442,7 +491,8 @@ def parse_index(tail: bytes, total_size: int, where: str,
     have = len(tail) - TRAILER.size
     if length > have:
         return off, length
-    return decode_index(tail[have - length : have], digest, where, cipher=cipher, offset=off)
+    return decode_index(tail[have - length : have], digest, where, cipher=cipher, offset=off,
+                        capped=capped)
 
 
 def _check_magic(magic: bytes, sealed: bool, where: str) -> None:
@@ -463,7 +513,10 @@ def index_digest(tail: bytes) -> bytes:
 
 
 def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher | None = None,
-                 offset: int = 0) -> SegmentIndex:
+                 offset: int = 0, capped: bool = True) -> SegmentIndex:
+    """The index ``blob`` (checked against ``digest``). ``capped``: held to ENTRIES_MAX,
+    as every index but a snapshot manifest's (whose entries are its groups' frames, as
+    many as the tree has groups) is."""
     if hashlib.sha256(blob).digest() != digest:
         raise FormatError(f"{where}: segment index checksum mismatch (corrupted object)")
     if cipher is not None:
@@ -472,13 +525,30 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
         except CryptoError as e:
             raise FormatError(str(e)) from None
     text = decompress_capped(blob, expansion_limit(len(blob), INDEX_MAX), f"{where}: index")
+    entries = 0
+
+    def counted(d: dict[str, Any]) -> dict[str, Any]:
+        # Counted while parsed: an index naming more entries than any writer makes is
+        # refused at the first one too many, before the rest of it is built.
+        nonlocal entries
+        if "op" in d:
+            entries += 1
+            if entries > ENTRIES_MAX:
+                raise _too_many(where, "entries")
+        return d
+
     try:
-        doc = untrusted.loads(text)
+        doc = untrusted.loads(text, counted if capped else None)
         del text
         if not isinstance(doc, dict):
             raise FormatError(f"{where}: unreadable segment index: not an object")
         if doc.get("v") != VERSION:
             raise FormatError(f"{where}: unsupported segment version {doc.get('v')!r}")
+        if capped:
+            for name, items in (("entries", doc["entries"]), ("sessions", doc.get("sessions", [])),
+                                ("projects", doc.get("projects", {}))):
+                if isinstance(items, list | dict) and len(items) > ENTRIES_MAX:
+                    raise _too_many(where, name, len(items))
         ix = SegmentIndex(str(doc["machine"]), int(doc["seq"]), when(doc["time"]))
         dict_id = doc.get("dict")
         for d in doc["entries"]:
@@ -503,6 +573,12 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
     except (zstandard.ZstdError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise FormatError(f"{where}: unreadable segment index: {e}") from e
     return ix
+
+
+def _too_many(where: str, what: str, count: int | None = None) -> FormatError:
+    named = f"more {what} than" if count is None else f"{count} {what}, more than"
+    return FormatError(f"{where}: index names {named} the {ENTRIES_MAX} a reader accepts (a "
+                       f"writer puts at most {MAX_ENTRIES} in one): refusing it")
 
 
 def _project(v: Any) -> dict[str, Any] | None:

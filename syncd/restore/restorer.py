@@ -90,6 +90,13 @@ class RestoreOptions:
     local_root: str | None = None
     project_roots: tuple[str, ...] = ()
     conflicts_dir: Path | None = None
+    # Copies kept there: at most conflict_copies of one file of one machine and
+    # conflict_bytes in all, the oldest going first (the config's keys of those names).
+    conflict_copies: int = 8
+    conflict_bytes: int = 1 << 30
+    # Told the line saying a copy was refused (bigger than conflict_bytes alone), which
+    # is also one of the report's errors.
+    refused_copy: Callable[[str], None] | None = None
     progress: Meter | None = None  # told the bytes to fetch, then each chunk fetched
     # What this machine backs up: nothing outside it is written, whatever a store holds.
     selection: Selection = field(default_factory=Selection)
@@ -472,7 +479,7 @@ def _set_aside(staged: Path, path: bytes, where: tuple[bytes, bytes], backup: Ba
     if not opts.dry_run:
         try:
             act.conflict_copy = _save_conflict(staged, path, backup.machine, opts)
-        except OSError as e:
+        except (OSError, RestoreError) as e:
             act.action, act.reason = "error", _why(e)
             report.errors.append(f"{os.fsdecode(path)}: cannot save it aside: {_why(e)}")
     report.actions.append(act)
@@ -1456,10 +1463,24 @@ def _lines_out(text: bytes, remap: Remapper, sids: set[str] | None) -> bytes:
 def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOptions) -> str:
     """The backup's copy (its bytes, or a file of them) beside syncd's state, under the
     second it was saved (``-2``, ``-3`` … after it for another copy of that second: none
-    is written over)."""
-    base = opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts")
-    under = os.path.join(os.fsencode(base), os.fsencode(machine))
+    is written over); its path. A copy that says nothing new (it is, or begins, one kept
+    already: that one's path) is not written. Copies stay within ``opts.conflict_copies``
+    of one file and ``opts.conflict_bytes`` in all, the oldest going first; one bigger
+    than ``conflict_bytes`` alone is refused (``RestoreError``)."""
+    base = os.fsencode(opts.conflicts_dir or (opts.target.parent / ".syncd-conflicts"))
+    under = os.path.join(base, os.fsencode(machine))
+    size = data.stat().st_size if isinstance(data, Path) else len(data)
+    if size > opts.conflict_bytes:
+        why = (f"{os.fsdecode(rel)}: local file kept, machine {machine}'s copy not saved: "
+               f"its {size} bytes are more than conflict_bytes ({opts.conflict_bytes}) "
+               "allows for every conflict copy")
+        if opts.refused_copy is not None:
+            opts.refused_copy(why)
+        raise RestoreError(why)
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    older = _copies(under, rel)
+    if isinstance(data, Path) and (kept := _kept_already(older, data, size)) is not None:
+        return kept
     # Written whole first, then linked into place: another restore superseding copies
     # meanwhile never meets this one half written (its bytes so far a prefix of another).
     private_dir(under)
@@ -1472,6 +1493,8 @@ def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOp
                     shutil.copyfileobj(src, out, CHUNK)
             else:
                 out.write(data)
+        if not isinstance(data, Path) and (kept := _kept_already(older, tmp, size)) is not None:
+            return kept
         for n in range(1, CONFLICTS_PER_SECOND + 1):
             path = os.path.join(under, (stamp if n == 1 else f"{stamp}-{n}").encode(), rel)
             private_dir(os.path.dirname(path))
@@ -1479,7 +1502,8 @@ def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOp
                 os.link(tmp, path)
             except FileExistsError:
                 continue
-            _drop_superseded(under, rel, path)
+            _drop_superseded(under, path, size, older, opts.conflict_copies)
+            _trim(base, path, opts.conflict_bytes)
             return os.fsdecode(path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -1489,37 +1513,114 @@ def _save_conflict(data: bytes | Path, rel: bytes, machine: str, opts: RestoreOp
 
 
 CONFLICTS_PER_SECOND = 100
+# The name of a second's folder of conflict copies (``_save_conflict``).
+_SECOND = re.compile(rb"(\d{8}T\d{6})(?:-(\d{1,3}))?")
 
 
-def _drop_superseded(under: bytes, rel: bytes, newest: bytes) -> None:
-    """Remove the older conflict copies of ``rel`` (``under``/<second>/``rel``) whose bytes
-    all begin ``newest``: while two machines keep writing one session, each import would
-    save another, longer copy of the other's branch; the newest holds every byte of those.
-    A copy that is not such a prefix stays."""
+def _age(second: bytes) -> tuple[bytes, int] | None:
+    """Where a second's folder sorts among the others, oldest first (None: not one)."""
+    m = _SECOND.fullmatch(second)
+    return None if m is None else (m[1], int(m[2] or 1))
+
+
+def _copies(under: bytes, rel: bytes) -> list[tuple[tuple[bytes, int], bytes, int]]:
+    """(age, path, size) of the copies of ``rel`` kept under ``under``, oldest first."""
+    out = []
+    with contextlib.suppress(OSError):
+        for second in os.listdir(under):
+            age = _age(second)
+            path = os.path.join(under, second, rel)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if age is not None and stat.S_ISREG(st.st_mode):
+                    out.append((age, path, st.st_size))
+    return sorted(out)
+
+
+def _drop_superseded(under: bytes, newest: bytes, size: int,
+                     older: list[tuple[tuple[bytes, int], bytes, int]], keep: int) -> None:
+    """Remove the ``older`` copies of a file (``under``/<second>/<rel>) whose bytes all
+    begin ``newest`` (``size`` bytes): while two machines keep writing one session, each
+    import would save another, longer copy of the other's branch; the newest holds every
+    byte of those. Of the others, the oldest go while more than ``keep`` copies stay."""
+    left = []
+    for copy in older:
+        _, old, old_size = copy
+        if old_size <= size and _has_prefix(newest, old):
+            _remove_copy(under, old)
+        else:
+            left.append(copy)
+    for _, old, _ in left[: max(0, len(left) + 1 - keep)]:
+        _remove_copy(under, old)
+
+
+def _kept_already(older: list[tuple[tuple[bytes, int], bytes, int]], new: bytes | Path,
+                  size: int) -> str | None:
+    """The copy of ``older`` that is, or begins with, the file ``new`` (``size`` bytes):
+    that one says all it says."""
+    for _, old, old_size in older:
+        if old_size >= size and _has_prefix(old, new):
+            return os.fsdecode(old)
+    return None
+
+
+def _has_prefix(longer: bytes, shorter: bytes | Path) -> bool:
+    """Whether the file ``longer`` begins with every byte of ``shorter`` (or is it),
+    compared as streams, a chunk of each at a time; False when either cannot be read."""
     try:
-        seconds = os.listdir(under)
+        return _relation(longer, shorter) in ("same", "backup-prefix")
+    except OSError:
+        return False
+
+
+def _trim(base: bytes, newest: bytes, budget: int) -> None:
+    """The oldest copies under ``base`` (every machine's) go while they hold more than
+    ``budget`` bytes (never ``newest``). Only syncd's own (<machine>/<second>/…) count."""
+    kept = []
+    for machine in _listdir(base):
+        under = os.path.join(base, machine)
+        for second in _listdir(under):
+            age = _age(second)
+            if age is None:
+                continue
+            for top, _, names in os.walk(os.path.join(under, second)):
+                for name in names:
+                    path = os.path.join(top, name)
+                    with contextlib.suppress(OSError):
+                        st = os.lstat(path)
+                        if stat.S_ISREG(st.st_mode):
+                            kept.append((age, path, st.st_size, under))
+    total = sum(n for _, _, n, _ in kept)
+    for _, path, n, under in sorted(kept):
+        if total <= budget:
+            break
+        if path != newest:
+            _remove_copy(under, path)
+            total -= n
+
+
+def _listdir(path: bytes) -> list[bytes]:
+    try:
+        return [n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))
+                and not os.path.islink(os.path.join(path, n))]
+    except OSError:
+        return []
+
+
+def _remove_copy(under: bytes, path: bytes) -> None:
+    """Remove a conflict copy and its now empty directories, up to the second's (never
+    ``under``)."""
+    try:
+        os.unlink(path)
     except OSError:
         return
-    for second in seconds:
-        old = os.path.join(under, second, rel)
-        if old == newest:
-            continue
+    d = os.path.dirname(path)
+    while d != under and d.startswith(under):
         try:
-            st = os.lstat(old)
-            if not stat.S_ISREG(st.st_mode) or \
-                    _relation(old, newest) not in ("same", "local-prefix"):
-                continue
-            os.unlink(old)
+            os.rmdir(d)
         except OSError:
-            continue
-        # Its now empty directories, up to the second's (never ``under``).
-        d = os.path.dirname(old)
-        while d != under:
-            try:
-                os.rmdir(d)
-            except OSError:
-                break
-            d = os.path.dirname(d)
+            break
+        d = os.path.dirname(d)
 
 
 __all__ = ["Action", "RestoreError", "RestoreOptions", "RestoreReport", "restore",
