@@ -838,3 +838,53 @@ def test_a_first_look_that_finds_everything_here_is_the_last_import(
     row = status(b.settings)["following"][0]
     assert row["seq"] == 0 and row["last_import"] == b.now, row
     assert "last import never" not in format_status(status(b.settings), now=b.now)
+
+
+class DataReads(LocalStore):
+    """Counts the reads of ``machine``'s data (frames: not an index, not its head)."""
+
+    def __init__(self, root: Path, machine: str) -> None:
+        super().__init__(root)
+        self.prefix = layout.machine_prefix(machine)
+        self.reads: list[str] = []
+
+    def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        if key.startswith(self.prefix) and start >= 0 and key != layout.head_key(
+                self.prefix.split("/")[1]):
+            self.reads.append(key)
+        return super().get(key, start, length)
+
+
+def test_a_followed_machines_copy_of_this_machines_session_is_not_fetched_to_reconcile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk writes its session, the laptop follows it (its copy grows with desk's lines,
+    echoed in the laptop's backup and head): desk's reconciliations with the laptop's head
+    fetch none of it, however often it grows, and never bring back a session desk's own
+    Claude deleted (its cleanup)."""
+    a = Machine(tmp_path, "desk", "/home/alice", follow=["laptop"])
+    b = Machine(tmp_path, "laptop", "/users/bob", follow=["desk"], head_interval=0.0)
+    rel = a.transcript("app", S1).relative_to(a.settings.source)
+    reads = DataReads(a.store_dir, "laptop")
+    for f in a.follower(monkeypatch, reads):
+        for i in range(4):
+            write(a.settings.source, rel, line(S1, a.cwd("app"), i), mode="ab")
+            a.sync(monkeypatch)
+            b.poll(monkeypatch)
+            b.sync(monkeypatch)  # its copy, as imported from desk, in its head too
+            monkeypatch.setenv("HOME", str(a.home))
+            for _ in range(HEAD_EVERY + 1):
+                f.poll()
+            if i == 0:
+                # The first look compares every session the laptop holds (it may have
+                # gone on with one of them): that one time, desk's too.
+                assert reads.reads, "the first look read nothing"
+                reads.reads.clear()
+        assert reads.reads == [], reads.reads
+        assert f.cursors["laptop"].missing == 0
+        # Claude's cleanup deletes it on desk: the laptop's copy does not come back.
+        (a.settings.source / rel).unlink()
+        a.sync(monkeypatch)
+        monkeypatch.setenv("HOME", str(a.home))
+        for _ in range(HEAD_EVERY + 1):
+            f.poll()
+    assert not (a.settings.source / rel).exists() and reads.reads == []

@@ -268,6 +268,14 @@ class State:
             "SELECT path, source, size, check_hash, merged, src_path, src_gen, src_size, at "
             f"FROM imported {where}ORDER BY path", args)]
 
+    def known_sessions(self) -> set[str]:
+        """The sessions this machine has or had: a transcript it tracks (one deleted here
+        since included), or one an import wrote."""
+        paths = [bytes(r[0]) for r in self._read(
+            "SELECT path FROM files WHERE path LIKE 'projects/%' "
+            "UNION SELECT path FROM imported")]
+        return {sid for p in paths if (sid := session_of(p)) is not None}
+
     def record_imported(self, files: Iterable[ImportedFile]) -> None:
         """Remember what an import wrote (a row per path, the newest wins)."""
         try:

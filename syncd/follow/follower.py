@@ -448,7 +448,7 @@ class Follower:
         sids, top = self._changed(rm, cur.seq)
         cur.misses = cur.misses + 1 if top is None else 0
         if self._polls >= self._reconcile_at.get(machine, 0):
-            found, head_top = self._reconcile(rm, cur)
+            found, head_top = self._reconcile(rm, cur, gap=top is None)
             if head_top is not None and head_top < cur.seq and top is None:
                 log.warning("following %s: its head is at seq %d, before the seq %d read "
                             "here, which is gone (made again under its id, or a head that "
@@ -477,10 +477,17 @@ class Follower:
         self._count_missing(machine, cur)
         return True
 
-    def _reconcile(self, rm: _Remembered, cur: Cursor) -> tuple[set[str], int | None]:
+    def _reconcile(self, rm: _Remembered, cur: Cursor,
+                   gap: bool = False) -> tuple[set[str], int | None]:
         """What this machine holds against the machine's head (one HEAD of it, and one GET
-        when it changed or something is left to bring): the sessions missing or behind
-        here to import now, and the head's seq (None: no head, or unchanged).
+        when it changed or something is left to bring): the sessions to import now, and
+        the head's seq (None: no head, or unchanged).
+
+        Those are the sessions it lists that this machine never had (no copy, no record of
+        one, none deleted here): every change of the others came with the segments read
+        here (a copy that grew with this machine's own lines, echoed, is not behind). With
+        a ``gap`` (the next segment is gone, and the head is past the seq read here: they
+        were compacted before they were read), also those behind what was imported.
 
         A head before the seq read here whose segment is gone means the machine's seqs
         went back: no session then, the head's seq (the caller starts over)."""
@@ -501,10 +508,14 @@ class Follower:
         cur.head_etag = info.etag
         if head.seq < after and rm.store.head(layout.segment_key(machine, after)) is None:
             return set(), head.seq
+        gap = gap and head.seq > after
         wants = Selection(self.settings.include, self.settings.exclude).wants
+        known = self.state.known_sessions()
+        have = {r.src_path: r for r in self.state.imports(machine)}
         self._missing[machine] = {
             s.path: (s.gen, s.size) for s in head.sessions
-            if s.deleted_at is None and wants(os.fsdecode(s.path))}
+            if s.deleted_at is None and wants(os.fsdecode(s.path)) and (
+                gap or (s.path not in have and s.session_id not in known))}
         self._count_missing(machine, cur)
         due = []
         for path in sorted(self._missing[machine]):
