@@ -57,8 +57,10 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
+from syncd.errors import StoreError
 from syncd.store import open_store
 from tests.chaos import ChaosProxy
+from tests.faultkit import FaultProxy
 from tests.helpers import wait_for
 from tests.seaweed import Seaweed
 from tests.test_follow_e2e import (
@@ -531,3 +533,27 @@ def test_two_daemons_soak_under_faults_and_kills(soak_pair: Pair) -> None:
           f"b {b.kills}; handoff steps {len(handoff.steps)}; proxy outcomes a "
           f"{a.proxy.counts}, b {b.proxy.counts}")
 
+
+# -- found by the soak ----------------------------------------------------------------------
+
+
+def test_a_failed_delete_names_the_object_once(seaweed: Seaweed, bucket: str) -> None:
+    """A delete the store fails (here: a 500) is one line naming the object, as a failed
+    get does: ``s3://bucket/prefix/key``. The soak's logs showed a lease release that
+    failed named ``…/team/team/machines/b/lease.json``: the prefix twice."""
+    proxy = FaultProxy(seaweed.endpoint).start()
+    try:
+        store = open_store(f"s3://{bucket}/{STORE_PREFIX}", endpoint_url=proxy.url,
+                           retry_deadline=0.5)
+        key = "machines/m/lease.json"
+        store.put(key, b"{}")
+        proxy.set_mode("500")
+        want = f"s3://{bucket}/{STORE_PREFIX}/{key}"
+        with pytest.raises(StoreError) as got:
+            store.get(key)
+        assert want in str(got.value), str(got.value)
+        with pytest.raises(StoreError) as deleted:
+            store.delete_many([key])
+        assert want in str(deleted.value), str(deleted.value)
+    finally:
+        proxy.stop()
