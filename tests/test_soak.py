@@ -56,12 +56,19 @@ from pathlib import Path
 
 import pytest
 
+from syncd.backup.engine import sync_once
+from syncd.backup.state import State
 from syncd.claude import project_folder
+from syncd.config import load_settings
 from syncd.errors import StoreError
-from syncd.store import open_store
+from syncd.follow.follower import Follower
+from syncd.repository import Repository
+from syncd.store import LocalStore, Store, layout, open_store
 from tests.chaos import ChaosProxy
+from tests.counting import CountingStore
 from tests.faultkit import FaultProxy
-from tests.helpers import wait_for
+from tests.helpers import wait_for, write
+from tests.hostile import line as hostile_line
 from tests.seaweed import Seaweed
 from tests.test_follow_e2e import (
     STORE_PREFIX,
@@ -557,3 +564,85 @@ def test_a_failed_delete_names_the_object_once(seaweed: Seaweed, bucket: str) ->
         assert want in str(deleted.value), str(deleted.value)
     finally:
         proxy.stop()
+
+
+class Host:
+    """A machine driven by hand over a local store: a pass of ``syncd sync``, one look of
+    its follower (a new ``Follower`` each time: as after a start)."""
+
+    def __init__(self, tmp: Path, name: str, home: str, follow: str) -> None:
+        self.name, self.home = name, tmp / home.strip("/")
+        self.home.mkdir(parents=True)
+        self.store_dir = tmp / "store"
+        self.settings = load_settings(
+            config_file=tmp / "none.toml", source=self.home / ".claude",
+            store=self.store_dir.as_uri(), state_dir=tmp / name / "state", machine_id=name,
+            follow=[follow], follow_quiet=0.0, head_interval=0.0)
+
+    def cwd(self, project: str) -> str:
+        return f"{self.home}/{project}"
+
+    def transcript(self, project: str, sid: str) -> Path:
+        return self.settings.source / "projects" / project_folder(self.cwd(project)) / \
+            f"{sid}.jsonl"
+
+    def sync(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("HOME", str(self.home))
+        sync_once(self.settings)
+
+    def poll(self, monkeypatch: pytest.MonkeyPatch, store: Store | None = None) -> None:
+        monkeypatch.setenv("HOME", str(self.home))
+        state = State(self.settings.state_file)
+        try:
+            repo = Repository(store or LocalStore(self.store_dir), self.name)
+            Follower(self.settings, repo, state, clock=lambda: 2e9).poll()
+        finally:
+            state.close()
+
+
+def test_a_session_the_other_machine_imported_from_here_is_not_fetched_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk writes a session, the laptop imports it (so the laptop's head lists it), and
+    desk writes on. The laptop's segments say those bytes are desk's own ("imported
+    from desk"), so desk's follower passes them over; its reconciliation with the
+    laptop's head must too. It does not: desk imports its own session "from laptop",
+    fetching it whole from the laptop's backup at every reconciliation while it grows,
+    and records it as the laptop's (``status`` then counts it among the laptop's
+    sessions here). The soak showed each machine holding such records for all of its
+    own sessions."""
+    desk = Host(tmp_path, "desk", "/home/alice", follow="laptop")
+    laptop = Host(tmp_path, "laptop", "/users/bob", follow="desk")
+    sid = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+    rel = str(desk.transcript("app", sid).relative_to(desk.settings.source))
+    write(desk.settings.source, rel, hostile_line(sid, desk.cwd("app"), 0))
+    desk.sync(monkeypatch)
+    laptop.poll(monkeypatch)  # its first look: desk's session arrives
+    laptop.sync(monkeypatch)  # shipped as imported from desk; the laptop's head lists it
+    desk.poll(monkeypatch)  # desk's first look at the laptop
+    for i in (1, 2):  # desk writes on; the laptop follows
+        write(desk.settings.source, rel, hostile_line(sid, desk.cwd("app"), i), mode="ab")
+        desk.sync(monkeypatch)
+        laptop.poll(monkeypatch)
+        laptop.sync(monkeypatch)
+    write(desk.settings.source, rel, hostile_line(sid, desk.cwd("app"), 3), mode="ab")
+    desk.sync(monkeypatch)
+    mine = desk.transcript("app", sid).read_bytes()
+
+    fetched: list[str] = []
+
+    class Reads(CountingStore):
+        def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+            if start >= 0 and layout.segment_seq(key) is not None and \
+                    key.startswith(layout.segments_prefix("laptop")):
+                fetched.append(key)
+            return super().get(key, start, length)
+
+    desk.poll(monkeypatch, Reads(LocalStore(desk.store_dir)))  # a start: reconciled at once
+    assert desk.transcript("app", sid).read_bytes() == mine
+    state = State(desk.settings.state_file, readonly=True)
+    try:
+        theirs = [r for r in state.imports() if r.path == os.fsencode(rel)]
+    finally:
+        state.close()
+    assert not fetched, f"desk fetched its own session from the laptop's backup: {fetched}"
+    assert not theirs, f"desk records its own session as imported: {theirs}"
