@@ -30,7 +30,9 @@ Then, once everything is quiet:
   lines, and the other's are in it or in a conflict copy ``status`` lists;
 - ``syncd status --json`` on each machine says nothing of the other's head is missing
   or behind here (``missing`` 0) and its last look had no problem;
-- each machine's backup alone restores its tree byte for byte (``restore --to``);
+- each machine's backup alone restores its tree byte for byte (``restore --to``), and
+  its prefix holds each byte of its transcripts and history once (nothing shipped
+  twice, through kills, adopted segments and imports);
 - no temp file of a killed import is left, and both daemons stop cleanly on SIGTERM
   with no traceback in their logs.
 
@@ -354,10 +356,11 @@ def differences(pair: Pair, skip: set[str]) -> list[str]:
 
 
 def held_not_once(pair: Pair, m: Machine) -> list[str]:
-    """The files whose bytes ``m``'s prefix holds other than once (diagnostics)."""
+    """The files whose bytes ``m``'s prefix holds other than once: the extents of all
+    their generations do not add up to their size (shipped twice, or not at all)."""
     ext = pair.extents(m.name)
     out = []
-    for p in sorted((m.root / "projects").rglob("*.jsonl")):
+    for p in sorted([*(m.root / "projects").rglob("*.jsonl"), m.root / "history.jsonl"]):
         rel = os.fsencode(p.relative_to(m.root))
         held = sum(e.end - e.start for _seq, e in ext.get(rel, []))
         if held != p.stat().st_size:
@@ -534,8 +537,10 @@ def test_two_daemons_soak_under_faults_and_kills(soak_pair: Pair) -> None:
     # killed import or restore left behind is still in either tree.
     for m in both:
         assert not leftovers(m), f"{m.name}: temp files left: {leftovers(m)}"
+    # Nothing shipped twice, kills, adopted segments and imports included.
     for m in both:
-        print(f"{m.name}: held other than once:", *held_not_once(pair, m), sep="\n  ")
+        twice = held_not_once(pair, m)
+        assert not twice, f"{m.name}'s prefix holds bytes other than once:\n" + "\n".join(twice)
     print(f"seed {SEED}: b's first import {first_import} when killed; kills a {a.kills}, "
           f"b {b.kills}; handoff steps {len(handoff.steps)}; proxy outcomes a "
           f"{a.proxy.counts}, b {b.proxy.counts}")
