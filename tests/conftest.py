@@ -16,6 +16,12 @@ SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "claude-sam
 _bucket_ids = itertools.count()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "soak: a long test (minutes) of real daemons under faults and kills; "
+        "part of the normal suite (-m 'not soak' leaves it out)")
+
+
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seaweed]:
     sw = start_seaweed(tmp_path_factory.mktemp("seaweed"))
