@@ -271,9 +271,10 @@ class State:
     def known_sessions(self) -> set[str]:
         """The sessions this machine has or had: a transcript it tracks (one deleted here
         since included), or one an import wrote."""
+        # Paths are BLOBs: those under projects/ are a range of them ("0" follows "/").
         paths = [bytes(r[0]) for r in self._read(
-            "SELECT path FROM files WHERE path LIKE 'projects/%' "
-            "UNION SELECT path FROM imported")]
+            "SELECT path FROM files WHERE path >= CAST('projects/' AS BLOB) AND "
+            "path < CAST('projects0' AS BLOB) UNION SELECT path FROM imported")]
         return {sid for p in paths if (sid := session_of(p)) is not None}
 
     def record_imported(self, files: Iterable[ImportedFile]) -> None:

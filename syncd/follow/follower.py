@@ -707,6 +707,16 @@ class Follower:
         cur.retry = sorted(set(cur.retry) | {sid})[:KEPT]
         self._reconcile_at[machine] = min(self._reconcile_at.get(machine, at), at)
 
+    def _theirs(self, machine: str, sid: str | None, rel: bytes) -> bool:
+        """Whether the local file ``rel`` (of session ``sid``) is, as far as this machine
+        knows, ``machine``'s: the session came from there, or an import from there wrote
+        the file before."""
+        rec = self.state.origin(sid) if sid is not None else None
+        if rec is not None:
+            return rec.machine == machine
+        before = self.state.imported(rel)
+        return before is not None and before.source == machine
+
     def _placed(self, cur: Cursor, report: RestoreReport) -> None:
         """Note the sessions made here whose project path does not exist on this machine
         (nothing local told where this machine keeps them): ``status`` lists them."""
@@ -739,6 +749,11 @@ class Follower:
                                    c != a.conflict_copy), a.conflict_copy][-KEPT:]
             f = backup.files.get(src)
             if a.action not in WRITTEN or f is None:
+                continue
+            if a.action in ("skip", "keep") and not self._theirs(machine, sid,
+                                                                 os.fsencode(a.path)):
+                # This machine's own session (that machine's copy is its, echoed): nothing
+                # of it is that machine's, and it is not counted among its sessions here.
                 continue
             # What the import wrote (or, skipped, found as the last one left it), not what
             # the file holds by now: a line Claude appended since is this machine's own,

@@ -190,16 +190,20 @@ class S3Store:
             raise self._error(prefix, e) from e
 
     def delete_many(self, keys: Iterable[str]) -> None:
-        batch = [self._key(k) for k in keys]
-        for i in range(0, len(batch), 1000):
-            chunk = batch[i : i + 1000]
+        names = list(keys)
+        for i in range(0, len(names), 1000):
+            chunk = names[i : i + 1000]
             try:
                 resp = self._s3.delete_objects(
                     Bucket=self.bucket,
-                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+                    Delete={"Objects": [{"Key": self._key(k)} for k in chunk],
+                            "Quiet": True})
             except Exception as e:
-                raise self._error(chunk[0], e) from e
+                raise self._error(chunk[0], e) from e  # named as the store names it
             if resp.get("Errors"):
                 first = resp["Errors"][0]
-                raise StoreError(f"{self.url}{first.get('Key')}: delete failed: "
+                # S3 names the object by its full key, the prefix included (so does url).
+                key = str(first.get("Key", ""))
+                prefix = self._key("")
+                raise StoreError(f"{self.url}{key.removeprefix(prefix)}: delete failed: "
                                  f"{first.get('Code')} {first.get('Message', '')}")
