@@ -610,11 +610,9 @@ def test_a_session_the_other_machine_imported_from_here_is_not_fetched_back(
     """desk writes a session, the laptop imports it (so the laptop's head lists it), and
     desk writes on. The laptop's segments say those bytes are desk's own ("imported
     from desk"), so desk's follower passes them over; its reconciliation with the
-    laptop's head must too. It does not: desk imports its own session "from laptop",
-    fetching it whole from the laptop's backup at every reconciliation while it grows,
-    and records it as the laptop's (``status`` then counts it among the laptop's
-    sessions here). The soak showed each machine holding such records for all of its
-    own sessions."""
+    laptop's head must too: desk never fetches its own session from the laptop's backup
+    while it grows, nor records it as the laptop's (``status`` would count it among the
+    laptop's sessions here)."""
     desk = Host(tmp_path, "desk", "/home/alice", follow="laptop")
     laptop = Host(tmp_path, "laptop", "/users/bob", follow="desk")
     sid = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
