@@ -7,6 +7,7 @@ that fails is an attack that worked; one that passes is kept as a regression tes
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -34,7 +35,7 @@ from syncd.service.log import PLAIN_FORMAT, OneLine
 from syncd.service.status import format_status, health, status
 from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
-from tests.helpers import tree_bytes, write
+from tests.helpers import shipped, tree_bytes, write
 from tests.hostile import T0, Craft, Piece, line, sid, transcript
 from tests.test_follow import S1, S2, Machine
 from tests.test_hostile_follow import (
@@ -104,6 +105,32 @@ def test_a_stranger_adds_no_file_to_a_session_of_this_machine(
     assert added == [], f"desk's files were added to the laptop's session {s}: {added}"
 
 
+def test_a_stranger_that_copies_a_session_first_does_not_own_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The laptop follows "*": desk, and machine "aaa" (planted in a plain bucket with a
+    head of its own, or a compromised machine with the key). aaa watches desk's prefix,
+    and copies a new session of desk's, with a line of its own after desk's, before the
+    laptop's next look. Machines are looked at in name order: aaa's copy arrives first,
+    so the state records aaa as where the session came from ("first stays"), and desk's
+    copy, a prefix of it, is kept out as older. The laptop's copy of desk's session ends
+    with aaa's line, which Claude resumes from; stamped far ahead (counted as now + 5
+    min), it stays the newer branch, and desk's next lines go to conflict copies."""
+    m = Machine(tmp_path, "laptop", "/users/bob", follow=["*"])
+    c = craft(m)
+    c.machine_json("aaa", "/home/desk")  # its paths are desk's, as its copy is
+    s = sid(DESK, 5)
+    desks = line(s, CWD, 0) + line(s, CWD, 1)
+    c.segment(DESK, 0, [Piece(transcript(CWD, s), desks)])
+    c.segment("aaa", 0, [Piece(transcript(CWD, s), desks + evil_line(s, CWD))])
+    for name in (DESK, "aaa"):
+        c.put(layout.head_key(name), head_encode(Head(name, T0, 0, T0, {}, {}, [
+            listed(transcript(CWD, s), desks)])))
+    m.poll(monkeypatch)
+    mine = m.transcript("app", s)
+    assert mine.read_bytes() == line(s, m.cwd("app"), 0) + line(s, m.cwd("app"), 1), \
+        "aaa's line is in desk's session"
+
+
 # -- 3. nothing written outside the include set --------------------------------------
 
 
@@ -156,7 +183,8 @@ def test_contradicting_origin_claims_do_not_make_a_restore_pass_per_session(
     which flushes nothing meanwhile)."""
     c = craft(laptop)
     n = 64
-    pieces, catalog = [], {}
+    pieces: list[Piece] = []
+    catalog: dict[str | bytes, dict[str, str]] = {}
     for i in range(n):
         s = sid(DESK, 1000 + i)
         p = transcript(CWD, s)
@@ -174,6 +202,25 @@ def test_contradicting_origin_claims_do_not_make_a_restore_pass_per_session(
     laptop.poll(monkeypatch)
     assert len(list((laptop.settings.source / "projects").glob("*/*.jsonl"))) == n
     assert len(made) <= 4, f"{n} sessions were restored in {len(made)} passes"
+
+
+@pytest.mark.parametrize("cwd", [None, "", "/", "relative/dir", "C:\\Users\\desk\\app",
+                                 "/home/desk/../../etc", "/home/desk/app\nsecond line"])
+def test_a_copy_with_an_odd_start_directory_leaves_the_local_session_where_it_is(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, cwd: str | None) -> None:
+    """Regression: desk's copy of the laptop's session, its catalog's cwd missing or odd,
+    with an origin claiming the laptop mapped it from "/" (every path)."""
+    c = craft(laptop)
+    s, mine = own_session(laptop, monkeypatch)
+    before = mine.read_bytes()
+    p = transcript(CWD, s)
+    fields = {"origin": origin_claim(p, "/", CWD)}
+    if cwd is not None:
+        fields["cwd"] = cwd
+    c.segment(DESK, 0, [Piece(p, evil_line(s, cwd or CWD))], sessions={p: fields})
+    laptop.poll(monkeypatch)
+    assert mine.read_bytes() == before
+    assert [q for q in laptop.settings.source.rglob(f"{s}.jsonl")] == [mine]
 
 
 # -- 6. this machine's own prefix ------------------------------------------------------
@@ -209,6 +256,52 @@ def test_a_segment_forged_at_this_machines_next_seq_puts_no_session_into_its_bac
     assert got == [rel], got
 
 
+def test_a_segment_forged_at_this_machines_next_seq_does_not_stop_the_backup(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same forged segment (the laptop's name, its next seq), naming one of the
+    laptop's files at generation 2**63 - 1. Adopted, the state holds that generation; the
+    file's next generation does not fit in SQLite, and every flush from then on fails
+    (OverflowError): nothing of any file is backed up any more."""
+    m = Machine(tmp_path, "laptop", "/users/bob")
+    s, t = sid("laptop", 1), sid("laptop", 2)
+    rel = transcript(m.cwd("app"), s)
+    write(m.settings.source, rel, line(s, m.cwd("app"), 0))
+    m.sync(monkeypatch)
+    state = State(m.settings.state_file, readonly=True)
+    try:
+        nxt = state.next_seq
+    finally:
+        state.close()
+    Craft(m.store_dir).segment("laptop", nxt, [Piece(rel, b"x", gen=(1 << 63) - 1)])
+    write(m.settings.source, rel, line(s, m.cwd("app"), 1), mode="ab")
+    other = transcript(m.cwd("app"), t)
+    write(m.settings.source, other, line(t, m.cwd("app"), 0))
+    for _ in range(2):
+        with contextlib.suppress(OverflowError):
+            m.sync(monkeypatch)
+    assert shipped(m.settings, other) == len(line(t, m.cwd("app"), 0)), \
+        "nothing is backed up since the forged segment"
+
+
+def test_a_lease_planted_with_a_ttl_no_writer_uses_expires(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: "A lease left by a machine that died expires after lease_ttl (30 s)". A
+    lease.json put in the laptop's prefix, renewed a year ago, with a ttl of ten years:
+    the laptop takes the holder's word for its ttl and refuses to back up (a running
+    daemon, whose renewal then fails, exits; restarted, it refuses) until someone passes
+    --takeover."""
+    m = Machine(tmp_path, "laptop", "/users/bob")
+    s = sid("laptop", 1)
+    rel = transcript(m.cwd("app"), s)
+    write(m.settings.source, rel, line(s, m.cwd("app"), 0))
+    year = 365 * 86400.0
+    lease = {"machine": "laptop", "hostname": "elsewhere", "pid": 1, "owner": "0" * 32,
+             "instance": "0" * 16, "since": T0 - year, "renewed": T0 - year, "ttl": 10 * year}
+    Craft(m.store_dir).put(layout.lease_key("laptop"), json.dumps(lease).encode())
+    m.sync(monkeypatch)
+    assert shipped(m.settings, rel) == len(line(s, m.cwd("app"), 0))
+
+
 # -- 4. bounded cost and memory --------------------------------------------------------
 
 
@@ -238,7 +331,7 @@ def test_an_unchanged_head_is_not_read_again_once_what_it_lists_was_looked_for(
         sessions = [HeadSession(transcript(CWD, s1).encode(), 1, len(first) + 1000)]
     put_head(c, 0, sessions)
     counting = CountingStore(LocalStore(laptop.store_dir))
-    for follower in laptop.follower(monkeypatch, counting):  # type: ignore[arg-type]
+    for follower in laptop.follower(monkeypatch, counting):
         for _ in range(HEAD_EVERY + 1):  # the start's reconciliation, and the next one
             follower.poll()
         counting.counts.calls.clear()
@@ -315,7 +408,7 @@ def test_more_failing_sessions_than_are_remembered_keep_their_back_off(
     key = c.segment(DESK, 1, [Piece(transcript(CWD, s), line(s, CWD, 0)) for s in ids])
     put_head(c, 1, [listed(transcript(CWD, s), line(s, CWD, 0)) for s in ids])
     tries: Counter[str] = Counter()
-    real = follow_module.restore
+    real = restorer.restore
 
     def counted(repo: Repository, opts: restorer.RestoreOptions, backup: Any = None) -> Any:
         tries.update(opts.sessions)
@@ -328,13 +421,45 @@ def test_more_failing_sessions_than_are_remembered_keep_their_back_off(
     assert max(tries.values()) <= 16, sorted(tries.values())
 
 
+def test_the_segment_indexes_a_follower_keeps_stay_a_few_mb(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """follower.py: "Segment indexes a follower keeps per followed machine (a few MB at
+    most)", INDEXES_KEPT = 4096 of them. desk flushes 4 segments of 30,000 entries each
+    (a writer makes up to 32,768: a first seed of many small files), 1.2 MB each stored.
+    Every parsed index is kept: about 11 MB of the daemon's memory per segment, for as
+    long as it runs (4096 such segments: 45 GB), and each poll that reads them parses
+    them in the daemon's loop (about a second each)."""
+    c, _, _ = followed(laptop, monkeypatch)
+    noise = random.Random(3)
+    for seq in range(1, 5):
+        key = c.segment(DESK, seq, [Piece("projects/-a/notes/x.txt", b"x\n", gen=seq)])
+
+        def many(doc: dict[str, Any], seq: int = seq) -> None:
+            e = doc["entries"][0]
+            doc["entries"] = [{**e, "path": f"projects/-a/notes/{seq}-{i}.txt",
+                               "sha256": noise.randbytes(32).hex()} for i in range(30_000)]
+
+        c.rewrite(key, many)
+    for follower in laptop.follower(monkeypatch):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            follower.poll()
+            gc.collect()
+            kept, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert follower.cursors[DESK].seq == 4
+    assert kept < 16 << 20, f"{kept / 1e6:.1f} MB kept after reading 4 segment indexes"
+
+
 def test_a_head_rewritten_at_every_poll_is_read_once_every_tenth(
         laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: a head whose etag changes at every poll (rewritten by whoever can write
     the bucket) is read at the reconciliations only."""
     c, s1, _ = followed(laptop, monkeypatch)
     counting = CountingStore(LocalStore(laptop.store_dir))
-    for follower in laptop.follower(monkeypatch, counting):  # type: ignore[arg-type]
+    for follower in laptop.follower(monkeypatch, counting):
         follower.poll()
         counting.counts.calls.clear()
         for i in range(5 * HEAD_EVERY):
@@ -358,7 +483,7 @@ def test_a_replayed_older_head_does_not_make_the_follower_fetch_everything_again
     a = Machine(tmp_path, DESK, "/home/alice", head_interval=0.0)
     b = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
     s = S1
-    rel = a.transcript("app", s).relative_to(a.settings.source)
+    rel = str(a.transcript("app", s).relative_to(a.settings.source))
     store = LocalStore(b.store_dir)
     old_heads = []
     noise = random.Random(7)
@@ -376,7 +501,7 @@ def test_a_replayed_older_head_does_not_make_the_follower_fetch_everything_again
     counting = CountingStore(LocalStore(b.store_dir))
     caplog.set_level(logging.WARNING)
     fetched = []
-    for follower in b.follower(monkeypatch, counting):  # type: ignore[arg-type]
+    for follower in b.follower(monkeypatch, counting):
         follower.poll()
         for old in (old_heads[0], old_heads[1], old_heads[0]):
             store.put(layout.head_key(DESK), old, if_none_match=False)
@@ -431,11 +556,11 @@ def desk_with_two_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """desk's S1 and then S2, a head written with each flush; returns desk's first head."""
     a = Machine(tmp_path, DESK, "/home/alice", head_interval=0.0)
     store = LocalStore(a.store_dir)
-    write(a.settings.source, a.transcript("app", S1).relative_to(a.settings.source),
+    write(a.settings.source, str(a.transcript("app", S1).relative_to(a.settings.source)),
           line(S1, a.cwd("app"), 0))
     a.sync(monkeypatch)
     first = store.get(layout.head_key(DESK))
-    write(a.settings.source, a.transcript("app", S2).relative_to(a.settings.source),
+    write(a.settings.source, str(a.transcript("app", S2).relative_to(a.settings.source)),
           line(S2, a.cwd("app"), 0))
     a.sync(monkeypatch)
     return a, store, first
