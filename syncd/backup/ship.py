@@ -33,6 +33,7 @@ from syncd.errors import (
     NoBackup,
     NotFound,
     StateError,
+    StoreError,
     SyncError,
 )
 from syncd.format.catalog import MetaScanner, Origin, session_of
@@ -66,6 +67,10 @@ def merged_from(machine: str) -> str:
 
 # Revive no deletion older than this (default: a day less than tombstone_keep's 180 d).
 REVIVE_WITHIN = 179 * 86400.0
+# A generation or an offset past these is no writer's (a rewrite a second for a million
+# years; a file of a petabyte): adopting one would leave the state unable to go on.
+GEN_MAX = 1 << 45
+OFFSET_MAX = 1 << 50
 # A snapshot this many seqs ahead of the state is no writer's: years of flushes.
 MAX_AHEAD = 1 << 32
 # Passed-over seqs the state remembers until compaction folds them (each one took a
@@ -348,6 +353,14 @@ class Shipper:
             self._pass_over(seq, f"{self.repo.where(key)}: its index says machine "
                                  f"{ix.machine!r} seq {ix.seq}")
             return True
+        odd = [x.path for x in ix.extents if not (0 <= x.gen <= GEN_MAX and
+                                                  0 <= x.start <= x.end <= OFFSET_MAX)] + \
+            [t.path for t in ix.tombstones if not 0 <= t.gen <= GEN_MAX]
+        if odd:
+            # No writer of ours gets there: the state could not even hold what follows.
+            self._pass_over(seq, f"{self.repo.where(key)}: it names {odd[0]!r} at a "
+                                 "generation or offset no writer makes", replace=True)
+            return True
         ends: dict[bytes, tuple[int, int, int, int]] = {}
         held: dict[bytes, list[Extent]] = {}
         for e in ix.extents:
@@ -356,6 +369,14 @@ class Shipper:
         updates: list[FileState] = []
         for path, (gen, end, mode, mtime_ns) in ends.items():
             updates.append(self._adopted_state(path, gen, end, mode, mtime_ns, held[path]))
+        if any(e.end > e.start for e in ix.extents) and \
+                not any(u.ino or u.dev for u in updates):
+            # Our own leftover was read from this tree: none of its bytes are here (a
+            # segment someone wrote under our name, or files all rewritten since: their
+            # bytes now ship as new generations anyway).
+            self._pass_over(seq, f"{self.repo.where(key)}: none of its bytes are those of "
+                                 "this machine's files", replace=True)
+            return True
         for t in ix.tombstones:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
@@ -365,11 +386,21 @@ class Shipper:
                     "stopped between upload and commit", key, len(updates))
         return True
 
-    def _pass_over(self, seq: int, why: str) -> None:
+    def _pass_over(self, seq: int, why: str, replace: bool = False) -> None:
         """An object that is not this machine's segment of ``seq`` holds it (planted,
         damaged, foreign): the next flush takes the next seq (docs/FORMAT.md, "A seq
         passed over"). None of our bytes are in it, so nothing is lost; readers report
-        it and walk on."""
+        it and walk on. ``replace``: one that reads as a segment of ours (readers would
+        take its files for this machine's) is deleted, an empty stand-in in its place."""
+        if replace:
+            key = layout.segment_key(self.machine, seq)
+            try:
+                if self.lease is not None:
+                    self.lease.check()
+                self.repo.delete([key])
+                self._fill(seq, self.clock())
+            except StoreError as e:  # it stays passed over; compaction deletes it
+                log.warning("cannot replace %s: %s", self.repo.where(key), e)
         note = (f"{why}: not this machine's segment {seq:016x}, so that seq is passed over "
                 f"(the next flush takes {seq + 1:016x})")
         log.warning("%s", note)
