@@ -236,7 +236,7 @@ class Settings(BaseSettings):
     passphrase_file: Path | None = None
     # One writer per machine id: the lease expires this long after its last renewal
     # (renewed every third of it).
-    lease_ttl: float = Field(30.0, ge=1.0)
+    lease_ttl: float = Field(30.0, ge=1.0, le=3600.0)
     # Archives, scheduled inside the daemon. A schedule is an interval ("1h", "30m"), a
     # five-field cron line ("0 3 * * *", local time) or "off".
     compact_schedule: str = "1h"

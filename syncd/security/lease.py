@@ -39,6 +39,8 @@ from syncd.store import Store, layout
 log = logging.getLogger("syncd.lease")
 
 DEFAULT_TTL = 30.0
+# The longest lease a writer takes (the config's lease_ttl is at most this).
+TTL_MAX = 3600.0
 # A holder writes only while its last confirmed renewal is younger than this share of
 # the TTL; a newcomer takes over only after the whole TTL.
 SAFE_SHARE = 0.8
@@ -153,9 +155,12 @@ class Lease:
                      self.machine, holder.pid)
             return
         age = now - holder.renewed
-        if age > holder.ttl:
+        # The holder's word for how long its lease lasts goes no further than a writer's
+        # (lease_ttl is at most an hour): a lease planted with a ttl of years expires too.
+        ttl = min(holder.ttl, TTL_MAX)
+        if age > ttl:
             log.warning("lease of machine %s held by %s expired %.0fs ago: taking it over",
-                        self.machine, holder.describe(), age - holder.ttl)
+                        self.machine, holder.describe(), age - ttl)
             return
         if self.takeover:
             log.warning("lease of machine %s taken over from %s (--takeover)", self.machine,
@@ -164,7 +169,7 @@ class Lease:
         raise LeaseHeld(
             f"machine {self.machine!r} is already being backed up by {holder.describe()}, "
             f"lease renewed {max(0.0, age):.0f}s ago ({self.where}); stop that syncd, or if "
-            f"it is dead wait {max(0.0, holder.ttl - age):.0f}s for the lease to expire or "
+            f"it is dead wait {max(0.0, ttl - age):.0f}s for the lease to expire or "
             "pass --takeover")
 
     # -- keeping it --------------------------------------------------------------------
