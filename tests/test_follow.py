@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from syncd.archive.compact import compact
 from syncd.backup.engine import sync_once
 from syncd.backup.ship import imported_from
-from syncd.backup.state import State
+from syncd.backup.state import OriginRecord, State
 from syncd.claude import project_folder
 from syncd.cli.main import cli
 from syncd.cli.restore import imported_copies
@@ -713,6 +713,12 @@ def test_a_file_too_big_to_merge_in_memory_is_recorded_and_never_comes_back(
     a.poll(monkeypatch)
     mine = b.transcript("app", S1)
     write(b.settings.source, mine.relative_to(b.settings.source), line(S1, b.cwd("app"), 0))
+    # Restored from desk (``syncd resume`` records where it came from), never shipped.
+    state = State(b.settings.state_file)
+    try:
+        state.record_origins([OriginRecord(S1, "desk", os.fsencode(rel), (), 0.0)])
+    finally:
+        state.close()
     seen: list[tuple[str, str, str]] = []
 
     def told(*args: object, **kw: object) -> RestoreReport:

@@ -130,7 +130,7 @@ def test_files_too_big_to_merge_in_memory_are_compared_as_streams(
     store = _backup(tmp_path, b"a\nb\nc\n")
     write(tmp_path / "out", S, local)
     r = restore(Repository(store, "m1"), RestoreOptions(
-        target=tmp_path / "out", conflicts_dir=tmp_path / "conflicts"))
+        target=tmp_path / "out", conflicts_dir=tmp_path / "conflicts", local_machine="m1"))
     [a] = [a for a in r.actions if a.source == S]
     assert a.action == action and r.errors == []
     assert (tmp_path / "out" / S).read_bytes() == after
@@ -210,7 +210,8 @@ def test_a_local_copy_vouched_for_is_fetched_only_past_its_end(
             return super().get(key, start, length)
 
     r = restore(Repository(Reads(store), "m1"), RestoreOptions(  # type: ignore[arg-type]
-        target=tmp_path / "out", base=lambda path, rel: base if rel == S.encode() else None))
+        target=tmp_path / "out", local_machine="m1",
+        base=lambda path, rel: base if rel == S.encode() else None))
     assert (tmp_path / "out" / S).read_bytes() == (local if action == "error" else L1 + L2 + L3)
     assert [(a.action, a.path) for a in r.actions] == [(action, S)]
     assert len(r.errors) == (action == "error")

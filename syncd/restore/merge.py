@@ -98,6 +98,16 @@ def _join(lines: list[bytes]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
+def _continues(local: bytes, lineage: Lineage, common: int | None = None) -> bool:
+    """Whether another machine's copy that begins with ``common`` bytes of ``local``
+    (all of them: None) continues it: the session came from there, or those bytes hold a
+    whole line this machine shipped."""
+    if lineage.trusted or not local:  # nothing of this machine's to add to (as new)
+        return True
+    shared = min(len(local) if common is None else common, lineage.shipped)
+    return local.rfind(b"\n", 0, shared) >= 0
+
+
 def decide(kind: str, local: bytes | None, backup: bytes,
            lineage: Lineage | None = None) -> Decision:
     """``kind`` is "transcript", "history" or "file"; ``lineage``: what vouches that a
@@ -107,6 +117,10 @@ def decide(kind: str, local: bytes | None, backup: bytes,
     if local == backup:
         return Decision("skip", "identical", None)
     if backup.startswith(local):
+        if kind == "transcript" and lineage is not None and not _continues(local, lineage):
+            return Decision("conflict", "the backup's copy adds to a local one this machine "
+                            "has not shipped a line of: saved as a conflict copy", None,
+                            conflict=True)
         return Decision("fast-forward", f"local is a prefix ({len(local)} of {len(backup)} "
                         "bytes)", backup)
     if local.startswith(backup):
@@ -136,8 +150,7 @@ def _merge_transcript(local: bytes, backup: bytes, lineage: Lineage) -> Decision
                or (u is not None and u not in have_ids)]
     if not missing:
         return Decision("keep", "diverged, but local holds every backed-up entry", None)
-    shared = min(common_lines(local, backup), lineage.shipped)
-    if not lineage.trusted and local.rfind(b"\n", 0, shared) < 0:
+    if not _continues(local, lineage, common_lines(local, backup)):
         # Nothing says the other copy grew from this one: its lines never enter it.
         return Decision("conflict", f"diverged, and the backup's copy does not continue "
                         f"what this machine shipped of it; {len(missing)} backed-up entries "

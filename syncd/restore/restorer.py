@@ -268,6 +268,11 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         if s.path in files and s.project:
             report.sessions[s.session_id] = remap.path(s.project)
     aside = _collisions(files, remap)
+    # Files of sessions that exist here (subagents, tool results, todos, file history,
+    # tasks) → that session's transcript: placed once the transcript was, and only when
+    # the backup's copy of it continues the local one (a stranger adds no file to a
+    # session of this machine).
+    sides = _sides(backup, files, remap, opts)
     # Each file's actions, errors and notes, told in path order once all are placed.
     sinks: dict[bytes, RestoreReport] = {}
     # Files whose local copy holds their first bytes (opts.base): the source offset their
@@ -313,6 +318,9 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         if path in aside:
             _set_aside(staged, path, aside[path], backup, opts, sink)
             return
+        if path in sides and _side_left(path, staged, sides[path], sinks, backup, opts,
+                                        remap, sink):
+            return
         sid = session_of(path)
         if sid is not None and opts.record_origin is not None and not opts.dry_run and \
                 backup.machine != opts.local_machine and not os.path.lexists(
@@ -341,7 +349,8 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         # Placed early: only a new file (no config, none set aside); one that changes a
         # local file waits for the whole fetch, so a failure halfway leaves every local
         # file as it was.
-        return path not in aside and not is_user_config(os.fsdecode(path)) and \
+        return path not in aside and path not in sides and \
+            not is_user_config(os.fsdecode(path)) and \
             not os.path.lexists(os.path.join(os.fsencode(opts.target),
                                              _target_rel(path, remap)))
 
@@ -387,7 +396,8 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
             early.close()
         planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
                                                          staging)
-        for path in sorted(staged):
+        # A session's transcript before its other files (which wait for its verdict).
+        for path in sorted(staged, key=lambda p: (p in sides, p)):
             if path not in sinks:
                 place(path, staged[path], planned)
         for path in sorted(sinks):
@@ -543,14 +553,16 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
 def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
     """Why a stored path is not written here (None: it may be)."""
     rel = os.fsdecode(path)
+    target = _target_rel(path, remap)
     try:
         safe_relpath(path)
-        safe_relpath(_target_rel(path, remap))
+        safe_relpath(target)
     except RestoreError:
         return UNSAFE
-    if is_never(rel):
+    # Where it would land is checked as well: the folder a path maps to is this machine's.
+    if is_never(rel) or is_never(os.fsdecode(target)):
         return "on the never-upload list: not restored"
-    if not opts.selection.wants(rel):
+    if not opts.selection.wants(rel) or not opts.selection.wants(os.fsdecode(target)):
         return "outside the include set: not restored"
     if is_user_config(rel) and not opts.config:
         return "user config: restored only with --config"
@@ -1119,7 +1131,8 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         return dest, act
     if max(size, st.st_size) > MERGE_MAX:
         return _place_big(staged, dest, rel, src, st, mtime_ns, backup, opts, report,
-                          installer, as_is)
+                          installer, as_is, _lineage(f.path, rel, backup, opts)
+                          if _kind(f.path) == "transcript" else None)
     data = staged.read_bytes()
     with open(dest, "rb") as fh:
         local = fh.read()
@@ -1161,6 +1174,57 @@ def _left(opts: RestoreOptions, rel: bytes, st: os.stat_result, action: str,
     if busy is not None:
         report.actions.append(Action("wait", os.fsdecode(rel), src, busy))
     return busy is not None
+
+
+# A transcript's verdicts that let its session's other files in: its copy here is, or
+# now continues, the backup's.
+CONTINUING = ("create", "fast-forward", "merge", "skip", "keep")
+
+
+def _sides(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
+           opts: RestoreOptions) -> dict[bytes, bytes]:
+    """The files of sessions that exist here and did not come from the backup's machine
+    (the backup is not this machine's own): file → its session's transcript."""
+    if backup.machine == opts.local_machine:
+        return {}
+    out: dict[bytes, bytes] = {}
+    root = os.fsencode(opts.target)
+    for s in backup.sessions.values():
+        rec = opts.origin_of(s.session_id) if opts.origin_of is not None else None
+        if s.path not in files or (rec is not None and rec.machine == backup.machine) or \
+                not os.path.lexists(os.path.join(root, _target_rel(s.path, remap))):
+            continue
+        theirs = _session_files([s])
+        out.update((p, s.path) for p in files if p != s.path and theirs(p))
+    return out
+
+
+def _side_left(path: bytes, staged: Path, transcript: bytes,
+               sinks: dict[bytes, RestoreReport], backup: Backup, opts: RestoreOptions,
+               remap: Remapper, report: RestoreReport) -> bool:
+    """Whether a file of a session that exists here is kept out (saved aside as a conflict
+    copy, or left waiting with its transcript) because the backup's copy of the session's
+    transcript does not continue the local one; said in ``report``."""
+    verdict = next((a for a in sinks[transcript].actions if a.source == os.fsdecode(
+        transcript)), None) if transcript in sinks else None
+    if verdict is not None and verdict.action in CONTINUING:
+        return False
+    rel = _target_rel(path, remap)
+    if verdict is not None and verdict.action == "wait":
+        report.actions.append(Action("wait", os.fsdecode(rel), os.fsdecode(path),
+                                     "its session's transcript is being written here"))
+        return True
+    act = Action("conflict", os.fsdecode(rel), os.fsdecode(path),
+                 "a file of a session of this machine that the backup's copy does not "
+                 "continue: saved as a conflict copy")
+    if not opts.dry_run:
+        try:
+            act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
+        except (OSError, RestoreError) as e:
+            act.action, act.reason = "error", _why(e)
+            report.errors.append(f"{os.fsdecode(path)}: cannot save it aside: {_why(e)}")
+    report.actions.append(act)
+    return True
 
 
 def _lineage(path: bytes, rel: bytes, backup: Backup, opts: RestoreOptions) -> Lineage:
@@ -1308,16 +1372,23 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
 
 def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_result,
                mtime_ns: int, backup: Backup, opts: RestoreOptions, report: RestoreReport,
-               installer: Installer, as_is: Entry | None) -> tuple[bytes, Action] | None:
+               installer: Installer, as_is: Entry | None,
+               lineage: Lineage | None = None) -> tuple[bytes, Action] | None:
     """``_place`` for a file too big to merge in memory: the same skip, fast-forward and
-    keep; two diverged copies keep the local one and save the backup's beside it."""
+    keep; two diverged copies keep the local one and save the backup's beside it, and so
+    does a fast-forward of a transcript that ``lineage`` does not say it continues."""
     relation = _relation(dest, staged)
+    if relation == "local-prefix" and lineage is not None and not lineage.trusted and \
+            st.st_size and not _shipped_a_line(dest, lineage.shipped):
+        relation = "stranger"
     kind, why = {
         "same": ("skip", "identical"),
         "local-prefix": ("fast-forward", "local is a prefix of the backup"),
         "backup-prefix": ("keep", "backup is a prefix of local"),
         "diverged": ("conflict", "diverged, too big to merge in memory: local kept, "
                                  "backup copy saved"),
+        "stranger": ("conflict", "the backup's copy adds to a local one this machine has "
+                                 "not shipped a line of: saved as a conflict copy"),
     }[relation]
     if _left(opts, rel, st, kind, report, src):
         return None
@@ -1335,6 +1406,15 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     _record(opts, backup.machine, rel, as_is, staged)
     installer.append(staged, dest, mtime_ns, st, skip=st.st_size)
     return dest, act
+
+
+def _shipped_a_line(path: bytes, shipped: int) -> bool:
+    """Whether the first ``shipped`` bytes of the file hold a whole line (a shipped prefix
+    of more than ``CHUNK`` counts as one: a line that long is history all the same)."""
+    if shipped >= CHUNK:
+        return True
+    with open(path, "rb") as fh:
+        return b"\n" in fh.read(shipped)
 
 
 def _relation(local: bytes, backup: bytes | Path) -> str:
