@@ -16,6 +16,7 @@ whose rules contradict another's is restored in a pass of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ from syncd.restore.remap import Rule
 # A local copy's first cwd is in its first lines: read this much of it at most.
 HEAD_READ = 1 << 20
 _STEP = 64 << 10
+
+# A restore makes at most this many passes (each reads the target's project folders).
+PASSES_MAX = 4
 
 KEPT_HERE = "where this machine keeps the session"
 BACK_HERE = "back to this machine's paths"
@@ -88,7 +92,16 @@ def passes(sessions: Iterable[Session], machine: str, *, target: Path,
                 sids.append(sid)
                 break
         else:
-            groups.append((own, [sid]))
+            if len(groups) < PASSES_MAX - 1:
+                groups.append((own, [sid]))
+                continue
+            # More contradictions than passes (claims no writer makes by the hundred):
+            # this one goes with the first pass, with only what agrees with it.
+            out[0] = dataclasses.replace(out[0], without=out[0].without - {sid})
+            _add(first, _Learned([r for r in own.rules if _agrees(first, _Learned([r]))],
+                                 {k: v for k, v in own.folders.items()
+                                  if first.folders.get(k, v) == v}))
+    out[0] = dataclasses.replace(out[0], rules=tuple(first.rules), folders=first.folders)
     out += [Pass(tuple(g.rules), g.folders, tuple(sids)) for g, sids in groups]
     return out
 
