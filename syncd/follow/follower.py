@@ -49,6 +49,8 @@ HEAD_EVERY = 10
 RECONCILE_MAX = 256
 # A session whose import keeps failing waits 2, 4, 8 … reconciliations, at most this many.
 FAILED_WAIT_MAX = 64
+# Sessions of a head's list missing here kept at most per machine (the rest counted).
+MISSING_KEPT = 4096
 # Failed sessions remembered at most (of all followed machines).
 FAILED_KEPT = 4096
 # Segments read in one poll; the rest come with the next.
@@ -339,6 +341,9 @@ class Follower:
         # and what it lists that is missing here (stored path → gen, size).
         self._reconcile_at: dict[str, int] = {}
         self._missing: dict[str, dict[bytes, tuple[int, int]]] = {}
+        self._missing_more: dict[str, int] = {}  # listed too, past MISSING_KEPT
+        # Per machine: failed sessions forgotten (FAILED_KEPT), and the poll they are due.
+        self._cold: dict[str, tuple[int, set[str]]] = {}
         # (machine, session) → (failed imports, the poll it is tried again at).
         self._failed: dict[tuple[str, str], tuple[int, int]] = {}
         # Machines whose sessions wait for the tree to be writable.
@@ -498,32 +503,65 @@ class Follower:
         info = rm.store.head(key)
         if info is None:
             return set(), None
-        # Unchanged since it was last read here, and nothing it listed is left to bring.
-        if info.etag and info.etag == cur.head_etag and cur.missing == 0 and \
-                not self._due_again(machine):
-            return set(), None
+        # Unchanged since it was last read here: what it listed is known already (after a
+        # start, known to be nothing).
+        if info.etag and info.etag == cur.head_etag and (
+                cur.missing == 0 or machine in self._missing):
+            return self._due_listed(machine), None
         head = rm.head()
         if head is None:
             return set(), None
         cur.head_etag = info.etag
         if head.seq < after and rm.store.head(layout.segment_key(machine, after)) is None:
+            if self._compacted_past(rm, after):
+                # An older head put back over the newer one (segments gone because they
+                # were compacted, not because the machine began again): it says nothing.
+                self._missing.pop(machine, None)
+                return set(), None
             return set(), head.seq
         gap = gap and head.seq > after
         wants = Selection(self.settings.include, self.settings.exclude).wants
         known = self.state.known_sessions()
         have = {r.src_path: r for r in self.state.imports(machine)}
-        self._missing[machine] = {
-            s.path: (s.gen, s.size) for s in head.sessions
-            if s.deleted_at is None and wants(os.fsdecode(s.path)) and (
-                gap or (s.path not in have and s.session_id not in known))}
+        missing: dict[bytes, tuple[int, int]] = {}
+        more = 0
+        for s in head.sessions:
+            if s.deleted_at is not None or not wants(os.fsdecode(s.path)) or not (
+                    gap or (s.path not in have and s.session_id not in known)):
+                continue
+            if len(missing) < MISSING_KEPT:
+                missing[s.path] = (s.gen, s.size)
+            else:
+                more += 1  # counted, not kept: a head's claims never decide memory
+        self._missing[machine] = missing
+        self._missing_more[machine] = more
         self._count_missing(machine, cur)
+        return self._due_listed(machine), None if head.seq <= after else head.seq
+
+    def _compacted_past(self, rm: _Remembered, seq: int) -> bool:
+        """Whether a compaction folded segment ``seq`` of the machine (a delta or a
+        manifest holds it): listed anew, two LISTs, only when its head went back."""
+        rm.forget()
+        return any(hi >= seq for _, hi, _, _ in rm.deltas()) or \
+            any(s >= seq for s, _, _ in rm.snapshots())
+
+    def _due_listed(self, machine: str) -> set[str]:
+        """The sessions its last head listed as missing here that are due now (not
+        waiting after a failure), at most ``RECONCILE_MAX``."""
         due = []
-        for path in sorted(self._missing[machine]):
+        until, cold = self._cold.get(machine, (0, set()))
+        if cold and until <= self._polls:
+            del self._cold[machine]
+            cold = set()
+        for path in sorted(self._missing.get(machine, {})):
             sid = session_of_any(path)
             tried = self._failed.get((machine, sid or ""))
-            if sid is not None and (tried is None or tried[1] <= self._polls):
+            if sid is not None and sid not in cold and (tried is None or
+                                                        tried[1] <= self._polls):
                 due.append(sid)
-        return set(due[:RECONCILE_MAX]), None if head.seq <= after else head.seq
+                if len(due) >= RECONCILE_MAX:
+                    break
+        return set(due)
 
     def _due_again(self, machine: str) -> set[str]:
         """The sessions whose import failed and whose wait is over."""
@@ -534,15 +572,16 @@ class Follower:
         """What the last head listed that is still missing or behind here (imports since
         brought the rest)."""
         listed = self._missing.get(machine)
+        more = self._missing_more.get(machine, 0)
         if not listed:
             if listed is not None:
-                cur.missing = 0
+                cur.missing = more
             return
         have = {r.src_path: r for r in self.state.imports(machine)}
         for path in [p for p, (gen, size) in listed.items() if (r := have.get(p)) is not None
                      and (r.src_gen > gen or (r.src_gen == gen and r.src_size >= size))]:
             del listed[path]
-        cur.missing = len(listed)
+        cur.missing = len(listed) + more
 
     def _quiet_now(self, machine: str, waiting: list[str]) -> set[str]:
         """The sessions left until quiet whose local file is quiet now (or unknown here)."""
@@ -637,8 +676,16 @@ class Follower:
         # Those that failed before are fetched whole.
         again = {sid for sid in sids if (machine, sid) in self._failed}
         cur.retry = [s for s in cur.retry if s not in sids]
+        listed = {session_of_any(p) for p in self._missing.get(machine, {})}
         for sid in sids - set(present):
-            self._failed.pop((machine, sid), None)  # gone there: nothing to bring
+            if sid in listed:
+                # Its head lists it, its backup does not hold it (a head that lies, or a
+                # session gone since): looked for again only after the longest wait.
+                self._failed.pop((machine, sid), None)
+                self._failed[(machine, sid)] = (7, self._polls + FAILED_WAIT_MAX)
+                self._trim_failed()
+            else:
+                self._failed.pop((machine, sid), None)  # gone there: nothing to bring
         if not present:
             return
         cfg = self.settings
@@ -700,12 +747,20 @@ class Follower:
         n = self._failed.pop((machine, sid), (0, 0))[0] + 1
         at = self._polls + 1 + (0 if n == 1 else min(1 << (n - 1), FAILED_WAIT_MAX))
         self._failed[(machine, sid)] = (n, at)
-        if len(self._failed) > FAILED_KEPT:
-            # A machine whose sessions all fail costs bounded memory: the oldest failure
-            # is forgotten (its session, still missing, comes with the head's list).
-            del self._failed[next(iter(self._failed))]
+        self._trim_failed()
         cur.retry = sorted(set(cur.retry) | {sid})[:KEPT]
-        self._reconcile_at[machine] = min(self._reconcile_at.get(machine, at), at)
+
+    def _trim_failed(self) -> None:
+        # A machine whose sessions all fail costs bounded memory: the oldest failure is
+        # forgotten, but not as if it never failed: its session waits in that machine's
+        # cold set (a session id each, at most MISSING_KEPT) the longest wait, with all
+        # the others forgotten so far, then comes with the head's list again.
+        while len(self._failed) > FAILED_KEPT:
+            (machine, sid) = next(iter(self._failed))
+            del self._failed[(machine, sid)]
+            cold = self._cold.setdefault(machine, (self._polls + FAILED_WAIT_MAX, set()))
+            if len(cold[1]) < MISSING_KEPT:
+                cold[1].add(sid)
 
     def _theirs(self, machine: str, sid: str | None, rel: bytes) -> bool:
         """Whether the local file ``rel`` (of session ``sid``) is, as far as this machine
@@ -776,7 +831,7 @@ class Follower:
                           src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)
             if rec is not None:
                 records.append(rec)
-                if a.action not in ("skip", "keep") and sid is not None:
+                if a.action not in ("skip", "keep", "conflict") and sid is not None:
                     written.add(sid)
         self.state.record_imported(records)
         for line in report.errors if said else ():

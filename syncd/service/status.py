@@ -147,7 +147,8 @@ def status(settings: Settings, *, probe_store: bool = False,
         # other machine keeps writing is imported again at each look).
         here: dict[str, set[str | None]] = {}
         for rec in state.imports():
-            here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
+            if rec.size:  # a conflict wrote nothing here: none of its sessions is here
+                here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
         for row in out["following"]:
             for key in ("misses", "head_etag"):
                 del row[key]
@@ -245,6 +246,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
                      + (f"; {len(f['waiting'])} left until quiet" if f["waiting"] else "")
                      + ("" if f.get("missing") is None else
                         f"; {f['missing']} of its head's sessions missing or behind here")
+                     + (f"; {len(f['retry'])} that could not be imported, tried again "
+                        "later" if f.get("retry") else "")
                      + (f"; PROBLEM: {printable(f['problem'])}" if f["problem"] else ""))
         lines += [f"  not on this machine: session {printable(sid)} (its project path "
                   "does not exist here; kept under its own folder)"
@@ -282,6 +285,9 @@ def health(s: dict[str, Any], now: float | None = None) -> list[str]:
     for f in s.get("following") or []:
         if f.get("problem"):
             problems.append(f"following {f['machine']}: {printable(f['problem'])[:200]}")
+        elif f.get("retry"):
+            problems.append(f"following {f['machine']}: {len(f['retry'])} sessions could "
+                            "not be imported (tried again later)")
     return problems
 
 
