@@ -463,7 +463,7 @@ def test_every_option_of_every_command_has_help() -> None:
 
 def test_restore_says_in_one_line_that_a_conflict_copy_bigger_than_conflict_bytes_is_not_kept(
         tmp_path: Path) -> None:
-    env = env_of(tmp_path, SYNCD_CONFLICT_BYTES=str(1 << 20))
+    env = env_of(tmp_path, SYNCD_CONFLICT_BYTES=str(1 << 20), SYNCD_FOLLOW_QUIET="0")
     rel = f"projects/-home-a/{SID}.jsonl"
     write(tmp_path / "src", rel, b"a\n" + b"b" * (2 << 20) + b"\n")
     assert syncd(env, "sync").returncode == 0

@@ -68,21 +68,24 @@ def test_a_copy_that_shares_a_shipped_line_is_merged_when_newer() -> None:
     assert d.action == "merge" and d.content == local + _line("b2", "2026-11-01T10:05:00.000Z")
 
 
-def test_a_far_future_stamp_counts_as_now_plus_the_skew() -> None:
+def test_a_stamp_past_now_plus_the_skew_decides_nothing() -> None:
     now = calendar.timegm(time.strptime("2026-11-01T12:00:00", "%Y-%m-%dT%H:%M:%S"))
     first = _line("a1", "2026-11-01T10:00:00.000Z")
-    # Local's last line is stamped beyond now + SKEW too (a clock gone wrong here): both
-    # count as that bound, and a tie keeps local.
-    late = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now + SKEW + 60))
-    local = first + _line("a2", late)
-    other = first + _line("b2", "9999-12-31T23:59:59.000Z")
+    other = first + _line("b2", "2026-11-01T11:00:00.000Z")
+    # Local's last line claims the year 9999 (put there by a stranger, or a clock gone
+    # wrong): its branch is as old as the line before it, and the other's newer line wins.
+    local = first + _line("a2", "2026-11-01T10:30:00.000Z") + _line("z", "9999-12-31T23:59:59.000Z")
     d = decide("transcript", local, other, Lineage(trusted=True, now=now))
-    assert d.action == "conflict", d
-    # Against an ordinary local stamp, the capped one is still later: it wins, as a
-    # stamp of now + SKEW would.
+    assert d.action == "merge", d
+    # The other's far-future line decides nothing either: local's plausible one is newer.
+    other = first + _line("b2", "2026-11-01T09:00:00.000Z") + _line("e", "9999-12-31T23:59:59.000Z")
     local = first + _line("a2", "2026-11-01T11:00:00.000Z")
     assert decide("transcript", local, other, Lineage(trusted=True, now=now)).action == \
-        "merge"
+        "conflict"
+    # Within the skew it is a time like any other.
+    near = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now + SKEW - 60))
+    other = first + _line("b2", near)
+    assert decide("transcript", local, other, Lineage(trusted=True, now=now)).action == "merge"
 
 
 def test_common_lines_counts_whole_lines_only() -> None:

@@ -86,8 +86,8 @@ def _head_of(repo: Repository, raw_max: int, seen: Seen | None
              ) -> tuple[Head | None, list[str]]:
     """The machine's head with the segments written after it folded on, or None and why
     (its backup is then read: an older writer's machine has no head); ``_ReadAlone``
-    beyond ``raw_max``. ``seen``: a head older than one read here before is a line (it
-    is listed all the same)."""
+    beyond ``raw_max``. ``seen``: a head older than one read here before is a line, and
+    the backup is read instead."""
     try:
         h = repo.head(raw_max)
     except HeadTooLarge:  # never at HEAD_RAW_MAX
@@ -97,7 +97,11 @@ def _head_of(repo: Repository, raw_max: int, seen: Seen | None
     if h is None:
         return None, []
     problem = None if seen is None or h.seq < 0 else seen.check_head(repo.machine, h.seq)
-    problems = [problem] if problem else []
+    if problem:
+        # Older than one read here before (put back, or the store rolled back): it may
+        # hide what came since, so the backup says what there is.
+        raise _RolledBack(h, problem)
+    problems: list[str] = []
     after: list[str] = []  # what the segments after it had to say
     try:
         return _brought_up(repo, h, after, alone=raw_max >= HEAD_RAW_MAX), problems + after
@@ -105,6 +109,15 @@ def _head_of(repo: Repository, raw_max: int, seen: Seen | None
         return None, problems
     except StoreError as e:
         return None, [*problems, f"{e} (its backup is read instead)"]
+
+
+class _RolledBack(Exception):
+    """A head older than one read here before: the backup is read instead (the head
+    only when there is no backup to read)."""
+
+    def __init__(self, head: Head, problem: str) -> None:
+        super().__init__(problem)
+        self.head, self.problem = head, problem
 
 
 class _Behind(Exception):
@@ -174,7 +187,10 @@ def _folded(h: Head, segs: list[tuple[SegmentIndex, int]]) -> Head:
 def _machine_row(repo: Repository, machine: str, seen: Seen | None, raw_max: int
                  ) -> tuple[dict[str, Any] | None, list[str]]:
     m = repo.for_machine(machine)
-    h, problems = _head_of(m, raw_max, seen)
+    try:
+        h, problems = _head_of(m, raw_max, seen)
+    except _RolledBack as e:
+        h, problems = None, [f"{e.problem} (its backup is read instead)"]
     if h is None:
         try:
             row, more = _objects_row(m, seen)
@@ -365,7 +381,11 @@ def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
                  ) -> tuple[list[Session], str | None, list[str]]:
     """A machine's sessions and home: its head's, or its backup's (``strict``: a backup
     that does not read raises; otherwise it is a line, and no sessions)."""
-    h, problems = _head_of(m, raw_max, seen)
+    rolled: Head | None = None
+    try:
+        h, problems = _head_of(m, raw_max, seen)
+    except _RolledBack as e:
+        h, rolled, problems = None, e.head, [f"{e.problem} (its backup is read instead)"]
     if h is not None:
         return [s.session(m.machine) for s in h.sessions], h.info.get("home"), problems
     if raw_max < HEAD_RAW_MAX:  # a whole backup: as before heads, one at a time
@@ -373,6 +393,9 @@ def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
     try:
         b = load_backup(m, seen=seen)
     except (BackupError, FormatError, StoreError, CryptoError) as e:
+        if rolled is not None:  # no backup to read: what the head lists, said as such
+            return [s.session(m.machine) for s in rolled.sessions], \
+                rolled.info.get("home"), problems
         if strict:
             raise
         return [], None, problems + ([] if isinstance(e, NoBackup) else [str(e)])

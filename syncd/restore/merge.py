@@ -6,7 +6,8 @@ and its branch is the newer one (Claude resumes the branch whose last entry is l
 the file), else keep local and save the backup as a conflict copy; history.jsonl → union
 of lines; anything else diverged → keep local and save a conflict copy.
 
-A store's timestamps decide nothing beyond now plus ``SKEW``: a later stamp counts as that.
+A store's timestamps decide nothing beyond now plus ``SKEW``: a later stamp is no
+clock's, and the line's branch is as old as its last line with a plausible one.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ def _uuid(line: bytes) -> bytes | None:
 
 
 def _last_time(lines: list[bytes], cap: bytes) -> bytes:
+    """The stamp of the last line that has a plausible one: a stamp past ``cap`` (now
+    plus the skew) is no clock's, and decides nothing (the line before it does)."""
     for line in reversed(lines):
         m = _TS.search(line)
-        if m:
-            return min(bytes(m.group(1)), cap)
+        if m and bytes(m.group(1)) <= cap:
+            return bytes(m.group(1))
     return b""
 
 
