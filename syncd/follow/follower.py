@@ -682,7 +682,8 @@ class Follower:
                 # Its head lists it, its backup does not hold it (a head that lies, or a
                 # session gone since): looked for again only after the longest wait.
                 self._failed.pop((machine, sid), None)
-                self._failed[(machine, sid)] = (7, self._polls + FAILED_WAIT_MAX)
+                self._failed[(machine, sid)] = (FAILED_WAIT_MAX.bit_length(),
+                                                self._polls + FAILED_WAIT_MAX)
                 self._trim_failed()
             else:
                 self._failed.pop((machine, sid), None)  # gone there: nothing to bring
