@@ -235,6 +235,11 @@ def test_a_copy_with_an_odd_start_directory_leaves_the_local_session_where_it_is
 # -- 6. this machine's own prefix ------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason="known limitation (docs/FORMAT.md, 'A seq passed "
+                   "over'): a readable segment of this machine's name and next seq is adopted "
+                   "even when its files are not in the tree (a crash's leftover may hold the "
+                   "only copy of files deleted since); the machine's own prefix is its alone "
+                   "under deploy/'s IAM policy")
 def test_a_segment_forged_at_this_machines_next_seq_puts_no_session_into_its_backup(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Write access to the laptop's own prefix (a plain store): a segment under its next seq

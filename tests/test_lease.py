@@ -134,6 +134,24 @@ def test_unreadable_lease_needs_takeover(store: Store) -> None:
     lease(store, takeover=True).acquire()
 
 
+@pytest.mark.parametrize(("renewed", "ttl", "taken"), [
+    (1_000_000.0 - 7200, 10 * 365 * 86400.0, True),  # a ttl no writer has: an hour at most
+    (1e300, 30.0, True),  # "renewed" long after any clock's now: long past
+    ("inf", 30.0, False), (1_000_000.0, "nan", False),  # not a time: unreadable
+    (1_000_000.0 - 10, 30.0, False),  # a live lease of a writer
+])
+def test_a_lease_holders_times_count_no_further_than_a_writers(
+        store: Store, renewed: object, ttl: object, taken: bool) -> None:
+    doc = {"machine": "m1", "hostname": "elsewhere", "pid": 1, "owner": "0" * 32,
+           "instance": "0" * 16, "since": 1.0, "renewed": renewed, "ttl": ttl}
+    store.put(KEY, json.dumps(doc).encode())
+    if taken:
+        lease(store).acquire()
+    else:
+        with pytest.raises(LeaseHeld):
+            lease(store).acquire()
+
+
 def test_renewal_thread_reports_a_takeover() -> None:
     store = MemoryStore()
     a = Lease(store, "m1", owner="a", ttl=1.5)

@@ -82,7 +82,8 @@ def acknowledged_seq(settings: Settings) -> int | None:
         return None
     state = State(settings.state_file, readonly=True)
     try:
-        return state.next_seq - 1
+        # A state a restore made before any writer ran (it records origins) holds none.
+        return None if state.meta("next_seq") is None else state.next_seq - 1
     finally:
         state.close()
 

@@ -369,14 +369,6 @@ class Shipper:
         updates: list[FileState] = []
         for path, (gen, end, mode, mtime_ns) in ends.items():
             updates.append(self._adopted_state(path, gen, end, mode, mtime_ns, held[path]))
-        if any(e.end > e.start for e in ix.extents) and \
-                not any(u.ino or u.dev for u in updates):
-            # Our own leftover was read from this tree: none of its bytes are here (a
-            # segment someone wrote under our name, or files all rewritten since: their
-            # bytes now ship as new generations anyway).
-            self._pass_over(seq, f"{self.repo.where(key)}: none of its bytes are those of "
-                                 "this machine's files", replace=True)
-            return True
         for t in ix.tombstones:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -66,8 +67,11 @@ class Holder:
     def parse(cls, raw: bytes) -> Holder | None:
         try:
             d: Any = untrusted.loads(raw)
+            times = [float(d[k]) for k in ("since", "renewed", "ttl")]
+            if not all(math.isfinite(t) for t in times):
+                return None  # "inf", "nan": no writer's; unreadable
             return cls(str(d["hostname"]), int(d["pid"]), str(d["owner"]), str(d["instance"]),
-                       float(d["since"]), float(d["renewed"]), float(d["ttl"]))
+                       *times)
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -154,9 +158,10 @@ class Lease:
             log.info("lease of machine %s left by an earlier run here (pid %d) taken over",
                      self.machine, holder.pid)
             return
-        age = now - holder.renewed
         # The holder's word for how long its lease lasts goes no further than a writer's
-        # (lease_ttl is at most an hour): a lease planted with a ttl of years expires too.
+        # (lease_ttl is at most an hour): a lease planted with a ttl of years expires too,
+        # and so does one renewed "later" than a clock's skew allows.
+        age = now - holder.renewed if holder.renewed <= now + TTL_MAX else TTL_MAX + 1.0
         ttl = min(holder.ttl, TTL_MAX)
         if age > ttl:
             log.warning("lease of machine %s held by %s expired %.0fs ago: taking it over",
