@@ -154,10 +154,11 @@ def test_an_idle_followed_machine_costs_one_request_per_poll(
         counting.counts.calls.clear()
         f.poll()
         assert counting.counts.by_kind() == {"HEAD": 1}, counting.counts.calls
-    # A start reconciles at once: the head's HEAD, no GET (read already, unchanged).
+    # A start reconciles at once: the head's HEAD and, once a start, its GET (what was
+    # imported from there and is behind it comes then too).
     counting.counts.calls.clear()
     b.poll(monkeypatch, counting)  # type: ignore[arg-type]
-    assert counting.counts.by_kind() == {"HEAD": 2}, counting.counts.calls
+    assert counting.counts.by_kind() == {"HEAD": 2, "GET": 1}, counting.counts.calls
 
 
 def test_appends_arrive_shipped_once_as_imported_and_never_come_back(

@@ -24,7 +24,7 @@ from syncd.backup.state import State
 from syncd.errors import StoreError
 from syncd.follow import follower as follow_module
 from syncd.follow.follower import HEAD_EVERY, INDEX_BYTES_KEPT, KEPT
-from syncd.format.head import Head
+from syncd.format.head import Head, HeadSession
 from syncd.format.head import encode as head_encode
 from syncd.format.segment import ENTRIES_MAX, FRAME_MAX
 from syncd.repository import Repository
@@ -987,3 +987,44 @@ def test_a_claim_bigger_than_conflict_bytes_is_one_line_and_the_machines_problem
     assert isinstance(problem, str) and s1 in problem and "conflict_bytes" in problem
     shown = format_status(status(laptop.settings))
     assert "PROBLEM" in shown and "conflict_bytes" in shown, shown
+
+
+def test_a_head_that_does_not_read_is_one_line_and_its_segments_are_followed(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    c.put(layout.head_key(DESK), b"not a head at all" * 10)
+    for follower in laptop.follower(monkeypatch):
+        for i in range(3 * HEAD_EVERY):
+            if i == HEAD_EVERY:
+                c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0))])
+            follower.poll()
+        assert follower.cursors[DESK].problem is None
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and "head does not read" in said[0], said
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+
+
+def test_an_update_whose_import_failed_before_a_stop_arrives_after_the_start(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk adds to a session the laptop has; the laptop's import of it fails (its
+    segment's bytes do not read) and the laptop stops before trying again, its retry list
+    lost. desk changes nothing since: the laptop's first look at desk's head after its
+    start brings the update."""
+    c, s1, _ = followed(laptop, monkeypatch)
+    first = line(s1, CWD, 0)
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 1), start=len(first))])
+    c.put(layout.head_key(DESK), head_encode(Head(DESK, T0, 1, T0, {}, {}, [HeadSession(
+        transcript(CWD, s1).encode(), 1, len(first + line(s1, CWD, 1)))])))
+    laptop.poll(monkeypatch, FailingReads(laptop.store_dir, key, 10**9))
+    mine = laptop.transcript("app", s1)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0)
+    state = State(laptop.settings.state_file)
+    try:  # as if stopped with the retry list gone
+        cur = json.loads(state.meta("follow") or "{}")
+        cur[DESK]["retry"] = []
+        state.set_meta(follow=json.dumps(cur))
+    finally:
+        state.close()
+    laptop.poll(monkeypatch)  # a start
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(s1, laptop.cwd("app"), 1)

@@ -248,7 +248,8 @@ class _Remembered(Repository):
         conflict copy said already (noted as said now)."""
         if any(self.where(key) in line for key, _ in self._refused):
             return False
-        if line[:PROBLEM_MAX] == self._copy_refused:
+        # (Said as it is, or as part of a line naming the file it was for.)
+        if self._copy_refused is not None and self._copy_refused in line:
             if line in self._copies_said:
                 return False
             self._copies_said[line] = None
@@ -348,6 +349,12 @@ class Follower:
         self._failed: dict[tuple[str, str], tuple[int, int]] = {}
         # Machines whose sessions wait for the tree to be writable.
         self._blocked: set[str] = set()
+        # Per machine: the seq of its head last read here (a gap past it: read again).
+        self._head_seq: dict[str, int] = {}
+        # Per machine: the etag of a head that did not read (said once).
+        self._bad_head: dict[str, str] = {}
+        # Machines not reconciled yet since this follower started.
+        self._unreconciled: set[str] = set(self.cursors)
         # After a start, what failed before it is tried again at once.
         for machine, cur in self.cursors.items():
             self._failed.update(((machine, sid), (1, 0)) for sid in cur.retry)
@@ -504,14 +511,23 @@ class Follower:
         if info is None:
             return set(), None
         # Unchanged since it was last read here: what it listed is known already (after a
-        # start, known to be nothing).
-        if info.etag and info.etag == cur.head_etag and (
-                cur.missing == 0 or machine in self._missing):
+        # start: read once), but when it was past the seq read here.
+        if info.etag and info.etag == cur.head_etag and not self._started(machine) and \
+                self._head_seq.get(machine, after + 1) <= after and \
+                (cur.missing == 0 or machine in self._missing):
             return self._due_listed(machine), None
-        head = rm.head()
+        if info.etag and info.etag == self._bad_head.get(machine):
+            return self._due_listed(machine), None  # refused already, said once
+        try:
+            head = rm.head()
+        except FormatError as e:
+            # One bad object, one line: this head (its etag) is not read again.
+            self._bad_head[machine] = info.etag
+            log.warning("following %s: its head does not read (its segments are followed "
+                        "all the same): %s", machine, e)
+            return self._due_listed(machine), None
         if head is None:
             return set(), None
-        cur.head_etag = info.etag
         if head.seq < after and rm.store.head(layout.segment_key(machine, after)) is None:
             if self._compacted_past(rm, after):
                 # An older head put back over the newer one (segments gone because they
@@ -520,14 +536,22 @@ class Follower:
                 return set(), None
             return set(), head.seq
         gap = gap and head.seq > after
+        # After a start, what was imported from there and is behind it too: an update
+        # whose import failed before the stop (no echo of this machine's lines grows those
+        # past what was imported, but for sessions this machine went on with: fetched
+        # once a start).
+        started = self._started(machine)
+        self._unreconciled.discard(machine)
         wants = Selection(self.settings.include, self.settings.exclude).wants
         known = self.state.known_sessions()
         have = {r.src_path: r for r in self.state.imports(machine)}
         missing: dict[bytes, tuple[int, int]] = {}
         more = 0
         for s in head.sessions:
+            r = have.get(s.path)
             if s.deleted_at is not None or not wants(os.fsdecode(s.path)) or not (
-                    gap or (s.path not in have and s.session_id not in known)):
+                    gap or (r is None and s.session_id not in known) or (
+                        started and r is not None and _behind(r, s.gen, s.size))):
                 continue
             if len(missing) < MISSING_KEPT:
                 missing[s.path] = (s.gen, s.size)
@@ -535,8 +559,14 @@ class Follower:
                 more += 1  # counted, not kept: a head's claims never decide memory
         self._missing[machine] = missing
         self._missing_more[machine] = more
+        cur.head_etag = info.etag  # only now: what it lists is known here
+        self._head_seq[machine] = head.seq
         self._count_missing(machine, cur)
         return self._due_listed(machine), None if head.seq <= after else head.seq
+
+    def _started(self, machine: str) -> bool:
+        """Whether the machine was not reconciled yet since this follower started."""
+        return machine in self._unreconciled
 
     def _compacted_past(self, rm: _Remembered, seq: int) -> bool:
         """Whether a compaction folded segment ``seq`` of the machine (a delta or a
@@ -549,10 +579,7 @@ class Follower:
         """The sessions its last head listed as missing here that are due now (not
         waiting after a failure), at most ``RECONCILE_MAX``."""
         due = []
-        until, cold = self._cold.get(machine, (0, set()))
-        if cold and until <= self._polls:
-            del self._cold[machine]
-            cold = set()
+        cold = self._cold.get(machine, (0, set()))[1]
         for path in sorted(self._missing.get(machine, {})):
             sid = session_of_any(path)
             tried = self._failed.get((machine, sid or ""))
@@ -564,9 +591,18 @@ class Follower:
         return set(due)
 
     def _due_again(self, machine: str) -> set[str]:
-        """The sessions whose import failed and whose wait is over."""
-        return {sid for (m, sid), (_, at) in self._failed.items()
-                if m == machine and at <= self._polls}
+        """The sessions whose import failed and whose wait is over (of those forgotten
+        into the cold set, at most ``RECONCILE_MAX`` once its wait is over)."""
+        due = {sid for (m, sid), (_, at) in self._failed.items()
+               if m == machine and at <= self._polls}
+        until, cold = self._cold.get(machine, (0, set()))
+        if cold and until <= self._polls:
+            back = set(sorted(cold)[:RECONCILE_MAX])
+            cold -= back
+            if not cold:
+                del self._cold[machine]
+            due |= back
+        return due
 
     def _count_missing(self, machine: str, cur: Cursor) -> None:
         """What the last head listed that is still missing or behind here (imports since
@@ -579,7 +615,7 @@ class Follower:
             return
         have = {r.src_path: r for r in self.state.imports(machine)}
         for path in [p for p, (gen, size) in listed.items() if (r := have.get(p)) is not None
-                     and (r.src_gen > gen or (r.src_gen == gen and r.src_size >= size))]:
+                     and not _behind(r, gen, size)]:
             del listed[path]
         cur.missing = len(listed) + more
 
@@ -749,7 +785,7 @@ class Follower:
         at = self._polls + 1 + (0 if n == 1 else min(1 << (n - 1), FAILED_WAIT_MAX))
         self._failed[(machine, sid)] = (n, at)
         self._trim_failed()
-        cur.retry = sorted(set(cur.retry) | {sid})[:KEPT]
+        cur.retry = [*(x for x in cur.retry if x != sid), sid][-KEPT:]  # the newest stay
 
     def _trim_failed(self) -> None:
         # A machine whose sessions all fail costs bounded memory: the oldest failure is
@@ -843,6 +879,11 @@ class Follower:
             cur.last_import = self.clock()
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
+
+def _behind(rec: ImportedFile, gen: int, size: int) -> bool:
+    """Whether what an import brought is behind generation ``gen`` at ``size`` there."""
+    return rec.src_gen < gen or (rec.src_gen == gen and rec.src_size < size)
+
 
 class _Fed(NullMeter):
     def __init__(self, told: Callable[[int], None]) -> None:
