@@ -992,7 +992,7 @@ def test_a_claim_bigger_than_conflict_bytes_is_one_line_and_the_machines_problem
 def test_a_head_that_does_not_read_is_one_line_and_its_segments_are_followed(
         laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    c, s1, s2 = followed(laptop, monkeypatch)
+    c, _, s2 = followed(laptop, monkeypatch)
     c.put(layout.head_key(DESK), b"not a head at all" * 10)
     for follower in laptop.follower(monkeypatch):
         for i in range(3 * HEAD_EVERY):
