@@ -321,13 +321,6 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         if path in sides and _side_left(path, staged, sides[path], sinks, backup, opts,
                                         remap, sink):
             return
-        sid = session_of(path)
-        if sid is not None and opts.record_origin is not None and not opts.dry_run and \
-                backup.machine != opts.local_machine and not os.path.lexists(
-                    os.path.join(os.fsencode(opts.target), _target_rel(path, remap))):
-            # Before the session appears: the daemon may ship it at once.
-            opts.record_origin(origin_record(sid, backup.machine, path, remap.rules,
-                                             time.time()), False)
         try:
             queued = _place_tail(staged, files[path], *tails[path], remap, opts, sink,
                                  installer) if path in tails else \
@@ -344,6 +337,14 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
             return
         if queued is not None:
             placed[queued[0]] = queued[1]
+            sid = session_of(path)
+            if sid is not None and queued[1].action == "create" and \
+                    opts.record_origin is not None and backup.machine != opts.local_machine:
+                # Decided and queued, before the installer's thread makes it appear (the
+                # daemon may ship it at once; a flush before the record ships the origin
+                # with the session's next bytes).
+                opts.record_origin(origin_record(sid, backup.machine, path, remap.rules,
+                                                 time.time()), False)
 
     def new_here(path: bytes) -> bool:
         # Placed early: only a new file (no config, none set aside); one that changes a
@@ -1395,11 +1396,11 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     act = Action(kind, os.fsdecode(rel), src, why)
     if act.action == "skip":
         act.size = st.st_size  # the local bytes found identical
-    report.actions.append(act)
-    if opts.dry_run or act.action in ("skip", "keep"):
-        return None
-    if act.action == "conflict":
+    if act.action == "conflict" and not opts.dry_run:
+        # Said once saved (a copy refused is this file's error, as in _place).
         act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
+    report.actions.append(act)
+    if opts.dry_run or act.action in ("skip", "keep", "conflict"):
         return None
     unchanged(dest, st)
     act.size = staged.stat().st_size
