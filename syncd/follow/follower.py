@@ -4,8 +4,9 @@ and merged exactly as ``syncd restore --machine M --session …`` would.
 A followed machine that is idle costs one request per interval: a HEAD of its next
 segment's key, which is not there. New segments name the sessions they changed; only
 those are imported, through the restorer (which reads only their part of the machine's
-backup). Segments compacted away before they were read are caught from the machine's
-head, read every ``HEAD_EVERY`` polls that found nothing.
+backup). Every ``HEAD_EVERY`` polls, and at the first after a start, what is here is
+reconciled with the machine's head (its session list): what this machine never had, and
+segments compacted away before they were read, come from there.
 
 What an import writes is recorded in the state (``imported``) before the next flush:
 the shipper ships it once, marked as imported, and the machine it came from never
@@ -47,7 +48,7 @@ log = logging.getLogger("syncd.follow")
 HEAD_EVERY = 10
 # Sessions a reconciliation imports at most per poll (the rest come with the next ones).
 RECONCILE_MAX = 256
-# A session whose import keeps failing waits 2, 4, 8 … reconciliations, at most this many.
+# A session whose import keeps failing waits 2, 4, 8 … polls, at most this many.
 FAILED_WAIT_MAX = 64
 # Sessions of a head's list missing here kept at most per machine (the rest counted).
 MISSING_KEPT = 4096
@@ -97,9 +98,10 @@ class Cursor:
     # The last poll's failure, if any; else an object of that machine refused while it
     # stands (a segment it still lists, a conflict copy its last import could not save).
     problem: str | None = None
-    misses: int = 0  # polls without a new segment since the head was read
-    # Sessions an import could not bring (their bytes not fetched): tried again at the next
-    # poll's reconciliation, then after 2, 4 … more.
+    # A first look that failed: polls since (it is looked at again every HEAD_EVERY).
+    misses: int = 0
+    # Sessions an import could not bring (their bytes not fetched), the newest last: tried
+    # again at the next poll, then after 2, 4 … more.
     retry: list[str] = field(default_factory=list)
     # Sessions its head lists that are missing here or behind (None: not reconciled yet).
     missing: int | None = None
@@ -395,7 +397,7 @@ class Follower:
                 # Tried again after 1, 2, 4 … polls (at most an hour's worth), so a
                 # machine that keeps failing costs little.
                 known = isinstance(e, SyncdError | OSError)
-                cur.problem = (str(e) if known else f"{type(e).__name__}: {e}")[:500]
+                cur.problem = (str(e) if known else f"{type(e).__name__}: {e}")[:PROBLEM_MAX]
                 last = self._retry.get(machine)
                 wait = 1 if last is None else min(last[1] * 2, RETRY_MAX)
                 self._retry[machine] = (self._polls + wait, wait)
