@@ -640,16 +640,13 @@ class Follower:
     def _as_imported(self, rel: bytes, st: os.stat_result) -> bool:
         return intact(self.state, self.root, rel, st.st_size) is not None
 
-    def _intact(self, rel: bytes) -> ImportedFile | None:
-        return intact(self.state, self.root, rel)
-
     def _base(self, machine: str, again: set[str]
               ) -> Callable[[bytes, bytes], tuple[int, int, int] | None]:
         """For the restore of an import from ``machine``: the local files still as its last
         import left them (but those of the sessions imported ``again``), so that only what
         that machine added since is fetched."""
         def base(src: bytes, rel: bytes) -> tuple[int, int, int] | None:
-            rec = self._intact(rel)
+            rec = intact(self.state, self.root, rel)
             if rec is None or rec.source != machine or rec.src_path != src or \
                     session_of_any(src) in again:
                 return None

@@ -86,8 +86,8 @@ def _head_of(repo: Repository, raw_max: int, seen: Seen | None
              ) -> tuple[Head | None, list[str]]:
     """The machine's head with the segments written after it folded on, or None and why
     (its backup is then read: an older writer's machine has no head); ``_ReadAlone``
-    beyond ``raw_max``. ``seen``: a head older than one read here before is a line, and
-    the backup is read instead."""
+    beyond ``raw_max``; ``_RolledBack`` for a head older than one read here before
+    (``seen``): its backup is read instead."""
     try:
         h = repo.head(raw_max)
     except HeadTooLarge:  # never at HEAD_RAW_MAX
@@ -101,14 +101,13 @@ def _head_of(repo: Repository, raw_max: int, seen: Seen | None
         # Older than one read here before (put back, or the store rolled back): it may
         # hide what came since, so the backup says what there is.
         raise _RolledBack(h, problem)
-    problems: list[str] = []
     after: list[str] = []  # what the segments after it had to say
     try:
-        return _brought_up(repo, h, after, alone=raw_max >= HEAD_RAW_MAX), problems + after
+        return _brought_up(repo, h, after, alone=raw_max >= HEAD_RAW_MAX), after
     except _Behind:  # the backup's reader says it all
-        return None, problems
+        return None, []
     except StoreError as e:
-        return None, [*problems, f"{e} (its backup is read instead)"]
+        return None, [f"{e} (its backup is read instead)"]
 
 
 class _RolledBack(Exception):
