@@ -484,15 +484,21 @@ def _collisions(files: dict[bytes, Entry],
 def _set_aside(staged: Path, path: bytes, where: tuple[bytes, bytes], backup: Backup,
                opts: RestoreOptions, report: RestoreReport) -> None:
     rel, winner = where
-    act = Action("conflict", os.fsdecode(rel), os.fsdecode(path),
-                 f"{os.fsdecode(winner)} of the backup restores to the same place: this "
-                 "copy saved aside")
+    _keep_aside(Action("conflict", os.fsdecode(rel), os.fsdecode(path),
+                       f"{os.fsdecode(winner)} of the backup restores to the same place: "
+                       "this copy saved aside"), staged, path, backup, opts, report)
+
+
+def _keep_aside(act: Action, staged: Path, name: bytes, backup: Backup,
+                opts: RestoreOptions, report: RestoreReport) -> None:
+    """``act``, a conflict: the staged copy saved as a conflict copy under ``name`` (not in
+    a dry run); one that cannot be saved is this file's error."""
     if not opts.dry_run:
         try:
-            act.conflict_copy = _save_conflict(staged, path, backup.machine, opts)
+            act.conflict_copy = _save_conflict(staged, name, backup.machine, opts)
         except (OSError, RestoreError) as e:
             act.action, act.reason = "error", _why(e)
-            report.errors.append(f"{os.fsdecode(path)}: cannot save it aside: {_why(e)}")
+            report.errors.append(f"{act.source}: cannot save it aside: {_why(e)}")
     report.actions.append(act)
 
 
@@ -1215,16 +1221,10 @@ def _side_left(path: bytes, staged: Path, transcript: bytes,
         report.actions.append(Action("wait", os.fsdecode(rel), os.fsdecode(path),
                                      "its session's transcript is being written here"))
         return True
-    act = Action("conflict", os.fsdecode(rel), os.fsdecode(path),
-                 "a file of a session of this machine that the backup's copy does not "
-                 "continue: saved as a conflict copy")
-    if not opts.dry_run:
-        try:
-            act.conflict_copy = _save_conflict(staged, rel, backup.machine, opts)
-        except (OSError, RestoreError) as e:
-            act.action, act.reason = "error", _why(e)
-            report.errors.append(f"{os.fsdecode(path)}: cannot save it aside: {_why(e)}")
-    report.actions.append(act)
+    _keep_aside(Action("conflict", os.fsdecode(rel), os.fsdecode(path),
+                       "a file of a session of this machine that the backup's copy does "
+                       "not continue: saved as a conflict copy"), staged, rel, backup, opts,
+                report)
     return True
 
 
