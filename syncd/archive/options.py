@@ -82,8 +82,9 @@ def acknowledged_seq(settings: Settings) -> int | None:
         return None
     state = State(settings.state_file, readonly=True)
     try:
-        # A state a restore made before any writer ran (it records origins) holds none.
-        return None if state.meta("next_seq") is None else state.next_seq - 1
+        # A state a restore made before any writer ran (it records origins) confirmed
+        # nothing either: compaction waits for the writer to adopt what the store holds.
+        return state.next_seq - 1
     finally:
         state.close()
 
