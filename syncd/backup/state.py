@@ -174,7 +174,8 @@ class State:
                 self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
                 # 512 KiB of pages: rows are read one at a time, from the OS's page cache.
                 self._db.execute("PRAGMA cache_size=-512")
-                self._db.executescript(SCHEMA)
+                # In one transaction: a reader never meets some of the tables only.
+                self._db.executescript(f"BEGIN;\n{SCHEMA}\nCOMMIT;")
         except sqlite3.Error as e:
             raise StateError(f"state database {path}: {e}") from e
         except OSError as e:
