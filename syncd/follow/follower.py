@@ -552,8 +552,8 @@ class Follower:
         for s in head.sessions:
             r = have.get(s.path)
             if s.deleted_at is not None or not wants(os.fsdecode(s.path)) or not (
-                    gap or (r is None and s.session_id not in known) or (
-                        started and r is not None and _behind(r, s.gen, s.size))):
+                    (gap or s.session_id not in known) if r is None else
+                    (gap or started) and _behind(r, s.gen, s.size)):
                 continue
             if len(missing) < MISSING_KEPT:
                 missing[s.path] = (s.gen, s.size)
@@ -563,7 +563,7 @@ class Follower:
         self._missing_more[machine] = more
         cur.head_etag = info.etag  # only now: what it lists is known here
         self._head_seq[machine] = head.seq
-        self._count_missing(machine, cur)
+        cur.missing = len(missing) + more
         return self._due_listed(machine), None if head.seq <= after else head.seq
 
     def _started(self, machine: str) -> bool:
