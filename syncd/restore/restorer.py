@@ -229,7 +229,9 @@ def restore(repo: Repository, opts: RestoreOptions,
                    asked=Remapper(r for r in opts.maps if r.why == ASKED).path,
                    relocate=opts.relocate, origin_of=opts.origin_of)
     whole = not opts.sessions and not opts.projects
-    report = _restore(repo, opts, backup, steps[0], clones)
+    # (The first pass maps with these rules alone when it learned nothing.)
+    report = _restore(repo, opts, backup, steps[0], clones,
+                      None if steps[0].rules or steps[0].folders else plain)
     for step in steps[1:]:
         # Sessions whose learned rules contradict the first pass's, in a pass of their own
         # (a whole restore's history.jsonl went with the first).
@@ -246,10 +248,12 @@ def restore(repo: Repository, opts: RestoreOptions,
 
 
 def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
-             clones: dict[str, str]) -> RestoreReport:
-    """One pass of ``restore``: its sessions, mapped with what ``step`` learned."""
+             clones: dict[str, str], remap: Remapper | None = None) -> RestoreReport:
+    """One pass of ``restore``: its sessions, mapped with what ``step`` learned (``remap``:
+    those rules, built already)."""
     machine = repo.machine
-    remap = build_remapper(backup, opts, step, clones)
+    if remap is None:
+        remap = build_remapper(backup, opts, step, clones)
     report = RestoreReport(machine=machine, errors=list(backup.errors), rules=remap.rules)
     if opts.at is not None and backup.point is not None:
         seq, t = backup.point
@@ -1194,16 +1198,39 @@ def _sides(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
     (the backup is not this machine's own): file → its session's transcript."""
     if backup.machine == opts.local_machine:
         return {}
-    out: dict[bytes, bytes] = {}
     root = os.fsencode(opts.target)
+    here: dict[str, Session] = {}
     for s in backup.sessions.values():
         rec = opts.origin_of(s.session_id) if opts.origin_of is not None else None
-        if s.path not in files or (rec is not None and rec.machine == backup.machine) or \
-                not os.path.lexists(os.path.join(root, _target_rel(s.path, remap))):
-            continue
-        theirs = _session_files([s])
-        out.update((p, s.path) for p in files if p != s.path and theirs(p))
+        if s.path in files and (rec is None or rec.machine != backup.machine) and \
+                os.path.lexists(os.path.join(root, _target_rel(s.path, remap))):
+            here[s.session_id] = s
+    if not here:
+        return {}
+    # One pass over the files: each is looked for among the sessions its path names.
+    theirs = {sid: _session_files([s]) for sid, s in here.items()}
+    out: dict[bytes, bytes] = {}
+    for p in files:
+        owner = here.get(_session_named(p) or "")
+        if owner is not None and p != owner.path and theirs[owner.session_id](p):
+            out[p] = owner.path
     return out
+
+
+def _session_named(path: bytes) -> str | None:
+    """The session a stored path may belong to, by ``_session_files``' rules: the folder
+    under projects/ (beside its transcript), a todo's name (an id and "-"), a folder of
+    file-history/ or tasks/ (session ids are UUIDs: 36 characters)."""
+    parts = path.split(b"/")
+    if parts[0] == b"projects" and len(parts) > 3:
+        name = parts[2]
+    elif parts[0] == b"todos" and len(parts) == 2:
+        name = parts[1][:36]
+    elif parts[0] in (b"file-history", b"tasks") and len(parts) > 2:
+        name = parts[1]
+    else:
+        return None
+    return name.decode("ascii", "replace")
 
 
 def _side_left(path: bytes, staged: Path, transcript: bytes,
