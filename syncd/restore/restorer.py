@@ -1218,19 +1218,15 @@ def _sides(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
 
 
 def _session_named(path: bytes) -> str | None:
-    """The session a stored path may belong to, by ``_session_files``' rules: the folder
-    under projects/ (beside its transcript), a todo's name (an id and "-"), a folder of
+    """The session a stored path may belong to, by ``_session_files``' rules: under
+    projects/, as ``session_of_any`` says; a todo's name (an id and "-"), a folder of
     file-history/ or tasks/ (session ids are UUIDs: 36 characters)."""
     parts = path.split(b"/")
-    if parts[0] == b"projects" and len(parts) > 3:
-        name = parts[2]
-    elif parts[0] == b"todos" and len(parts) == 2:
-        name = parts[1][:36]
-    elif parts[0] in (b"file-history", b"tasks") and len(parts) > 2:
-        name = parts[1]
-    else:
-        return None
-    return name.decode("ascii", "replace")
+    if parts[0] == b"todos" and len(parts) == 2:
+        return parts[1][:36].decode("ascii", "replace")
+    if parts[0] in (b"file-history", b"tasks") and len(parts) > 2:
+        return parts[1].decode("ascii", "replace")
+    return session_of_any(path)
 
 
 def _side_left(path: bytes, staged: Path, transcript: bytes,
