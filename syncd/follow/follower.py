@@ -383,13 +383,16 @@ class Follower:
         except SyncdError as e:
             log.warning("following: cannot list the store's machines: %s", e)
             machines = [m for m in self.settings.follow if m not in ("*", self.me)]
+        # Once a round, for every machine: can imports write the tree?
+        why = tree_writable(self.settings.source)
+        blocked = None if why is None else f"the Claude tree is not writable here ({why})"
         for machine in machines:
             cur = self.cursors.setdefault(machine, Cursor())
             if self._polls < self._retry.get(machine, (0, 0))[0]:
                 continue
             cur.last_check = self.clock()
             try:
-                if self._poll(machine, cur):
+                if self._poll(machine, cur, blocked):
                     # (A first look still to come is not held back by it.)
                     cur.problem = None if cur.seq is None else self._repos[machine].problem()
                 self._retry.pop(machine, None)
@@ -408,14 +411,12 @@ class Follower:
                                                  for m, c in self.cursors.items()})})
 
     # -- one machine ------------------------------------------------------------------
-    def _poll(self, machine: str, cur: Cursor) -> bool:
-        """Look at one machine; False when it was left alone this time (its problem
-        stands)."""
+    def _poll(self, machine: str, cur: Cursor, blocked: str | None) -> bool:
+        """Look at one machine (``blocked``: why the tree cannot be written now, or None);
+        False when it was left alone this time (its problem stands)."""
         rm = self._repos.get(machine)
         if rm is None:
             rm = self._repos[machine] = _Remembered(self.repo, machine, self._indexes)
-        why = tree_writable(self.settings.source)
-        blocked = None if why is None else f"the Claude tree is not writable here ({why})"
         if blocked is None and machine in self._blocked:
             # Writable again: everything that waited is brought now, not once it changes.
             self._blocked.discard(machine)
