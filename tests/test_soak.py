@@ -58,20 +58,17 @@ from pathlib import Path
 
 import pytest
 
-from syncd.backup.engine import sync_once
 from syncd.backup.state import State
 from syncd.claude import project_folder
-from syncd.config import load_settings
 from syncd.errors import StoreError
-from syncd.follow.follower import Follower
-from syncd.repository import Repository
-from syncd.store import LocalStore, Store, layout, open_store
+from syncd.store import LocalStore, layout, open_store
 from tests.chaos import ChaosProxy
 from tests.counting import CountingStore
 from tests.faultkit import FaultProxy
 from tests.helpers import wait_for, write
 from tests.hostile import line as hostile_line
 from tests.seaweed import Seaweed
+from tests.test_follow import Machine as Host
 from tests.test_follow_e2e import (
     STORE_PREFIX,
     Machine,
@@ -571,40 +568,6 @@ def test_a_failed_delete_names_the_object_once(seaweed: Seaweed, bucket: str) ->
         proxy.stop()
 
 
-class Host:
-    """A machine driven by hand over a local store: a pass of ``syncd sync``, one look of
-    its follower (a new ``Follower`` each time: as after a start)."""
-
-    def __init__(self, tmp: Path, name: str, home: str, follow: str) -> None:
-        self.name, self.home = name, tmp / home.strip("/")
-        self.home.mkdir(parents=True)
-        self.store_dir = tmp / "store"
-        self.settings = load_settings(
-            config_file=tmp / "none.toml", source=self.home / ".claude",
-            store=self.store_dir.as_uri(), state_dir=tmp / name / "state", machine_id=name,
-            follow=[follow], follow_quiet=0.0, head_interval=0.0)
-
-    def cwd(self, project: str) -> str:
-        return f"{self.home}/{project}"
-
-    def transcript(self, project: str, sid: str) -> Path:
-        return self.settings.source / "projects" / project_folder(self.cwd(project)) / \
-            f"{sid}.jsonl"
-
-    def sync(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setenv("HOME", str(self.home))
-        sync_once(self.settings)
-
-    def poll(self, monkeypatch: pytest.MonkeyPatch, store: Store | None = None) -> None:
-        monkeypatch.setenv("HOME", str(self.home))
-        state = State(self.settings.state_file)
-        try:
-            repo = Repository(store or LocalStore(self.store_dir), self.name)
-            Follower(self.settings, repo, state, clock=lambda: 2e9).poll()
-        finally:
-            state.close()
-
-
 def test_a_session_the_other_machine_imported_from_here_is_not_fetched_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """desk writes a session, the laptop imports it (so the laptop's head lists it), and
@@ -613,8 +576,8 @@ def test_a_session_the_other_machine_imported_from_here_is_not_fetched_back(
     laptop's head must too: desk never fetches its own session from the laptop's backup
     while it grows, nor records it as the laptop's (``status`` would count it among the
     laptop's sessions here)."""
-    desk = Host(tmp_path, "desk", "/home/alice", follow="laptop")
-    laptop = Host(tmp_path, "laptop", "/users/bob", follow="desk")
+    desk = Host(tmp_path, "desk", "/home/alice", follow=["laptop"], head_interval=0.0)
+    laptop = Host(tmp_path, "laptop", "/users/bob", follow=["desk"], head_interval=0.0)
     sid = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
     rel = str(desk.transcript("app", sid).relative_to(desk.settings.source))
     write(desk.settings.source, rel, hostile_line(sid, desk.cwd("app"), 0))
