@@ -22,7 +22,6 @@ while the proxy was switched off).
 
 from __future__ import annotations
 
-import http.client
 import random
 import socket
 import struct
@@ -33,9 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlparse
 
-from tests.faultkit import _HOP, _error_xml, _Handler
+from tests.faultkit import _error_xml, _Handler
 
 OUTCOMES = ("5xx", "reset-before", "reset-after", "slow")
 
@@ -157,22 +155,8 @@ class _ChaosHandler(_Handler):
             server.resets.add(id(sock))
         self.close_connection = True
 
-    def _forward(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        up = urlparse(self.chaos.upstream)
-        conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port, timeout=30)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-            if body or self.command in ("PUT", "POST"):
-                headers["Content-Length"] = str(len(body))
-            conn.request(self.command, self.path, body=body or None, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            out = {k: v for k, v in resp.getheaders() if k.lower() not in _HOP}
-            if self.command == "HEAD":
-                out["Content-Length"] = resp.getheader("Content-Length", "0")
-            return resp.status, out, data
-        finally:
-            conn.close()
+    def _upstream(self) -> str:
+        return self.chaos.upstream
 
     def _handle(self) -> None:
         c = self.chaos

@@ -264,9 +264,12 @@ class _Handler(BaseHTTPRequestHandler):
         p._count(self.command, self.path, status, False)
         self._reply(status, headers, data)
 
+    def _upstream(self) -> str:
+        return self.proxy.upstream
+
     def _forward(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        up = urlparse(self.proxy.upstream)
-        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+        up = urlparse(self._upstream())
+        conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port, timeout=30)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
             if body or self.command in ("PUT", "POST"):
