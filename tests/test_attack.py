@@ -235,6 +235,18 @@ def test_a_copy_with_an_odd_start_directory_leaves_the_local_session_where_it_is
 # -- 6. this machine's own prefix ------------------------------------------------------
 
 
+def shipped_once(m: Machine, monkeypatch: pytest.MonkeyPatch, s: str) -> tuple[str, int]:
+    """Session ``s`` of ``m`` written and synced: its path, and ``m``'s next seq."""
+    rel = transcript(m.cwd("app"), s)
+    write(m.settings.source, rel, line(s, m.cwd("app"), 0))
+    m.sync(monkeypatch)
+    state = State(m.settings.state_file, readonly=True)
+    try:
+        return rel, state.next_seq
+    finally:
+        state.close()
+
+
 @pytest.mark.xfail(strict=True, reason="known limitation (docs/FORMAT.md, 'A seq passed "
                    "over'): a readable segment of this machine's name and next seq is adopted "
                    "even when its files are not in the tree (a crash's leftover may hold the "
@@ -243,20 +255,13 @@ def test_a_copy_with_an_odd_start_directory_leaves_the_local_session_where_it_is
 def test_a_segment_forged_at_this_machines_next_seq_puts_no_session_into_its_backup(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Write access to the laptop's own prefix (a plain store): a segment under its next seq
-    whose index names the laptop and that seq, with a session the laptop never had. None of
-    its bytes are the laptop's, so the writer does not adopt it as its own crash's leftover:
-    a restore of the laptop's backup writes the laptop's session only. Found by an attack: it
-    was adopted, and the planted session was in the backup."""
+    whose index names the laptop and that seq, with a session the laptop never had. What
+    the test asks: a restore of the laptop's backup writes the laptop's session only. What
+    happens (the known limitation): the writer adopts it, since a crash's leftover whose
+    files were deleted since looks the same and may hold their only copy."""
     m = Machine(tmp_path, "laptop", "/users/bob")
     s = sid("laptop", 1)
-    rel = transcript(m.cwd("app"), s)
-    write(m.settings.source, rel, line(s, m.cwd("app"), 0))
-    m.sync(monkeypatch)
-    state = State(m.settings.state_file, readonly=True)
-    try:
-        nxt = state.next_seq
-    finally:
-        state.close()
+    rel, nxt = shipped_once(m, monkeypatch, s)
     e = sid("evil", 1)
     planted = transcript(m.cwd("app"), e)
     Craft(m.store_dir).segment("laptop", nxt, [Piece(planted, evil_line(e, m.cwd("app")))],
@@ -279,14 +284,7 @@ def test_a_segment_forged_at_this_machines_next_seq_does_not_stop_the_backup(
     file's next generation did not fit in SQLite, and every flush failed (OverflowError)."""
     m = Machine(tmp_path, "laptop", "/users/bob")
     s, t = sid("laptop", 1), sid("laptop", 2)
-    rel = transcript(m.cwd("app"), s)
-    write(m.settings.source, rel, line(s, m.cwd("app"), 0))
-    m.sync(monkeypatch)
-    state = State(m.settings.state_file, readonly=True)
-    try:
-        nxt = state.next_seq
-    finally:
-        state.close()
+    rel, nxt = shipped_once(m, monkeypatch, s)
     Craft(m.store_dir).segment("laptop", nxt, [Piece(rel, b"x", gen=(1 << 63) - 1)])
     write(m.settings.source, rel, line(s, m.cwd("app"), 1), mode="ab")
     other = transcript(m.cwd("app"), t)
