@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -173,3 +175,16 @@ def restore_own(repo: Repository, opts: RestoreOptions,
     finally:
         prov.close()
     return report, len(recorded)
+
+
+def kept_after(call: Callable[[], object]) -> int:
+    """The bytes Python still holds once ``call`` returned (its garbage collected): what it
+    keeps, not what it used on the way."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        call()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()

@@ -9,12 +9,10 @@ tests; the two marked xfail are known limitations (README).
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import logging
 import os
 import random
-import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from syncd.service.log import PLAIN_FORMAT, OneLine
 from syncd.service.status import format_status, health, status
 from syncd.store import LocalStore, layout
 from tests.counting import CountingStore
-from tests.helpers import shipped, tree_bytes, write
+from tests.helpers import kept_after, shipped, tree_bytes, write
 from tests.hostile import T0, Craft, Piece, line, sid, transcript
 from tests.test_follow import S1, S2, Machine
 from tests.test_hostile_follow import (
@@ -394,14 +392,7 @@ def test_a_head_listing_sessions_its_backup_lacks_is_not_kept_in_memory(
     put_head(c, 0, [listed(transcript(CWD, s1), line(s1, CWD, 0)), *ghosts])
     del ghosts
     for follower in laptop.follower(monkeypatch):
-        gc.collect()
-        tracemalloc.start()
-        try:
-            follower.poll()  # a start: reconciled with the head at once
-            gc.collect()
-            kept, _ = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        kept = kept_after(follower.poll)  # a start: reconciled with the head at once
     assert kept < 4 << 20, f"{kept / 1e6:.1f} MB kept after reading the head"
 
 
@@ -450,14 +441,7 @@ def test_the_segment_indexes_a_follower_keeps_stay_a_few_mb(
 
         c.rewrite(key, many)
     for follower in laptop.follower(monkeypatch):
-        gc.collect()
-        tracemalloc.start()
-        try:
-            follower.poll()
-            gc.collect()
-            kept, _ = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        kept = kept_after(follower.poll)
         assert follower.cursors[DESK].seq == 4
     assert kept < 16 << 20, f"{kept / 1e6:.1f} MB kept after reading 4 segment indexes"
 

@@ -35,7 +35,7 @@ from syncd.service.status import format_status, status
 from syncd.store import LocalStore, layout
 from syncd.view import load_backup
 from tests.counting import CountingStore
-from tests.helpers import write
+from tests.helpers import kept_after, write
 from tests.hostile import T0, Craft, Piece, line, rle_sha256, sid, stamp, transcript, zstd_frame
 from tests.test_follow import S1, Machine, extents_of, imported_once
 
@@ -810,14 +810,7 @@ def test_the_indexes_a_follower_keeps_stay_within_its_bytes_however_big_they_are
     for seq in range(1, segments + 1):
         c.segment(DESK, seq, tombstones=tombstones(9000, seq, width=1000))
     for follower in laptop.follower(monkeypatch):
-        gc.collect()
-        tracemalloc.start()
-        try:
-            follower.poll()
-            gc.collect()
-            kept = tracemalloc.get_traced_memory()[0]
-        finally:
-            tracemalloc.stop()
+        kept = kept_after(follower.poll)
         assert follower.cursors[DESK].seq == segments
         assert follower.cursors[DESK].problem is None  # nothing refused: all are readable
         assert kept <= INDEX_BYTES_KEPT + (4 << 20), kept
