@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import watchdog.observers
@@ -46,6 +47,19 @@ def _clean_env(home: Path) -> dict[str, str]:
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if Path(p) != Path(sys.executable).parent)
     return env
+
+
+def _installing(tmp_path: Path, system: str, **fake: Any
+                ) -> tuple[Path, Path, dict[str, str]]:
+    """A home, faked system commands (``_fake_os``) and the environment install.sh runs in
+    with them first on PATH: (home, calls, env)."""
+    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
+    home.mkdir()
+    _fake_os(stubs, calls, system, **fake)
+    env = _clean_env(home)
+    env["PYTHON"] = str(_fake_python(stubs))
+    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    return home, calls, env
 
 
 def _stub(bin_dir: Path, name: str, body: str) -> Path:
@@ -318,12 +332,7 @@ def test_install_on_macos_prints_the_step_it_did_not_take(tmp_path: Path, case: 
 
 
 def test_install_on_macos_retries_bootstrap_until_launchd_lets_go(tmp_path: Path) -> None:
-    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
-    home.mkdir()
-    _fake_os(stubs, calls, "Darwin", bootstrap_failures=2)
-    env = _clean_env(home)
-    env["PYTHON"] = str(_fake_python(stubs))
-    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    home, calls, env = _installing(tmp_path, "Darwin", bootstrap_failures=2)
     r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(tmp_path / "p")],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -412,12 +421,7 @@ ODD = "a b 100% $HOME &<x>'"
 @pytest.mark.parametrize("case", ["CLAUDE_CONFIG_DIR", "config file", "defaults"])
 def test_install_on_linux_lets_the_service_write_where_syncd_resolves(
         tmp_path: Path, case: str) -> None:
-    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
-    home.mkdir()
-    _fake_os(stubs, calls, "Linux")
-    env = _clean_env(home)
-    env["PYTHON"] = str(_fake_python(stubs))
-    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    home, _, env = _installing(tmp_path, "Linux")
     elsewhere = tmp_path / ODD
     config = home / ".config" / "syncd" / "config.toml"
     unit_dir = home / ".config" / "systemd" / "user"
@@ -476,12 +480,7 @@ def test_install_on_linux_lets_the_service_write_where_syncd_resolves(
 
 
 def test_install_refuses_a_path_systemd_cannot_be_given(tmp_path: Path) -> None:
-    home, stubs, calls = tmp_path / "home", tmp_path / "stubs", tmp_path / "calls"
-    home.mkdir()
-    _fake_os(stubs, calls, "Linux")
-    env = _clean_env(home)
-    env["PYTHON"] = str(_fake_python(stubs))
-    env["PATH"] = f"{stubs}{os.pathsep}{env['PATH']}"
+    home, calls, env = _installing(tmp_path, "Linux")
     env["CLAUDE_CONFIG_DIR"] = str(tmp_path / 'say "cheese"')
     r = subprocess.run(["bash", str(DEPLOY / "install.sh"), "--prefix", str(tmp_path / "p")],
                        env=env, capture_output=True, text=True, timeout=120)
