@@ -8,16 +8,16 @@ tombstones and the session catalog. Without a snapshot every segment is folded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from syncd.config import format_time
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
-from syncd.format.catalog import Session, session_of
+from syncd.format.catalog import Session, session_of, session_of_any
 from syncd.format.delta import by_start, manifest_points
 from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
-from syncd.format.segment import Extent
+from syncd.format.segment import SegmentIndex
 from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
 from syncd.repository import Repository
 from syncd.seen import Seen
@@ -218,7 +218,7 @@ class _Walk:
                 self.b.errors.append(f"{self.repo.where(key)}: written by machine "
                                      f"{d.index.machine!r} (foreign or renamed object)")
                 continue
-            self._locate(key, d.index.extents)
+            self._locate(key, d.index)
             self.b.projects.update(d.index.projects)
             self._points(d.points)
             if not self.stopped:
@@ -266,15 +266,16 @@ class _Walk:
             return True
         if self.seen is not None:
             self.seen.saw(self.b.machine, seq)
-        self._locate(key, ix.extents)
+        self._locate(key, ix)
         self.b.projects.update(ix.projects)
         self._points([point_of(ix)])
         return True
 
-    def _locate(self, key: str, extents: list[Extent]) -> None:
+    def _locate(self, key: str, ix: SegmentIndex) -> None:
         # Only the files the view is for: a view of some sessions (an import, a resume)
         # holds their extents, not those of every file the objects it walks name.
-        self.locator.add_all((key, x) for x in extents if self.wanted(x.path))
+        self.locator.add_all((key, x) for x in ix.extents if self.wanted(x.path))
+        self.locator.add_copies(c for c in ix.copies if self.wanted(c.path))
 
 
 def _manifest_at(repo: Repository, snaps: list[tuple[int, int, str]], below: int, at: float,
@@ -326,7 +327,21 @@ def _from_snapshot(b: Backup, base: Manifest, groups: dict[str, Group],
     b.point = (base.seq, base.time)
 
 
+def moved_away(files: Iterable[tuple[bytes, bool]]) -> set[bytes]:
+    """Of (path, deleted) pairs, the deleted files of sessions whose transcript lives in
+    another project folder: moved there (Claude's ``/cd`` and worktree moves), not lost.
+    A session is in one folder: a restore never brings the old copy back beside it."""
+    files = list(files)
+    live = {sid: path.split(b"/")[1] for path, deleted in files
+            if not deleted and (sid := session_of(path)) is not None}
+    return {path for path, deleted in files
+            if deleted and (sid := session_of_any(path)) in live and
+            path.split(b"/")[1] != live[sid]}
+
+
 def _finish(b: Backup, locator: Locator) -> None:
+    for path in moved_away((p, f.deleted_at is not None) for p, f in b.files.items()):
+        del b.files[path]
     for f in b.files.values():
         f.extents = locator.extents(f.path, f.gen, f.size)
     # Every transcript is a session, whether or not its lines named a field yet.

@@ -142,6 +142,7 @@ class _Tree:
 
     def fold(self, key: str, ix: SegmentIndex, points: list[Point]) -> None:
         self.locator.add_all((key, x) for x in ix.extents)
+        self.locator.add_copies(ix.copies)
         self.projects.update(ix.projects)
         for p in points:
             apply(p, self.live, retire=self.retire, mode_of=self.locator.mode_of,
@@ -266,7 +267,7 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
 
 
 def _entries(ix: SegmentIndex) -> int:
-    return len(ix.extents) + len(ix.tombstones)
+    return len(ix.extents) + len(ix.tombstones) + len(ix.copies)
 
 
 def _narrower(repo: Repository, chain: list[Delta]) -> list[str]:

@@ -84,6 +84,8 @@ def _build(repo: Repository, key: str, sources: Sequence[tuple[str, SegmentIndex
         for (path, gen), run in runs.items():
             _add_run(w, spool, path, gen, run)
     for _, ix in sources:
+        for c in ix.copies:
+            w.add_copy(c)
         for t in ix.tombstones:
             w.add_tombstone(t.path, t.gen, t.time)
     for cwd, info in projects.items():

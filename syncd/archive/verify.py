@@ -166,6 +166,10 @@ def _ident(x: Extent) -> tuple[bytes, int, int, int, int, int, str, str | None]:
     return x.path, x.gen, x.start, x.end, x.off, x.clen, x.sha256, x.dict_id
 
 
+def _frame(x: Extent) -> tuple[int, int, str, str | None]:
+    return x.off, x.clen, x.sha256, x.dict_id
+
+
 def _spans(exts: list[Extent]) -> Iterator[list[Extent]]:
     """Extents (sorted by offset) in runs that each span at most ``_SPAN`` bytes."""
     run: list[Extent] = []
@@ -288,8 +292,11 @@ class _Verifier:
             # The object's own index is what its frames were written with (a dictionary
             # id, say): the sample reads through it.
             own = {_ident(x): x for x in ix.extents}
-            stray = [x for x in inside if _ident(x) not in own]
-            self.add(key, [own.get(_ident(x), x) for x in inside])
+            # A part of a frame (bytes another generation shares) is the frame's.
+            frames = {_frame(x): x for x in ix.extents}
+            stray = [x for x in inside if _ident(x) not in own and
+                     not (x.frame and _frame(x) in frames)]
+            self.add(key, [own.get(_ident(x)) or frames.get(_frame(x), x) for x in inside])
             if stray:
                 x = stray[0]
                 self.problem(key, f"{len(stray)} extents that snapshot {self.where(m.key)} "

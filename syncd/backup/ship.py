@@ -24,6 +24,7 @@ from pathlib import Path
 
 import zstandard
 
+from syncd.backup.marks import cut_point, marks_of
 from syncd.backup.state import FileState, OriginRecord, RestoredFile, State
 from syncd.claude import Selection
 from syncd.errors import (
@@ -36,8 +37,8 @@ from syncd.errors import (
     StoreError,
     SyncError,
 )
-from syncd.format.catalog import MetaScanner, Origin, session_of
-from syncd.format.segment import FRAME_MAX, Extent, SegmentWriter, Tombstone
+from syncd.format.catalog import FIRST, MetaScanner, Origin, session_of, session_of_any
+from syncd.format.segment import FRAME_MAX, Copy, Extent, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
 from syncd.repository import Repository
@@ -184,6 +185,11 @@ class Shipper:
         # Files whose bytes the store lost (``audit``): shipped again by the next flush.
         self.repair: set[bytes] = set()
         self._audited = False
+        # Per flush: the sessions the state knows (looked up for a new session file).
+        self._sessions: set[str] | None = None
+        # Per flush: files that begin with a copy of another generation (their catalog
+        # starts from that one's).
+        self._copied: dict[bytes, tuple[bytes, int]] = {}
 
     # -- recovery -----------------------------------------------------------
     def recover(self) -> int:
@@ -355,7 +361,8 @@ class Shipper:
             return True
         odd = [x.path for x in ix.extents if not (0 <= x.gen <= GEN_MAX and
                                                   0 <= x.start <= x.end <= OFFSET_MAX)] + \
-            [t.path for t in ix.tombstones if not 0 <= t.gen <= GEN_MAX]
+            [t.path for t in ix.tombstones if not 0 <= t.gen <= GEN_MAX] + \
+            [c.path for c in ix.copies if not (c.gen <= GEN_MAX and c.stop <= OFFSET_MAX)]
         if odd:
             # No writer of ours gets there: the state could not even hold what follows.
             self._pass_over(seq, f"{self.repo.where(key)}: it names {odd[0]!r} at a "
@@ -363,6 +370,9 @@ class Shipper:
             return True
         ends: dict[bytes, tuple[int, int, int, int]] = {}
         held: dict[bytes, list[Extent]] = {}
+        for c in ix.copies:  # a cut with nothing after it is a copy alone
+            ends[c.path] = (c.gen, c.stop, c.mode, c.mtime_ns)
+            held.setdefault(c.path, [])
         for e in ix.extents:
             ends[e.path] = (e.gen, e.end, e.mode, e.mtime_ns)
             held.setdefault(e.path, []).append(e)
@@ -484,6 +494,8 @@ class Shipper:
         """Ship the new bytes of ``paths``; one segment unless they exceed ``segment_max``."""
         result = FlushResult()
         self._dirs = {}
+        self._sessions = None
+        self._copied = {}
         repair = set(self.repair)
         try:
             batch = self._new_batch()
@@ -639,7 +651,7 @@ class Shipper:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return batch
-        gen, start, reason = self._position(fd, st, prev)
+        gen, start, reason, source = self._position(rel, fd, st, prev)
         end = st.st_size
         # Bytes an import from a followed machine wrote: shipped once, marked as such
         # (that machine never imports them back); this machine's own bytes after them.
@@ -652,7 +664,7 @@ class Shipper:
         elif reason:
             log.log(logging.DEBUG if prev is None else logging.INFO,
                     "%s: new generation %d (%s)", text, gen, reason)
-        elif start == end:
+        elif start == end and source is None:
             # Nothing new; remember the metadata so the next scan does not look again.
             if prev is not None and (prev.mtime_ns, prev.mode, prev.dev, prev.ino) != (
                     st.st_mtime_ns, mode, st.st_dev, st.st_ino):
@@ -664,6 +676,18 @@ class Shipper:
             scanner = MetaScanner(at_line_start=start == 0 or os.pread(fd, 1, start - 1) == b"\n")
         pos = start
         in_batch = False
+        if source is not None:
+            # The bytes before ``start`` are those of a generation the store holds (a cut
+            # tail, a moved file): a copy of them, then only what is new.
+            batch.writer.add_copy(Copy(rel, gen, 0, source[0], source[1], 0, start, mode,
+                                       st.st_mtime_ns, reason))
+            in_batch, reason = True, None
+            self._copied[rel] = source
+            if pos >= end:
+                batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+                if scanner is not None:
+                    self._catalog(batch, rel, gen, {})
+                return batch
         if reason == REVIVED:
             # The revival is an empty extent of its own; bytes appended since the restore
             # follow as ordinary extents (a reader that no longer holds the generation
@@ -722,10 +746,20 @@ class Shipper:
     def _shipped(rel: bytes, fd: int, st: os.stat_result, gen: int, pos: int) -> FileState:
         """The state row once bytes [0, pos) of this generation are in the store."""
         return FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
-                         st.st_mode & 0o7777, check_hash(fd, pos))
+                         st.st_mode & 0o7777, check_hash(fd, pos),
+                         marks=marks_of(fd, pos) if rel.endswith(b".jsonl") else None)
 
     def _catalog(self, batch: _Batch, rel: bytes, gen: int, fields: dict[str, str]) -> None:
         sid = session_of(rel)
+        source = self._copied.get(rel)
+        if source is not None:
+            # A generation that begins with another's bytes names what their lines named
+            # (readers take a session's fields from its newest generation alone); its own
+            # lines, after them, fold on top (the first cwd and prompt stay).
+            known = self.state.catalog_of(source[0])
+            if known is not None and known[0] == source[1]:
+                fields = {**known[1], **{k: v for k, v in fields.items()
+                                         if k not in FIRST or k not in known[1]}}
         rec = None if sid is None else self.state.origin(sid)
         if rec is not None:
             # Where the session came from, once per generation (the catalog keeps it):
@@ -742,13 +776,59 @@ class Shipper:
             if info is not None:
                 batch.writer.add_project(cwd, info)
 
-    def _position(self, fd: int, st: os.stat_result,
-                  prev: FileState | None) -> tuple[int, int, str | None]:
-        """Where shipping resumes: (generation, start offset, reason for a new generation)."""
+    def _position(self, rel: bytes, fd: int, st: os.stat_result, prev: FileState | None
+                  ) -> tuple[int, int, str | None, tuple[bytes, int] | None]:
+        """Where shipping resumes: (generation, start offset, reason for a new generation,
+        the (path, generation) whose bytes before the start offset it begins with)."""
         if prev is None:
-            return 1, 0, "new file"
+            moved = self._moved_from(rel, fd, st)
+            if moved is not None:
+                return 1, moved.offset, f"moved from {os.fsdecode(moved.path)}", \
+                    (moved.path, moved.gen)
+            return 1, 0, "new file", None
         if prev.check_hash == LOST:
-            return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes"
+            return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes", None
+        gen, start, reason = self._shipped_position(fd, st, prev)
+        if reason is not None and start == 0 and prev.deleted_at is not None:
+            # Back where it was deleted from: moved back, maybe.
+            moved = self._moved_from(rel, fd, st)
+            if moved is not None:
+                return gen, moved.offset, f"moved from {os.fsdecode(moved.path)}", \
+                    (moved.path, moved.gen)
+        if reason is not None and start == 0 and prev.deleted_at is None and prev.offset:
+            # Not an append: a cut tail (the CLI withdrew a row) ships as a copy of the
+            # bytes before the cut, when they are what was shipped (``marks``).
+            cut = cut_point(fd, st.st_size, prev.marks)
+            if cut is not None:
+                return gen, cut, f"cut at {cut} of {prev.offset} bytes ({reason})", \
+                    (prev.path, prev.gen)
+        return gen, start, reason, None
+
+    def _moved_from(self, rel: bytes, fd: int, st: os.stat_result) -> FileState | None:
+        """The file this new one was moved from (Claude's ``/cd`` and worktree moves take
+        a session's files to another project folder): a file of the same session, at the
+        same place under another project folder, whose shipped bytes this one begins with
+        (checked by hash, not by name)."""
+        parts = rel.split(b"/", 2)
+        if session_of_any(rel) is None or len(parts) != 3:
+            return None
+        if self._sessions is None:  # once per flush, only when a session file is new
+            self._sessions = self.state.known_sessions()
+        if session_of_any(rel) not in self._sessions:
+            return None
+        best = None
+        for row in self.state.same_place(parts[2]):
+            if row.path == rel or row.check_hash in (None, LOST) or not row.offset or \
+                    row.offset > st.st_size or row.path.split(b"/", 2)[2] != parts[2]:
+                continue
+            if (best is None or row.offset > best.offset) and \
+                    check_hash(fd, row.offset) == row.check_hash:
+                best = row
+        return best
+
+    def _shipped_position(self, fd: int, st: os.stat_result,
+                          prev: FileState) -> tuple[int, int, str | None]:
+        """(generation, start, reason) after what was shipped of ``prev``'s file."""
         if (prev.deleted_at is not None or (prev.dev, prev.ino) != (st.st_dev, st.st_ino)) \
                 and self._restored_as_shipped(fd, st, prev):
             # A restore put back exactly what the store holds: those bytes are not

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS files (
     mtime_ns INTEGER NOT NULL,
     mode INTEGER NOT NULL,
     check_hash BLOB,         -- sha256 of the shipped head and tail (rewrite detection)
-    deleted_at REAL          -- set when the file left the tree (tombstone shipped)
+    deleted_at REAL,         -- set when the file left the tree (tombstone shipped)
+    marks BLOB               -- a transcript's last line ends shipped (``Marks``: cuts)
 );
 -- Each session's catalog as its shipped lines named it (Session.fold's rules), for the
 -- machine's head.
@@ -78,7 +79,7 @@ CREATE TABLE IF NOT EXISTS origins (
     at REAL NOT NULL
 );
 """
-_COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
+_COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at, marks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ class FileState:
     mode: int
     check_hash: bytes | None
     deleted_at: float | None = None
+    # Where the last lines shipped end and what they hash to (``backup.marks``).
+    marks: bytes | None = None
 
     def but(self, **kw: object) -> FileState:
         return replace(self, **kw)  # type: ignore[arg-type]
@@ -176,6 +179,12 @@ class State:
                 self._db.execute("PRAGMA cache_size=-512")
                 # In one transaction: a reader never meets some of the tables only.
                 self._db.executescript(f"BEGIN;\n{SCHEMA}\nCOMMIT;")
+                if not self._has_marks():  # a state from before the column
+                    with self._db:
+                        self._db.execute("ALTER TABLE files ADD COLUMN marks BLOB")
+            # A reader of a state from before the marks column (its writer not yet run).
+            self._select = _COLUMNS if self._has_marks() else \
+                _COLUMNS.replace(", marks", ", NULL")
         except sqlite3.Error as e:
             raise StateError(f"state database {path}: {e}") from e
         except OSError as e:
@@ -183,6 +192,9 @@ class State:
 
     def close(self) -> None:
         self._db.close()
+
+    def _has_marks(self) -> bool:
+        return any(r[1] == "marks" for r in self._db.execute("PRAGMA table_info(files)"))
 
     # -- meta ---------------------------------------------------------------
     def meta(self, key: str, default: str | None = None) -> str | None:
@@ -209,11 +221,19 @@ class State:
     # Rows are read from SQLite when asked for, not held in memory: a daemon tracking
     # 10 000 files would keep ~4.5 MB of them for the hourly scan that reads each once.
     def get(self, path: bytes) -> FileState | None:
-        rows = self._read(f"SELECT {_COLUMNS} FROM files WHERE path=?", (path,))
+        rows = self._read(f"SELECT {self._select} FROM files WHERE path=?", (path,))
         return FileState(*rows[0]) if rows else None
 
     def files(self) -> Iterator[FileState]:
-        return (FileState(*r) for r in self._read(f"SELECT {_COLUMNS} FROM files"))
+        return (FileState(*r) for r in self._read(f"SELECT {self._select} FROM files"))
+
+    def same_place(self, rest: bytes) -> list[FileState]:
+        """The files at ``projects/<any folder>/<rest>`` (a session's files, wherever it
+        was moved)."""
+        tail = b"/" + rest
+        return [FileState(*r) for r in self._read(
+            f"SELECT {self._select} FROM files WHERE path >= CAST('projects/' AS BLOB) AND "
+            "path < CAST('projects0' AS BLOB) AND substr(path, ?) = ?", (-len(tail), tail))]
 
     def __len__(self) -> int:
         n: int = self._read("SELECT count(*) FROM files")[0][0]
@@ -380,9 +400,10 @@ class State:
                 if self._membership(rows) | self._fold(catalog or {}):
                     meta = [*meta, ("head_due", "now")]
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO files ({_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(f.path, f.gen, f.offset, f.dev, f.ino, f.mtime_ns, f.mode, f.check_hash,
-                      f.deleted_at) for f in rows])
+                      f.deleted_at, f.marks) for f in rows])
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e

@@ -690,6 +690,8 @@ class Follower:
                     ours = x.reason == imported_from(self.me) or (
                         x.reason == merged_from(self.me) and x.start > 0)
                     echo[sid] = echo.get(sid, True) and ours
+            # A copy (a cut, a move, a rewrite) changes its session like new bytes do.
+            sids |= {sid for c in ix.copies if (sid := session_of_any(c.path)) is not None}
             sids |= {sid for sid, back in echo.items() if not back}
         return sids, top
 

@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from syncd.format.catalog import FIELD_MAX, Session, session_of
-from syncd.format.segment import Extent, SegmentIndex, decode_path, encode_path, when
+from syncd.format.segment import Copy, Extent, SegmentIndex, decode_path, encode_path, when
 from syncd.format.snapshot import Entry
+
+# A reader makes at most this many parts of frames out of copies (each a few hundred
+# bytes held): a store naming more copies of bigger files leaves the rest as gaps.
+PARTS_MAX = 1 << 20
 
 # A reader's limit on the points of one object (a writer folds at most 4096 segments
 # into one delta, a point per segment).
@@ -56,6 +60,8 @@ def point_of(ix: SegmentIndex) -> Point:
     """The point of one segment: the last size of each generation it extends, then its
     deletions, in the order a fold applies them."""
     sizes: dict[tuple[bytes, int], int] = {}
+    for c in ix.copies:
+        sizes[(c.path, c.gen)] = max(sizes.get((c.path, c.gen), 0), c.stop)
     for x in ix.extents:
         sizes[(x.path, x.gen)] = max(sizes.get((x.path, x.gen), 0), x.end)
     changes = [Change(p, g, n) for (p, g), n in sizes.items()]
@@ -181,12 +187,16 @@ class Locator:
     Several objects may hold the same bytes cut differently (a segment and the delta
     that folded it, a pack and its rewrite); ``extents`` finds a chain of extents from
     byte 0, each starting where the one before ended, preferring what was added first.
+    A ``Copy`` (bytes another generation holds) becomes parts of that generation's
+    frames, once asked for, whatever order objects were added in.
     """
 
     def __init__(self) -> None:
         # (path, gen) -> start -> end -> (object key, extent)
         self._by: dict[tuple[bytes, int], dict[int, dict[int, tuple[str, Extent]]]] = {}
         self._furthest: dict[tuple[bytes, int], Extent] = {}
+        self._copies: dict[tuple[bytes, int], list[Copy]] = {}
+        self._parts = 0
 
     def add(self, key: str, x: Extent) -> None:
         k = (x.path, x.gen)
@@ -200,18 +210,59 @@ class Locator:
         for key, x in items:
             self.add(key, x)
 
+    def add_copies(self, copies: Iterable[Copy]) -> None:
+        for c in copies:
+            if c.end > c.start:  # (a writer never copies nothing)
+                self._copies.setdefault((c.path, c.gen), []).append(c)
+
     def holds(self, path: bytes, gen: int) -> bool:
         """Whether an object holds the start (byte 0) of a generation."""
-        return 0 in self._by.get((path, gen), {})
+        return 0 in self._by.get((path, gen), {}) or any(
+            c.at == 0 for c in self._copies.get((path, gen), ()))
 
     def mode_of(self, path: bytes, gen: int) -> tuple[int, int] | None:
         """(mode, mtime_ns) of a generation, from its furthest extent (None: unknown)."""
         x = self._furthest.get((path, gen))
-        return None if x is None else (x.mode, x.mtime_ns)
+        if x is not None:
+            return x.mode, x.mtime_ns
+        c = max(self._copies.get((path, gen), ()), key=lambda c: c.stop, default=None)
+        return None if c is None else (c.mode, c.mtime_ns)
 
     def extents(self, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
         """The extents holding bytes [0, ``size``) of a generation, or as far as they
         reach without a gap (an empty file or a revival: the extent at 0)."""
+        if self._copies:
+            self._resolve((path, gen))
+        return self._chain(path, gen, size)
+
+    def _resolve(self, top: tuple[bytes, int]) -> None:
+        """Turn the copies of ``top`` into parts of frames, those of its sources first
+        (depth first, without recursion: a chain of cuts may be long). A copy met again
+        while its own source is being resolved (a cycle) finds no bytes: a gap."""
+        todo: list[tuple[tuple[bytes, int], list[Copy] | None]] = [(top, None)]
+        while todo:
+            k, ready = todo.pop()
+            if ready is not None:
+                for c in ready:
+                    self._place(c)
+                continue
+            copies = self._copies.pop(k, None)
+            if copies is None:
+                continue
+            todo.append((k, copies))
+            todo.extend(((c.src, c.src_gen), None) for c in copies)
+
+    def _place(self, c: Copy) -> None:
+        for key, x in self._chain(c.src, c.src_gen, c.end):
+            lo, hi = max(x.start, c.start), min(x.end, c.end)
+            if lo >= hi:
+                continue
+            if self._parts >= PARTS_MAX:
+                return
+            self._parts += 1
+            self.add(key, x.part(c.path, c.gen, lo, hi, c.at + lo - c.start))
+
+    def _chain(self, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
         starts = self._by.get((path, gen), {})
         if 0 not in starts:
             return []

@@ -168,6 +168,43 @@ class Extent:
     reason: str | None = None
     # The id of the trained dictionary this frame was compressed with (None: none).
     dict_id: str | None = None
+    # A part of a frame (bytes another generation shares, see ``Copy``): the frame holds
+    # ``frame`` raw bytes, of which this extent is those from ``skip`` on. 0: all of it.
+    skip: int = 0
+    frame: int = 0
+
+    @property
+    def raw(self) -> int:
+        """Raw bytes of the frame (more than ``end - start`` for a part of one)."""
+        return self.frame or self.end - self.start
+
+    def part(self, path: bytes, gen: int, lo: int, hi: int, at: int) -> Extent:
+        """Bytes [lo, hi) of this extent as bytes from ``at`` of generation ``gen`` of
+        ``path``: the same frame, read in part."""
+        return replace(self, path=path, gen=gen, start=at, end=at + hi - lo,
+                       skip=self.skip + lo - self.start, frame=self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Bytes [at, at + end - start) of generation ``gen`` of ``path`` are bytes
+    [start, end) of generation ``src_gen`` of ``src`` (docs/FORMAT.md, "Copies"): a cut
+    tail, a moved session or a rewrite ships only what is new."""
+
+    path: bytes
+    gen: int
+    at: int
+    src: bytes
+    src_gen: int
+    start: int
+    end: int
+    mode: int
+    mtime_ns: int
+    reason: str | None = None
+
+    @property
+    def stop(self) -> int:
+        return self.at + self.end - self.start
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +223,7 @@ class SegmentIndex:
     time: float
     extents: list[Extent] = field(default_factory=list)
     tombstones: list[Tombstone] = field(default_factory=list)
+    copies: list[Copy] = field(default_factory=list)
     # Catalog: transcript path → (generation, fields found in this segment's new lines).
     sessions: dict[bytes, tuple[int, dict[str, str]]] = field(default_factory=dict)
     # What git said about project directories first seen in this segment.
@@ -212,6 +250,9 @@ def index_bytes(ix: SegmentIndex) -> int:
             size(x.mtime_ns) + 11 * _ROUNDING + _SLOT
     for t in ix.tombstones:
         n += size(t) + size(t.path) + size(t.gen) + size(t.time) + 4 * _ROUNDING + _SLOT
+    for c in ix.copies:
+        n += size(c) + size(c.path) + size(c.src) + size(c.reason) + 8 * size(c.at) + \
+            11 * _ROUNDING + _SLOT
     for path, (gen, fields) in ix.sessions.items():
         # The dict's slot (its table has room to spare), the key, the tuple, the fields.
         n += 4 * _SLOT + size(path) + size((gen, fields)) + size(gen) + 3 * _ROUNDING + \
@@ -401,6 +442,12 @@ class SegmentWriter:
         self.index.tombstones.append(Tombstone(path, gen, time))
         self._index_bytes += len(path) * 2 + _ENTRY_BYTES
 
+    def add_copy(self, c: Copy) -> None:
+        """Bytes of another generation, by reference: no frame (ordered before the
+        generation's own frames in the index, as readers fold it)."""
+        self.index.copies.append(c)
+        self._index_bytes += (len(c.path) + len(c.src)) * 2 + _ENTRY_BYTES
+
     def add_session(self, path: bytes, gen: int, fields: dict[str, str]) -> None:
         if fields:
             self.index.sessions[path] = (gen, fields)
@@ -415,13 +462,14 @@ class SegmentWriter:
         """Enough entries, or index bytes, for one index: the writer starts another
         object (readers accept far more)."""
         pending = len(self._batch) + (len(self._running[0]) if self._running else 0)
-        return len(self.index.extents) + len(self.index.tombstones) + pending >= MAX_ENTRIES \
+        return len(self.index.extents) + len(self.index.tombstones) + \
+            len(self.index.copies) + pending >= MAX_ENTRIES \
             or self._index_bytes + pending * _ENTRY_BYTES >= INDEX_TARGET
 
     @property
     def empty(self) -> bool:
-        return (not self.index.extents and not self.index.tombstones and not self._batch
-                and self._running is None)
+        return (not self.index.extents and not self.index.tombstones and not self.index.copies
+                and not self._batch and self._running is None)
 
     def finish(self) -> bytes:
         self._drain()
@@ -430,8 +478,17 @@ class SegmentWriter:
         # One entry at a time into JSON text: a seed's index names every file of the
         # tree, and a list of dicts for it would be several times the text's size.
         pieces: list[str] = []
+        for c in ix.copies:
+            d: dict[str, Any] = {"op": "copy", **encode_path(c.path), "gen": c.gen, "at": c.at,
+                 "start": c.start, "end": c.end, "from_gen": c.src_gen, "mode": c.mode,
+                 "mtime_ns": c.mtime_ns}
+            if c.src != c.path:
+                d.update({"from" + k[4:]: v for k, v in encode_path(c.src).items()})
+            if c.reason:
+                d["reason"] = c.reason
+            pieces.append(dumps(d))
         for e in ix.extents:
-            d: dict[str, Any] = {"op": "data", **encode_path(e.path), "gen": e.gen,
+            d = {"op": "data", **encode_path(e.path), "gen": e.gen,
                                  "start": e.start, "end": e.end, "off": e.off, "clen": e.clen,
                                  "sha256": e.sha256, "mode": e.mode, "mtime_ns": e.mtime_ns}
             if e.reason:
@@ -562,6 +619,8 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
                     int(d["mtime_ns"]), d.get("reason"), dict_id if d.get("d") else None))
             elif d["op"] == "delete":
                 ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), when(d["time"])))
+            elif d["op"] == "copy":
+                ix.copies.append(_copy(d))
         for s in doc.get("sessions", []):
             ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
                                                            for k, v in s["fields"].items()})
@@ -573,6 +632,27 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
     except (zstandard.ZstdError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise FormatError(f"{where}: unreadable segment index: {e}") from e
     return ix
+
+
+# The furthest offset a copy may name: a file of a petabyte.
+COPY_OFFSET_MAX = 1 << 50
+
+
+def _copy(d: dict[str, Any]) -> Copy:
+    """A copy entry, with only the values a writer makes (else ``ValueError``)."""
+    path = decode_path(d)
+    src = decode_path({"path_b64": d["from_b64"]}) if "from_b64" in d else \
+        decode_path({"path": d["from"]}) if "from" in d else path
+    nums = [d[k] for k in ("gen", "at", "start", "end", "from_gen", "mode", "mtime_ns")]
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in nums):
+        raise ValueError(f"copy entry of {path!r} with a value no writer makes")
+    gen, at, start, end, src_gen, mode, mtime_ns = nums
+    if not start <= end <= COPY_OFFSET_MAX or at + end - start > COPY_OFFSET_MAX or \
+            (src, src_gen) == (path, gen):
+        raise ValueError(f"copy entry of {path!r} [{start},{end}) out of bounds")
+    reason = d.get("reason")
+    return Copy(path, gen, at, src, src_gen, start, end, mode, mtime_ns,
+                reason if isinstance(reason, str) else None)
 
 
 def _too_many(where: str, what: str, count: int | None = None) -> FormatError:
@@ -616,7 +696,8 @@ def check_header(head: bytes, where: str, sealed: bool = False) -> None:
 def check_extent(ext: Extent, where: str) -> None:
     """Refuse an extent no writer makes, before fetching it: its sizes decide memory."""
     if not (0 <= ext.start <= ext.end and ext.end - ext.start <= FRAME_MAX
-            and 0 < ext.clen <= FRAME_STORED_MAX and ext.off >= HEADER.size):
+            and 0 < ext.clen <= FRAME_STORED_MAX and ext.off >= HEADER.size
+            and ext.skip >= 0 and ext.skip + ext.end - ext.start <= ext.raw <= FRAME_MAX):
         raise FormatError(f"{where}: extent of {ext.path!r} [{ext.start},{ext.end}) stored "
                           f"as {ext.clen} bytes at {ext.off} is out of bounds (a frame holds "
                           f"at most {FRAME_MAX} bytes)")
@@ -641,11 +722,11 @@ def decode_extent(frame: bytes, ext: Extent, where: str,
         dctx = zstandard.ZstdDecompressor(dict_data=zdict) if ext.dict_id else None
     except zstandard.ZstdError as e:
         raise FormatError(f"{where}: dictionary {ext.dict_id} is unusable: {e}") from e
-    data = decompress_exact(frame, ext.end - ext.start,
+    data = decompress_exact(frame, ext.raw,
                             f"{where}: {ext.path!r} [{ext.start},{ext.end})", dctx)
     if hashlib.sha256(data).hexdigest() != ext.sha256:
         raise FormatError(f"{where}: checksum mismatch for {ext.path!r} [{ext.start},{ext.end})")
-    return data
+    return data[ext.skip : ext.skip + ext.end - ext.start] if ext.frame else data
 
 
 def parse_segment(blob: bytes, where: str, cipher: ObjectCipher | None = None) -> SegmentIndex:

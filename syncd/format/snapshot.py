@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from syncd import untrusted
@@ -182,6 +182,9 @@ def _entry_doc(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
         d["retained"] = True
     if e.sids:
         d["sids"] = [e.sids.get((k, x.off)) for k, x in e.extents]
+    if any(x.frame for _, x in e.extents):
+        # Parts of frames (bytes shared with another generation): parallel to ``x``.
+        d["parts"] = [[x.skip, x.frame] if x.frame else None for _, x in e.extents]
     return d
 
 
@@ -246,6 +249,13 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
             e.extents.append((m.objects[int(obj)], Extent(
                 path, e.gen, int(start), int(end), int(off), int(clen), str(sha), e.mode,
                 e.mtime_ns, dict_id=dict_id)))
+        parts = d.get("parts")
+        if parts is not None:
+            if len(parts) != len(e.extents):
+                raise ValueError(f"{len(parts)} parts for {len(e.extents)} extents")
+            e.extents = [(k, x if p is None else replace(x, skip=_whole(p[0]),
+                                                           frame=_whole(p[1])))
+                         for (k, x), p in zip(e.extents, parts, strict=True)]
         for (key, x), ids in zip(e.extents, d.get("sids") or [], strict=False):
             if ids is not None:
                 e.sids[(key, x.off)] = str(ids)
@@ -259,6 +269,12 @@ def _group(doc: dict[str, Any], m: Manifest, where: str) -> Group:
                                   fields={str(k): str(v)[:FIELD_MAX]
                                           for k, v in d["fields"].items()}))
     return g
+
+
+def _whole(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"not a whole number: {v!r}")
+    return v
 
 
 def _dict_id(rest: list[Any]) -> str | None:

@@ -25,7 +25,7 @@ from syncd.format.snapshot import Entry
 from syncd.repository import Repository
 from syncd.seen import Seen
 from syncd.store import layout
-from syncd.view import Backup, load_backup
+from syncd.view import Backup, load_backup, moved_away
 from syncd.worker import each
 
 R = TypeVar("R")
@@ -162,7 +162,8 @@ def _folded(h: Head, segs: list[tuple[SegmentIndex, int]]) -> Head:
                              fields=dict(s.fields)) for s in h.sessions}
     # Where a generation starts: the head's (its bytes are in the backup) or a segment's.
     held = {(s.path, s.gen) for s in h.sessions} | {
-        (x.path, x.gen) for ix, _ in segs for x in ix.extents if x.start == 0}
+        (x.path, x.gen) for ix, _ in segs for x in ix.extents if x.start == 0} | {
+        (c.path, c.gen) for ix, _ in segs for c in ix.copies if c.at == 0}
 
     def transcript(path: bytes) -> bool:
         return session_of(path) is not None
@@ -386,7 +387,9 @@ def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
     except _RolledBack as e:
         h, rolled, problems = None, e.head, [f"{e.problem} (its backup is read instead)"]
     if h is not None:
-        return [s.session(m.machine) for s in h.sessions], h.info.get("home"), problems
+        gone = moved_away((s.path, s.deleted_at is not None) for s in h.sessions)
+        return [s.session(m.machine) for s in h.sessions if s.path not in gone], \
+            h.info.get("home"), problems
     if raw_max < HEAD_RAW_MAX:  # a whole backup: as before heads, one at a time
         raise _ReadAlone()
     try:
