@@ -73,3 +73,21 @@ def test_real_samples(samples: Path) -> None:
     last = [e["lastPrompt"] for e in entries if e.get("type") == "last-prompt"][-1]
     assert f["last_prompt"] == last[:200]
     assert f["first_prompt"].startswith("review the charming-analysis work")
+
+
+def test_the_last_relocated_cwd_is_the_sessions_and_the_newest_wins_in_the_fold() -> None:
+    # A moved session (/cd, a worktree) ends with a relocated record per move.
+    sid = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+    first = (_j(type="user", cwd="/w/app", message={"content": "hello"})
+             + _j(type="relocated", sessionId=sid, relocatedCwd="/w/app/.claude/worktrees/a")
+             + _j(type="relocated", sessionId=sid, relocatedCwd="/w/other"))
+    f = _scan(first, chunk=50)
+    assert f["relocated_cwd"] == "/w/other" and f["cwd"] == "/w/app"
+    later = _scan(_j(type="relocated", sessionId=sid, relocatedCwd="/w/third"))
+    assert later == {"relocated_cwd": "/w/third"}
+    s = Session(sid, "m", f"projects/-w-app/{sid}.jsonl".encode())
+    s.fold(1, f)
+    s.fold(1, {"first_prompt": "x"})
+    assert s.fields["relocated_cwd"] == "/w/other"
+    s.fold(1, later)
+    assert s.fields["relocated_cwd"] == "/w/third"

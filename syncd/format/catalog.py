@@ -20,14 +20,15 @@ MAX_LINE = 1 << 20
 # indexes stay small, and a store's index cannot make a listing hold more.
 FIELD_MAX = 4096
 SPECIAL_MAX = 8 << 10
-_SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary)"')
-_PROMPT = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"')
-_FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"|"cwd":"')
+_SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary|relocated)"')
+_PROMPT = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary|relocated)"')
+_FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary|relocated)"'
+                    rb'|"cwd":"')
 _TS = re.compile(rb'"timestamp":"([^"]{10,40})"')
 _BRANCH = re.compile(rb'"gitBranch":"([^"]*)"')
 # Fields whose newest value wins, and those whose first value wins.
 LATEST = ("custom_title", "ai_title", "last_prompt", "summary", "last_activity", "git_branch",
-          "origin")
+          "origin", "relocated_cwd")
 FIRST = ("cwd", "first_prompt")
 TITLE_ORDER = ("custom_title", "ai_title", "last_prompt", "summary", "first_prompt")
 
@@ -175,6 +176,9 @@ class MetaScanner:
             f["last_prompt"] = entry["lastPrompt"][:200]
         elif kind == "summary" and isinstance(entry.get("summary"), str):
             f["summary"] = entry["summary"]
+        elif kind == "relocated" and isinstance(entry.get("relocatedCwd"), str):
+            # A moved session (/cd, a worktree): Claude places it by the last one.
+            f["relocated_cwd"] = entry["relocatedCwd"]
         for key, value in f.items():
             f[key] = value[:FIELD_MAX]
 
