@@ -65,6 +65,40 @@ def session_of_any(path: bytes) -> str | None:
     return sid if is_session_id(sid) else None
 
 
+# Claude Code (2.1.332) keeps a session's title beside its other files too, in
+# projects/<folder>/<sid>/custom-title.json: {"customTitle": …, "by": …, "at": …}, written
+# by each /rename just after the transcript's custom-title record (removed when the
+# title is). Its list takes a record in the transcript's last 64 KiB first, then this
+# file, then a record further back. A few hundred bytes: a larger one is not read.
+TITLE_FILE = b"custom-title.json"
+TITLE_FILE_MAX = 16 << 10
+
+
+def title_file_owner(path: bytes) -> bytes | None:
+    """The transcript whose title file ``path`` is, else None."""
+    parts = path.split(b"/")
+    if len(parts) == 4 and parts[0] == b"projects" and parts[3] == TITLE_FILE and \
+            is_session_id(parts[2].decode("ascii", errors="replace")):
+        return b"/".join(parts[:3]) + b".jsonl"
+    return None
+
+
+def title_file_fields(data: bytes) -> dict[str, str]:
+    """The catalog fields a title file's bytes name: its title as ``custom_title`` (the
+    newest value wins: shipped after the transcript it names, it wins as in Claude's
+    list); none when it is not what Claude writes."""
+    if len(data) > TITLE_FILE_MAX:
+        return {}
+    try:
+        doc = json.loads(data)
+    except ValueError:  # UnicodeDecodeError included
+        return {}
+    title = doc.get("customTitle") if isinstance(doc, dict) else None
+    if not isinstance(title, str) or not title.strip():
+        return {}
+    return {"custom_title": title.strip()[:FIELD_MAX]}
+
+
 # What Claude Code (2.1.332) takes for a prompt when it lists sessions: a user entry that
 # is not meta, a compact summary or a tool result; its text with pasted blocks unwrapped
 # and newlines as spaces; not a slash command (only a fallback there), and not text that
