@@ -206,16 +206,19 @@ class MetaScanner:
         Claude's session list dates a session: not the trailing bookkeeping lines
         (file-history snapshots, last-prompt, system entries) some carry stamps of
         their own, older than the conversation."""
-        pos = len(text)
+        # Where each marker last occurs before the line looked at: each searched again only
+        # once passed, so a stretch is read backwards at most once per marker.
+        markers = [b'"type":"user"', b'"type":"assistant"']
+        found = [text.rfind(m) for m in markers]
         for _ in range(MESSAGE_TRIES):
-            at = max(text.rfind(b'"type":"user"', 0, pos),
-                     text.rfind(b'"type":"assistant"', 0, pos))
+            at = max(found)
             if at < 0:
                 return None
             start = text.rfind(b"\n", 0, at) + 1
             stop = text.find(b"\n", at)
             stop = len(text) if stop < 0 else stop
-            pos = start
+            found = [f if f < start else text.rfind(m, 0, start)
+                     for f, m in zip(found, markers, strict=True)]
             if stop - start > MAX_LINE or text.find(b'"timestamp":', start, stop) < 0:
                 continue
             try:
