@@ -59,7 +59,8 @@ def sample() -> Head:
                 {"hostname": "desk", "os": "Linux 6", "home": "/home/u", "claude_root": "/c"},
                 {"seg": (3, 3000), "snap": (1, 900)},
                 [HeadSession(PA.encode(), 2, 1234, None, {"cwd": "/home/u/app",
-                                                         "ai_title": "Fix the build"}),
+                                                         "ai_title": "Fix the build",
+                                                         "relocated_cwd": "/home/u/lib"}),
                  HeadSession(b"projects/-\xff-x/" + B.encode() + b".jsonl", 1, 7,
                              1_700_000_050.0, {})])
 

@@ -37,7 +37,15 @@ from syncd.errors import (
     StoreError,
     SyncError,
 )
-from syncd.format.catalog import FIRST, MetaScanner, Origin, session_of, session_of_any
+from syncd.format.catalog import (
+    FIRST,
+    MetaScanner,
+    Origin,
+    session_of,
+    session_of_any,
+    title_file_fields,
+    title_file_owner,
+)
 from syncd.format.segment import FRAME_MAX, Copy, Extent, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
@@ -730,6 +738,8 @@ class Shipper:
             result.requeue.add(rel)
         if scanner is not None:
             self._catalog(batch, rel, gen, scanner.finish())
+        elif start == 0 and len(data) == end:
+            self._title_file(batch, rel, data)
         return batch
 
     def _imported(self, rel: bytes, fd: int, st: os.stat_result,
@@ -775,6 +785,22 @@ class Shipper:
             info = project_info(cwd)
             if info is not None:
                 batch.writer.add_project(cwd, info)
+
+    def _title_file(self, batch: _Batch, rel: bytes, data: bytes) -> None:
+        """A session's title file shipped whole: its title in the catalog as its
+        transcript's (catalog.title_file_fields), beside what the transcript's lines of
+        this segment named."""
+        owner = title_file_owner(rel)
+        if owner is None:
+            return
+        fields = title_file_fields(data)
+        st = batch.updates.get(owner) or self.state.get(owner)
+        if not fields or st is None or st.deleted_at is not None:
+            return
+        named = batch.writer.index.sessions.get(owner)
+        if named is not None and named[0] == st.gen:
+            fields = {**named[1], **fields}
+        batch.writer.add_session(owner, st.gen, fields)
 
     def _position(self, rel: bytes, fd: int, st: os.stat_result, prev: FileState | None
                   ) -> tuple[int, int, str | None, tuple[bytes, int] | None]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +19,16 @@ MAX_LINE = 1 << 20
 # indexes stay small, and a store's index cannot make a listing hold more.
 FIELD_MAX = 4096
 SPECIAL_MAX = 8 << 10
-_SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary)"')
-_PROMPT = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"')
-_FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary)"|"cwd":"')
-_TS = re.compile(rb'"timestamp":"([^"]{10,40})"')
-_BRANCH = re.compile(rb'"gitBranch":"([^"]*)"')
+_SPECIAL = re.compile(rb'"type":"(?:custom-title|ai-title|last-prompt|summary|relocated)"')
+_PROMPT = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary|relocated)"')
+_FIRST = re.compile(rb'"type":"(?:user|custom-title|ai-title|last-prompt|summary|relocated)"'
+                    rb'|"cwd":"')
+# Lines looked at per chunk for its last message: a run of lines that only embed one
+# (agent progress) costs no more than this.
+MESSAGE_TRIES = 32
 # Fields whose newest value wins, and those whose first value wins.
 LATEST = ("custom_title", "ai_title", "last_prompt", "summary", "last_activity", "git_branch",
-          "origin")
+          "origin", "relocated_cwd")
 FIRST = ("cwd", "first_prompt")
 TITLE_ORDER = ("custom_title", "ai_title", "last_prompt", "summary", "first_prompt")
 
@@ -64,21 +65,91 @@ def session_of_any(path: bytes) -> str | None:
     return sid if is_session_id(sid) else None
 
 
+# Claude Code (2.1.332) keeps a session's title beside its other files too, in
+# projects/<folder>/<sid>/custom-title.json: {"customTitle": …, "by": …, "at": …}, written
+# by each /rename just after the transcript's custom-title record (removed when the
+# title is). Its list takes a record in the transcript's last 64 KiB first, then this
+# file, then a record further back. A few hundred bytes: a larger one is not read.
+TITLE_FILE = b"custom-title.json"
+TITLE_FILE_MAX = 16 << 10
+
+
+def title_file_owner(path: bytes) -> bytes | None:
+    """The transcript whose title file ``path`` is, else None."""
+    parts = path.split(b"/")
+    if len(parts) == 4 and parts[0] == b"projects" and parts[3] == TITLE_FILE and \
+            is_session_id(parts[2].decode("ascii", errors="replace")):
+        return b"/".join(parts[:3]) + b".jsonl"
+    return None
+
+
+def title_file_fields(data: bytes) -> dict[str, str]:
+    """The catalog fields a title file's bytes name: its title as ``custom_title`` (the
+    newest value wins: shipped after the transcript it names, it wins as in Claude's
+    list); none when it is not what Claude writes."""
+    if len(data) > TITLE_FILE_MAX:
+        return {}
+    try:
+        doc = json.loads(data)
+    except ValueError:  # UnicodeDecodeError included
+        return {}
+    title = doc.get("customTitle") if isinstance(doc, dict) else None
+    if not isinstance(title, str) or not title.strip():
+        return {}
+    return {"custom_title": title.strip()[:FIELD_MAX]}
+
+
+# What Claude Code (2.1.332) takes for a prompt when it lists sessions: a user entry that
+# is not meta, a compact summary or a tool result; its text with pasted blocks unwrapped
+# and newlines as spaces; not a slash command (only a fallback there), and not text that
+# opens with a tag (what the CLI injects: <task-notification>, <command-message>,
+# <local-command-stdout>, <system-reminder>, …) or an interruption notice. A shell
+# escape (<bash-input>) reads "! command". Kept to 200 characters and an ellipsis.
+_INJECTED = re.compile(r"^(?:\s*<[a-z][\w-]*[\s>]|\[Request interrupted by user[^\]]*\])")
+_COMMAND = re.compile(r"<command-name>(.*?)</command-name>")
+_BASH_INPUT = re.compile(r"<bash-input>([\s\S]*?)</bash-input>")
+_PASTED = re.compile(r'\n{0,2}<pasted_content id="([0-9a-f]{4})">\n([\s\S]*?)\n'
+                     r'</pasted_content id="\1">\n{0,2}')
+PROMPT_MAX = 200
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= PROMPT_MAX else text[:PROMPT_MAX].strip() + "\u2026"
+
+
 def _prompt_text(entry: dict[str, Any]) -> str | None:
-    if entry.get("isMeta") or entry.get("isSidechain"):
+    if entry.get("type") != "user" or entry.get("isMeta") is True or \
+            entry.get("isCompactSummary") is True or entry.get("isSidechain"):
         return None
     content = (entry.get("message") or {}).get("content")
-    if isinstance(content, list):
-        texts = [c.get("text", "") for c in content
-                 if isinstance(c, dict) and c.get("type") == "text"]
-        content = " ".join(texts) if texts else None
-    if not isinstance(content, str) or not content.strip():
+    if isinstance(content, str):
+        texts = [content]
+    elif isinstance(content, list):
+        if any(isinstance(c, dict) and c.get("type") == "tool_result" for c in content):
+            return None
+        texts = [c["text"] for c in content if isinstance(c, dict) and
+                 c.get("type") == "text" and isinstance(c.get("text"), str)]
+    else:
         return None
-    text = content.strip()
-    # Slash-command wrappers and command output are not what the user typed.
-    if text.startswith(("<command-", "<local-command-", "<bash-", "Caveat:")):
-        return None
-    return text[:200]
+    for raw in texts:
+        if '<pasted_content id="' in raw:
+            raw = _PASTED.sub(lambda m: m.group(2), raw)
+        text = raw.replace("\n", " ").strip()
+        if not text or _COMMAND.search(text):
+            continue
+        bash = _BASH_INPUT.search(text)
+        if bash:
+            return _clip(f"! {bash.group(1).strip()}")
+        if _INJECTED.match(text):
+            continue
+        return _clip(text)
+    return None
+
+
+def is_injected(prompt: str) -> bool:
+    """A ``last-prompt`` record's prompt that is not one (older CLIs recorded what they
+    injected there too: a ``<task-notification>``, a command's wrapper)."""
+    return _INJECTED.match(prompt) is not None
 
 
 class MetaScanner:
@@ -90,7 +161,7 @@ class MetaScanner:
         # A stretch that starts mid-line begins with the tail of a line already seen.
         self._skip_first = not at_line_start
         self._overlong = False
-        self._recent: deque[bytes] = deque(maxlen=8)
+        self._last: tuple[str, str | None] | None = None  # the last message: when, branch
 
     def feed(self, data: bytes) -> None:
         buf = self._carry + data
@@ -104,13 +175,7 @@ class MetaScanner:
             end = -1 if cut < 0 else end
         if end >= 0:
             self._scan(complete)
-            cut = len(complete)
-            for _ in range(8):  # the last lines: rfind, not a split of the whole stretch
-                cut = complete.rfind(b"\n", 0, cut)
-                if cut < 0:
-                    break
-            self._recent.extend(line for line in complete[cut + 1 :].split(b"\n")
-                                if len(line) <= MAX_LINE)
+            self._last = self._last_message(complete) or self._last
         if len(self._carry) > MAX_LINE:
             self._carry, self._overlong = b"", True
 
@@ -135,15 +200,43 @@ class MetaScanner:
                 self._line(text[start:stop])
             pos = stop + 1
 
+    @staticmethod
+    def _last_message(text: bytes) -> tuple[str, str | None] | None:
+        """The timestamp (and branch) of the last user or assistant entry in ``text``, as
+        Claude's session list dates a session: not the trailing bookkeeping lines
+        (file-history snapshots, last-prompt, system entries) some carry stamps of
+        their own, older than the conversation."""
+        # Where each marker last occurs before the line looked at: each searched again only
+        # once passed, so a stretch is read backwards at most once per marker.
+        markers = [b'"type":"user"', b'"type":"assistant"']
+        found = [text.rfind(m) for m in markers]
+        for _ in range(MESSAGE_TRIES):
+            at = max(found)
+            if at < 0:
+                return None
+            start = text.rfind(b"\n", 0, at) + 1
+            stop = text.find(b"\n", at)
+            stop = len(text) if stop < 0 else stop
+            found = [f if f < start else text.rfind(m, 0, start)
+                     for f, m in zip(found, markers, strict=True)]
+            if stop - start > MAX_LINE or text.find(b'"timestamp":', start, stop) < 0:
+                continue
+            try:
+                entry = json.loads(text[start:stop])
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("type") in ("user", "assistant") and \
+                    isinstance(entry.get("timestamp"), str) and entry["timestamp"]:
+                branch = entry.get("gitBranch")
+                return (entry["timestamp"][:64],
+                        branch if isinstance(branch, str) and branch else None)
+        return None
+
     def finish(self) -> dict[str, str]:
-        for line in reversed(self._recent):
-            m = _TS.search(line)
-            if m:
-                self.fields["last_activity"] = m.group(1).decode(errors="replace")
-                b = _BRANCH.search(line)
-                if b and b.group(1):
-                    self.fields["git_branch"] = b.group(1).decode(errors="replace")
-                break
+        if self._last is not None:
+            self.fields["last_activity"], branch = self._last
+            if branch is not None:
+                self.fields["git_branch"] = branch[:FIELD_MAX]
         return self.fields
 
     def _line(self, line: bytes) -> None:
@@ -172,9 +265,14 @@ class MetaScanner:
         elif kind == "ai-title" and isinstance(entry.get("aiTitle") or entry.get("title"), str):
             f["ai_title"] = entry.get("aiTitle") or entry["title"]
         elif kind == "last-prompt" and isinstance(entry.get("lastPrompt"), str):
-            f["last_prompt"] = entry["lastPrompt"][:200]
+            prompt = entry["lastPrompt"].replace("\n", " ").strip()
+            if prompt and not is_injected(prompt):  # else the last real one is kept
+                f["last_prompt"] = _clip(prompt)
         elif kind == "summary" and isinstance(entry.get("summary"), str):
             f["summary"] = entry["summary"]
+        elif kind == "relocated" and isinstance(entry.get("relocatedCwd"), str):
+            # A moved session (/cd, a worktree): Claude places it by the last one.
+            f["relocated_cwd"] = entry["relocatedCwd"]
         for key, value in f.items():
             f[key] = value[:FIELD_MAX]
 

@@ -17,7 +17,7 @@ from syncd.errors import (
     NotFound,
     StoreError,
 )
-from syncd.format.catalog import Session, session_of
+from syncd.format.catalog import Session, is_session_id, session_of
 from syncd.format.head import HEAD_RAW_MAX, Head, HeadSession, HeadTooLarge
 from syncd.format.points import apply, apply_catalog, point_of
 from syncd.format.segment import SegmentIndex
@@ -315,7 +315,8 @@ class Here:
 def here(root: Path, imported: Mapping[tuple[str, bytes], tuple[int, int]] | None = None
          ) -> Here:
     try:
-        ids = {p.stem for p in (root / "projects").glob("*/*.jsonl")}
+        # Only transcripts: what Claude set aside (<sid>.orphaned-….jsonl) is none.
+        ids = {p.stem for p in (root / "projects").glob("*/*.jsonl") if is_session_id(p.stem)}
     except OSError:
         ids = set()
     return Here(ids, imported or {})
