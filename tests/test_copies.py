@@ -163,16 +163,19 @@ def test_a_big_transcript_whose_tail_is_rewritten_stores_only_the_tail(
     s.check_every_point(tmp_path / "out")
 
 
-def test_a_rewrite_that_is_no_cut_is_a_new_generation(tmp_path: Path) -> None:
+def test_a_changed_first_line_is_no_cut_but_a_patch(tmp_path: Path) -> None:
+    """The head changed: no prefix to copy (not a cut); the rest of the lines are the
+    old ones, so only the new first line ships."""
     store = MemoryStore()
     s = Story(tmp_path, store)
     f = write(s.src, APP, rows(0, 50))
     s.flush()
-    f.write_bytes(row(999) + rows(1, 50))  # the first line changed: no prefix to copy
+    f.write_bytes(row(999) + rows(1, 50))
     s.flush()
-    assert copies_of(store, 1) == []
+    [c] = copies_of(store, 1)
+    assert (c.gen, c.at, c.start, c.end) == (2, len(row(999)), len(row(0)), len(rows(0, 50)))
     first = read_index(store, segment_key(M, 1)).extents[0]
-    assert (first.gen, first.start) == (2, 0)
+    assert (first.gen, first.start, first.end) == (2, 0, len(row(999)))
     s.check_every_point(tmp_path / "out")
 
 
@@ -367,3 +370,54 @@ def test_marks_find_the_cut_and_refuse_a_changed_head(tmp_path: Path) -> None:
         assert cut_point(fd, p.stat().st_size, b"garbage") is None
     finally:
         os.close(fd)
+
+
+def test_a_row_removed_in_the_middle_ships_as_a_patch(tmp_path: Path) -> None:
+    """The issue's figure, scaled: a 4 MB transcript with one row removed in the middle
+    (Claude rewrites the file whole) stores well under 2 % of its size."""
+    store = MemoryStore()
+    s = Story(tmp_path, store)
+    f = write(s.src, APP, rows(0, 3400))
+    s.flush()
+    data = f.read_bytes()
+    gone = row(1700)
+    assert data.count(gone) == 1
+    f.write_bytes(data.replace(gone, b""))
+    stored = s.flush()
+    assert stored <= 0.02 * len(data)
+    cs = copies_of(store, 1)
+    assert [(c.at, c.start, c.end) for c in cs] == [
+        (0, 0, data.index(gone)), (data.index(gone), data.index(gone) + len(gone), len(data))]
+    assert "patched" in (cs[0].reason or "")
+    s.check_every_point(tmp_path / "out")
+    compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1))
+    s.check_every_point(tmp_path / "compacted")
+
+
+def test_a_headless_compaction_renamed_over_the_original_ships_as_a_patch(
+        tmp_path: Path) -> None:
+    """CLAUDE_CODE_TRANSCRIPT_LOCAL_GC: a smaller file (rows dropped all along, one new)
+    renamed over the original (a new inode): a patch; the catalog is read afresh."""
+    store = MemoryStore()
+    s = Story(tmp_path, store)
+    f = write(s.src, APP, rows(0, 600))
+    s.flush()
+    kept = b"".join(row(i) for i in range(600) if i % 10 != 3) + row(9000)
+    tmp = write(s.src, APP + ".compact.tmp.9f3e", kept)
+    tmp.rename(f)
+    stored = s.flush()
+    assert copies_of(store, 1) and stored < 0.05 * len(kept)
+    s.check_every_point(tmp_path / "out")
+    b = load_backup(Repository(store, M))
+    assert b.sessions[APP.encode()].fields.get("cwd") == "/home/u/app"
+
+
+def test_a_rewrite_with_little_in_common_ships_whole(tmp_path: Path) -> None:
+    store = MemoryStore()
+    s = Story(tmp_path, store)
+    f = write(s.src, APP, rows(0, 200))
+    s.flush()
+    f.write_bytes(row(0) + rows(5000, 5200))  # the first line kept, little else
+    s.flush()
+    assert copies_of(store, 1) == []
+    s.check_every_point(tmp_path / "out")

@@ -17,14 +17,16 @@ import platform
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import zstandard
 
 from syncd.backup.marks import cut_point, marks_of
+from syncd.backup.patch import OLD_MAX, OldLines, file_chunks, patch
 from syncd.backup.state import FileState, OriginRecord, RestoredFile, State
 from syncd.claude import Selection
 from syncd.errors import (
@@ -89,6 +91,11 @@ PASSED_KEPT = 4096
 # transcripts are append-only, and a rewrite touches the head or the tail.
 CHECK_HEAD = 4 << 10
 CHECK_TAIL = 64 << 10
+# A transcript rewritten whole ships as a patch of the generation before it from this
+# size on (smaller ones ship whole: a patch would save little), reading its frames in
+# runs of about PATCH_RUN raw bytes.
+PATCH_MIN = 64 << 10
+PATCH_RUN = 16 << 20
 
 
 def check_hash(fd: int, length: int) -> bytes:
@@ -659,7 +666,7 @@ class Shipper:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return batch
-        gen, start, reason, source = self._position(rel, fd, st, prev)
+        gen, start, reason, copies = self._position(rel, fd, st, prev)
         end = st.st_size
         # Bytes an import from a followed machine wrote: shipped once, marked as such
         # (that machine never imports them back); this machine's own bytes after them.
@@ -672,7 +679,7 @@ class Shipper:
         elif reason:
             log.log(logging.DEBUG if prev is None else logging.INFO,
                     "%s: new generation %d (%s)", text, gen, reason)
-        elif start == end and source is None:
+        elif start == end and not copies:
             # Nothing new; remember the metadata so the next scan does not look again.
             if prev is not None and (prev.mtime_ns, prev.mode, prev.dev, prev.ino) != (
                     st.st_mtime_ns, mode, st.st_dev, st.st_ino):
@@ -680,22 +687,23 @@ class Shipper:
                                               dev=st.st_dev, ino=st.st_ino)
             return batch
         scanner = None
-        if session_of(rel) is not None:
+        # A patch's new bytes are not contiguous: its catalog is read from the whole file.
+        patched = any(c.at >= start for c in copies)
+        if session_of(rel) is not None and not patched:
             scanner = MetaScanner(at_line_start=start == 0 or os.pread(fd, 1, start - 1) == b"\n")
         pos = start
         in_batch = False
-        if source is not None:
-            # The bytes before ``start`` are those of a generation the store holds (a cut
-            # tail, a moved file): a copy of them, then only what is new.
-            batch.writer.add_copy(Copy(rel, gen, 0, source[0], source[1], 0, start, mode,
-                                       st.st_mtime_ns, reason))
+        # Bytes a generation the store holds has (a cut tail's or a moved file's before
+        # ``start``; a patch's runs of old lines): copies, and only the rest as data.
+        pending = deque(copies)
+        while pending and pending[0].at < pos:
+            batch.writer.add_copy(replace(pending.popleft(), reason=reason))
             in_batch, reason = True, None
-            self._copied[rel] = source
-            if pos >= end:
-                batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
-                if scanner is not None:
-                    self._catalog(batch, rel, gen, {})
-                return batch
+        if in_batch and pos >= end:
+            batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+            if scanner is not None:
+                self._catalog(batch, rel, gen, {})
+            return batch
         if reason == REVIVED:
             # The revival is an empty extent of its own; bytes appended since the restore
             # follow as ordinary extents (a reader that no longer holds the generation
@@ -706,8 +714,16 @@ class Shipper:
             if pos >= end:
                 batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
                 return batch
+        data = b""
         while True:
-            want = min(FRAME_MAX, end - pos)
+            if pending and pending[0].at == pos:
+                c = pending.popleft()
+                batch.writer.add_copy(replace(c, reason=reason))
+                pos, in_batch, reason = c.stop, True, None
+                if pos >= end:
+                    break
+                continue
+            want = min(FRAME_MAX, end - pos, *((pending[0].at - pos,) if pending else ()))
             if pos < imported_to:
                 want = min(want, imported_to - pos)
             if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
@@ -718,8 +734,8 @@ class Shipper:
                 in_batch = False
             data = os.pread(fd, want, pos) if want else b""
             batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
-                                  reason=label if pos < imported_to else
-                                  reason if pos == start else None)
+                                  reason=label if pos < imported_to else reason)
+            reason = None
             pos += len(data)
             in_batch = True
             self.progress(len(data))
@@ -736,8 +752,17 @@ class Shipper:
         after = os.fstat(fd)
         if after.st_size != end or after.st_mtime_ns != st.st_mtime_ns:
             result.requeue.add(rel)
+            if copies:
+                # Its copies say what the file held before it changed again: not proof
+                # that the bytes read since are of one file. The next pass looks afresh.
+                batch.updates[rel] = batch.updates[rel].but(check_hash=None, marks=None)
         if scanner is not None:
             self._catalog(batch, rel, gen, scanner.finish())
+        elif patched and session_of(rel) is not None:
+            whole = MetaScanner(at_line_start=True)
+            for chunk in file_chunks(fd, pos):
+                whole.feed(chunk)
+            self._catalog(batch, rel, gen, whole.finish())
         elif start == 0 and len(data) == end:
             self._title_file(batch, rel, data)
         return batch
@@ -803,32 +828,84 @@ class Shipper:
         batch.writer.add_session(owner, st.gen, fields)
 
     def _position(self, rel: bytes, fd: int, st: os.stat_result, prev: FileState | None
-                  ) -> tuple[int, int, str | None, tuple[bytes, int] | None]:
+                  ) -> tuple[int, int, str | None, list[Copy]]:
         """Where shipping resumes: (generation, start offset, reason for a new generation,
-        the (path, generation) whose bytes before the start offset it begins with)."""
+        the copies of bytes the store holds that the generation begins with or, for a
+        patch, is made of besides its new bytes)."""
         if prev is None:
-            moved = self._moved_from(rel, fd, st)
-            if moved is not None:
-                return 1, moved.offset, f"moved from {os.fsdecode(moved.path)}", \
-                    (moved.path, moved.gen)
-            return 1, 0, "new file", None
+            return self._moved(rel, fd, st, 1) or (1, 0, "new file", [])
         if prev.check_hash == LOST:
-            return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes", None
+            return prev.gen + 1, 0, "shipped again: the store lost its earlier bytes", []
         gen, start, reason = self._shipped_position(fd, st, prev)
-        if reason is not None and start == 0 and prev.deleted_at is not None:
-            # Back where it was deleted from: moved back, maybe.
-            moved = self._moved_from(rel, fd, st)
-            if moved is not None:
-                return gen, moved.offset, f"moved from {os.fsdecode(moved.path)}", \
-                    (moved.path, moved.gen)
-        if reason is not None and start == 0 and prev.deleted_at is None and prev.offset:
-            # Not an append: a cut tail (the CLI withdrew a row) ships as a copy of the
-            # bytes before the cut, when they are what was shipped (``marks``).
-            cut = cut_point(fd, st.st_size, prev.marks)
-            if cut is not None:
-                return gen, cut, f"cut at {cut} of {prev.offset} bytes ({reason})", \
-                    (prev.path, prev.gen)
-        return gen, start, reason, None
+        if reason is None or start != 0:
+            return gen, start, reason, []
+        if prev.deleted_at is not None:  # back where it was deleted from: moved back?
+            return self._moved(rel, fd, st, gen) or (gen, start, reason, [])
+        if not prev.offset:
+            return gen, start, reason, []
+        # Not an append: a cut tail (the CLI withdrew a row) ships as a copy of the bytes
+        # before the cut, when they are what was shipped (``marks``); a file rewritten
+        # further back, as a patch of the generation before it.
+        cut = cut_point(fd, st.st_size, prev.marks)
+        if cut is not None:
+            self._copied[rel] = (prev.path, prev.gen)
+            return gen, cut, f"cut at {cut} of {prev.offset} bytes ({reason})", [
+                Copy(rel, gen, 0, prev.path, prev.gen, 0, cut, st.st_mode & 0o7777,
+                     st.st_mtime_ns)]
+        runs = self._patch(rel, fd, st, prev)
+        if runs:
+            return gen, 0, f"patched: {reason}", [
+                Copy(rel, gen, at, prev.path, prev.gen, old, old + n, st.st_mode & 0o7777,
+                     st.st_mtime_ns) for at, old, n in runs]
+        return gen, start, reason, []
+
+    def _moved(self, rel: bytes, fd: int, st: os.stat_result, gen: int
+               ) -> tuple[int, int, str | None, list[Copy]] | None:
+        moved = self._moved_from(rel, fd, st)
+        if moved is None:
+            return None
+        self._copied[rel] = (moved.path, moved.gen)
+        return gen, moved.offset, f"moved from {os.fsdecode(moved.path)}", [
+            Copy(rel, gen, 0, moved.path, moved.gen, 0, moved.offset, st.st_mode & 0o7777,
+                 st.st_mtime_ns)]
+
+    def _patch(self, rel: bytes, fd: int, st: os.stat_result,
+               prev: FileState) -> list[tuple[int, int, int]] | None:
+        """The runs of old lines of a transcript rewritten whole (``patch``), the old
+        generation read from the store (a rewrite is rare: a view of its session and
+        its frames, once); None when it is no transcript, too small to gain, too big,
+        not readable, or no patch."""
+        sid = session_of_any(rel)
+        if sid is None or not rel.endswith(b".jsonl") or not self._recovered or \
+                not PATCH_MIN <= prev.offset <= OLD_MAX:
+            return None
+        try:
+            view = load_backup(self.repo, sessions=[sid])
+            e = view.files.get(rel)
+            if e is None or e.gen != prev.gen or _reach(e) < prev.offset:
+                return None
+            old = OldLines()
+            old.add(self._frames(e, prev.offset))
+        except (BackupError, FormatError, StoreError) as err:
+            log.info("%s: shipped whole, its earlier generation does not read: %s",
+                     os.fsdecode(rel), err)
+            return None
+        return patch(old, fd, st.st_size)
+
+    def _frames(self, e: Entry, size: int) -> Iterator[bytes]:
+        """Bytes [0, size) of ``e``, a run of frames of one object at a time."""
+        chain = [(k, x) for k, x in e.extents if x.start < size]
+        i = 0
+        while i < len(chain):
+            key, run = chain[i][0], [chain[i][1]]
+            i += 1
+            while i < len(chain) and chain[i][0] == key and \
+                    sum(x.end - x.start for x in run) < PATCH_RUN:
+                run.append(chain[i][1])
+                i += 1
+            got = {x.start: data for x, data in self.repo.read_extents(key, run)}
+            for x in run:
+                yield got[x.start][: max(0, size - x.start)]
 
     def _moved_from(self, rel: bytes, fd: int, st: os.stat_result) -> FileState | None:
         """The file this new one was moved from (Claude's ``/cd`` and worktree moves take
