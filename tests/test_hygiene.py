@@ -31,6 +31,10 @@ from tests.helpers import shipper
 SECRET = b"sk-ant-TOP-SECRET-credential-9d1e"
 NEVER_PATHS = [".credentials.json", ".claude.json", ".claude.json.backup", ".Credentials.json",
                "projects/-home-a/x.lock", *(f"{d}/file.json" for d in sorted(NEVER_DIRS)),
+               # remote sessions' ingress token and an auth file, at any depth
+               ".session_ingress_token", "remote/.session_ingress_token",
+               ".Session_Ingress_Token", "hfi-auth.json", "projects/-home-a/hfi-auth.json",
+               "plugins/x/HFI-Auth.json", "hfi-auth.json.tmp.123",
                # syncd's own: a killed restore's temp file and staging folder
                "projects/-home-a/.syncd-4242-0123456789ab.tmp",
                "projects/-home-a/.syncd-0123456789ab.tmp", ".syncd-restore-k2j3h4/0/1a2b"]
