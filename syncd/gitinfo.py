@@ -63,7 +63,9 @@ def normalize_remote(url: str) -> str:
 
 
 def find_clones(roots: list[str], depth: int = 3) -> dict[str, str]:
-    """Local clones under ``roots``: normalized remote → top-level path."""
+    """Local clones under ``roots``: normalized remote → top-level path, its real path
+    (what Claude started there records as its cwd and names its project folder by, when
+    a root or the clone is reached through a symlink)."""
     found: dict[str, str] = {}
     for root in roots:
         root = os.path.expanduser(root)
@@ -72,12 +74,13 @@ def find_clones(roots: list[str], depth: int = 3) -> dict[str, str]:
             if ".git" in dirnames or os.path.isfile(os.path.join(dirpath, ".git")):
                 remote = _git(dirpath, "config", "--get", "remote.origin.url")
                 if remote:
-                    found.setdefault(normalize_remote(remote), dirpath)
+                    found.setdefault(normalize_remote(remote), os.path.realpath(dirpath))
                 dirnames[:] = []
                 continue
             if dirpath.count("/") - base_depth >= depth:
                 dirnames[:] = []
             else:
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")
-                               and d != "node_modules"]
+                # In name order: of two clones of one repository, always the same one.
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                                     and d != "node_modules")
     return found
