@@ -99,7 +99,7 @@ def assert_placed(tree: Path, checkout: Path, history: bool = True) -> None:
     assert cwds == [real, f"{real}/src"]
     if history:  # (follow brings sessions, not history lines)
         assert json.loads((tree / "history.jsonl").read_bytes())["project"] == real
-    for p in tree.rglob("*"):
+    for p in (tree / "projects").rglob("*"):
         if p.is_file():
             assert WORKSPACE.encode() + b"/" not in p.read_bytes() and \
                 b'"' + WORKSPACE.encode() + b'"' not in p.read_bytes(), p
@@ -126,6 +126,20 @@ def test_the_git_remote_puts_a_container_session_in_the_host_checkout(
     tree, r = restore_on_host(tmp_path, f'project_roots = ["{root}"]\n')
     assert "same git remote" in r.stdout, show(r)
     assert_placed(tree, checkout)
+
+
+@needs_git
+def test_a_session_restored_to_workspace_before_moves_to_the_checkout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restored once with no rule (it lands in projects/-workspace, no checkout of which
+    is here), then with project_roots: the copy moves, not a second one."""
+    container_backup(tmp_path, monkeypatch, REMOTE)
+    checkout = host_checkout(tmp_path / "host")
+    tree, _ = restore_on_host(tmp_path, "")
+    assert (tree / "projects" / project_folder(WORKSPACE) / f"{SID}.jsonl").is_file()
+    tree, _ = restore_on_host(tmp_path, 'project_roots = ["~/src"]\n')
+    # (history.jsonl is a union of lines: the first restore's stays.)
+    assert_placed(tree, checkout, history=False)
 
 
 @needs_git
