@@ -45,8 +45,21 @@ def project_info(cwd: str) -> dict[str, Any] | None:
                 item["branch"] = value.removeprefix("refs/heads/")
         if "path" in item:
             worktrees.append(item)
-    return {"toplevel": top, "remote": _git(cwd, "config", "--get", "remote.origin.url"),
+    remote = _git(cwd, "config", "--get", "remote.origin.url")
+    return {"toplevel": top, "remote": None if remote is None else without_userinfo(remote),
             "main": worktrees[0]["path"] if worktrees else top, "worktrees": worktrees}
+
+
+def without_userinfo(url: str) -> str:
+    """A remote URL without a credential in it: ``https://<token>@host/…`` or any
+    ``user:password@`` (what CI and some devcontainers write) would put it into the
+    store; matching ignores user info (``normalize_remote``). An ssh user (``git@``) is
+    no secret and stays."""
+    url = url.strip()
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)([^@/]*)@", url)
+    if m and (":" in m[2] or m[1].lower() in ("http://", "https://")):
+        return m[1] + url[m.end():]
+    return url
 
 
 def normalize_remote(url: str) -> str:
