@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from syncd.claude import project_folder
@@ -49,7 +50,7 @@ def local_target(new: str) -> str:
     """A rule's new prefix as Claude names it here: ``~`` expanded, and a directory that
     exists here by its real path (Claude records a working directory and names its folder
     by its real path, however it was entered: through a symlinked checkout too)."""
-    path = os.path.expanduser(new)
+    path = str(Path(new).expanduser())
     if os.path.isabs(path) and os.path.isdir(path):
         return os.path.realpath(path)
     return path
