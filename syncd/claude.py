@@ -33,7 +33,8 @@ USER_CONFIG = (
     "plugins/known_marketplaces.json",
 )
 
-# Backed up unless a configured exclude says otherwise.
+# Backed up unless a configured exclude says otherwise. Not ``state/`` (consent given on
+# this host: another host must ask again) nor ``shares/``.
 DEFAULT_INCLUDE = (
     "projects/**",
     "history.jsonl",
@@ -51,8 +52,12 @@ NEVER_DIRS = frozenset({
     "backups", "ide", "sessions", "shell-snapshots", "session-env", "statsig",
     "cache", "debug", "telemetry",
 })
-# Case-insensitive: on macOS ".Credentials.json" is the same file.
+# File names, at any depth. Case-insensitive: on macOS ".Credentials.json" is the same
+# file. A trailing ".*" takes in a writer's temp and backup copies of the same secret.
 NEVER_NAMES = (re.compile(r"\.credentials\.json.*", re.I), re.compile(r"\.claude\.json.*", re.I),
+               # a remote session's ingress token; an auth file of Claude's
+               re.compile(r"\.session_ingress_token.*", re.I),
+               re.compile(r"hfi-auth\.json.*", re.I),
                re.compile(r".*\.lock", re.I),
                # syncd's own temp files (see temp_name), whatever their age or version.
                re.compile(r"\.syncd-.*\.tmp", re.I))

@@ -45,8 +45,21 @@ def project_info(cwd: str) -> dict[str, Any] | None:
                 item["branch"] = value.removeprefix("refs/heads/")
         if "path" in item:
             worktrees.append(item)
-    return {"toplevel": top, "remote": _git(cwd, "config", "--get", "remote.origin.url"),
+    remote = _git(cwd, "config", "--get", "remote.origin.url")
+    return {"toplevel": top, "remote": None if remote is None else without_userinfo(remote),
             "main": worktrees[0]["path"] if worktrees else top, "worktrees": worktrees}
+
+
+def without_userinfo(url: str) -> str:
+    """A remote URL without a credential in it: ``https://<token>@host/…`` or any
+    ``user:password@`` (what CI and some devcontainers write) would put it into the
+    store; matching ignores user info (``normalize_remote``). An ssh user (``git@``) is
+    no secret and stays."""
+    url = url.strip()
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)([^@/]*)@", url)
+    if m and (":" in m[2] or m[1].lower() in ("http://", "https://")):
+        return m[1] + url[m.end():]
+    return url
 
 
 def normalize_remote(url: str) -> str:
@@ -63,7 +76,9 @@ def normalize_remote(url: str) -> str:
 
 
 def find_clones(roots: list[str], depth: int = 3) -> dict[str, str]:
-    """Local clones under ``roots``: normalized remote → top-level path."""
+    """Local clones under ``roots``: normalized remote → top-level path, its real path
+    (what Claude started there records as its cwd and names its project folder by, when
+    a root or the clone is reached through a symlink)."""
     found: dict[str, str] = {}
     for root in roots:
         root = os.path.expanduser(root)
@@ -72,12 +87,13 @@ def find_clones(roots: list[str], depth: int = 3) -> dict[str, str]:
             if ".git" in dirnames or os.path.isfile(os.path.join(dirpath, ".git")):
                 remote = _git(dirpath, "config", "--get", "remote.origin.url")
                 if remote:
-                    found.setdefault(normalize_remote(remote), dirpath)
+                    found.setdefault(normalize_remote(remote), os.path.realpath(dirpath))
                 dirnames[:] = []
                 continue
             if dirpath.count("/") - base_depth >= depth:
                 dirnames[:] = []
             else:
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")
-                               and d != "node_modules"]
+                # In name order: of two clones of one repository, always the same one.
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                                     and d != "node_modules")
     return found

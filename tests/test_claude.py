@@ -47,6 +47,13 @@ def test_never_and_unselected(rel: str) -> None:
     assert not Selection().wants(rel)
 
 
+@pytest.mark.parametrize("rel", ["state/consent.json", "shares/s1.json"])
+def test_host_bound_state_and_shares_are_not_in_the_default_include_set(rel: str) -> None:
+    # state/ holds consent given on this host; shares/ is not a session's
+    assert not Selection().wants(rel)
+    assert not Selection().may_descend(rel.split("/")[0])
+
+
 def test_never_list_beats_include_globs() -> None:
     sel = Selection(include=["**"], exclude=[])
     assert sel.wants("settings.json")

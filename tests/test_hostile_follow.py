@@ -1021,3 +1021,25 @@ def test_an_update_whose_import_failed_before_a_stop_arrives_after_the_start(
         state.close()
     laptop.poll(monkeypatch)  # a start
     assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0) + line(s1, laptop.cwd("app"), 1)
+
+
+def test_a_follow_that_includes_everything_writes_no_secret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk's session carries an ingress token and an auth file in its folder; the laptop
+    follows with an include of ``**``: the session arrives, those never do."""
+    laptop = Machine(tmp_path, "laptop", "/users/bob", follow=[DESK], include=["**"])
+    c = craft(laptop)
+    s1 = sid(DESK, 1)
+    folder = transcript(CWD, s1).removesuffix(".jsonl")
+    secrets = [f"{folder}/.session_ingress_token", f"{folder}/hfi-auth.json",
+               f"{folder}/subagents/HFI-Auth.json.bak"]
+    c.segment(DESK, 0, [Piece(transcript(CWD, s1), line(s1, CWD, 0)),
+                        Piece(f"{folder}/tool-results/t.txt", b"kept\n"),
+                        *(Piece(p, b"sk-ant-planted\n") for p in secrets)])
+    laptop.poll(monkeypatch)
+    mine = laptop.transcript("app", s1)
+    assert mine.read_bytes() == line(s1, laptop.cwd("app"), 0)
+    assert (mine.parent / s1 / "tool-results" / "t.txt").read_bytes() == b"kept\n"
+    got = [p for p in laptop.settings.source.rglob("*") if p.is_file()]
+    assert not [p for p in got if b"sk-ant-planted" in p.read_bytes()], got
+    assert laptop.cursor(DESK)["problem"] is None

@@ -306,6 +306,28 @@ def test_never_list_names_are_refused_and_listed(world: World, path: str) -> Non
     restored(world.source, m)
 
 
+# Secrets Claude keeps in the tree, planted at several depths (a session's own folder too).
+SECRETS = [".session_ingress_token", "remote/.session_ingress_token", "hfi-auth.json",
+           "projects/-srv-desk-app/hfi-auth.json", f"projects/-srv-desk-app/{sid('desk', 1)}/"
+           ".session_ingress_token", "plugins/x/HFI-Auth.json", ".credentials.json"]
+
+
+def test_a_restore_that_includes_everything_still_writes_no_secret(world: World) -> None:
+    """A configured include of ``**`` and both opt-ins: the never-list still wins."""
+    m = world.good("desk")["desk"]
+    world.craft.segment("desk", 2, [Piece(p, b"sk-ant-planted\n") for p in SECRETS])
+    r = run_syncd(("restore", "--machine", "desk", "--with-instructions", "--config"),
+                  world.env(SYNCD_INCLUDE=json.dumps(["**"])))
+    sane(r)
+    for path in SECRETS:
+        assert not (world.source / path).exists(), f"{path} was written\n{r.describe()}"
+        listed(r, path)
+    assert not any(b"sk-ant-planted" in p.read_bytes()
+                   for p in world.source.rglob("*") if p.is_file())
+    assert r.rc == 0, r.describe()
+    restored(world.source, m)
+
+
 @pytest.mark.parametrize("path", sorted(OUTSIDE_INCLUDE))
 def test_files_outside_the_include_set_are_refused_and_listed(world: World,
                                                                path: str) -> None:

@@ -4,9 +4,12 @@ and the never-upload list enforced in one place with nothing going around it."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
+import shutil
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from syncd.backup.engine import sync_once
 from syncd.backup.errorlog import record_error
 from syncd.backup.scan import scan
 from syncd.backup.state import State
-from syncd.claude import NEVER_DIRS, Selection, is_never
+from syncd.claude import NEVER_DIRS, Selection, is_never, project_folder
 from syncd.format.segment import HEADER, TRAILER, SegmentWriter
 from syncd.redact import add_env_secrets, add_secret, redact
 from syncd.repository import Repository
@@ -29,8 +32,13 @@ from tests.faultkit import make_settings, store_of, write
 from tests.helpers import shipper
 
 SECRET = b"sk-ant-TOP-SECRET-credential-9d1e"
+SID = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 NEVER_PATHS = [".credentials.json", ".claude.json", ".claude.json.backup", ".Credentials.json",
                "projects/-home-a/x.lock", *(f"{d}/file.json" for d in sorted(NEVER_DIRS)),
+               # remote sessions' ingress token and an auth file, at any depth
+               ".session_ingress_token", "remote/.session_ingress_token",
+               ".Session_Ingress_Token", "hfi-auth.json", "projects/-home-a/hfi-auth.json",
+               "plugins/x/HFI-Auth.json", "hfi-auth.json.tmp.123",
                # syncd's own: a killed restore's temp file and staging folder
                "projects/-home-a/.syncd-4242-0123456789ab.tmp",
                "projects/-home-a/.syncd-0123456789ab.tmp", ".syncd-restore-k2j3h4/0/1a2b"]
@@ -206,3 +214,22 @@ def test_restore_never_writes_a_never_list_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["history.jsonl"]
     skipped = {a.path for a in report.actions if a.action == "refuse"}
     assert skipped == {".credentials.json", "statsig/x"}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_token_in_a_git_remote_never_reaches_the_store(tmp_path: Path) -> None:
+    """The project's git facts (for restore's clone matching) hold its remote without the
+    credential a CI or devcontainer checkout may carry in the URL."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (("init", "-q"), ("remote", "add", "origin",
+                                  "https://x-access-token:ghs_SeCrEtToKeN42@github.com/acme/app.git")):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    s = make_settings(tmp_path)
+    write(s.source, f"projects/{project_folder(str(repo))}/{SID}.jsonl",
+          json.dumps({"type": "user", "uuid": "u1", "sessionId": SID, "cwd": str(repo)},
+                     separators=(",", ":")).encode() + b"\n")
+    sync_once(s)
+    stored = _all_plaintext(LocalStore(tmp_path / "store"))
+    assert b"ghs_SeCrEtToKeN42" not in stored and b"x-access-token" not in stored
+    assert b"https://github.com/acme/app.git" in stored  # the fact itself was recorded

@@ -118,7 +118,7 @@ def test_every_recipe_has_commands() -> None:
     assert set(recipes()) == {
         "I just deleted ~/.claude/projects", "A new laptop on the same bucket",
         "Resume one session from another machine", "Restore as of an hour ago",
-        "Encrypt an existing plain store's future writes"}
+        "Encrypt an existing plain store's future writes", "Sessions from a devcontainer"}
     assert all(runnable(block) for block in recipes().values())
 
 
@@ -172,6 +172,31 @@ def test_restore_as_of_an_hour_ago(homes: Homes, tmp_path: Path) -> None:
               swap=lambda s: s.replace("--at 1h", f"--at {at}")
               .replace("/tmp/claude-1h-ago", str(out)))
     assert (out / t.relative_to(homes.home(DESK) / ".claude")).read_bytes() == old
+
+
+def toml_blocks(heading: str) -> list[str]:
+    """The ``toml`` blocks of a recipe, in order."""
+    section = README.read_text().split(f"\n### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"```toml\n(.*?)```", section, re.S)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("known", [True, False], ids=["git-remote", "remap"])
+def test_sessions_from_a_devcontainer(homes: Homes, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch, known: bool) -> None:
+    """The container's backup, then the host's config (the project_roots block; the
+    [remap] one too when the container recorded no remote) and the recipe's commands."""
+    from tests.test_devcontainer import REMOTE, assert_placed, container_backup, host_checkout
+    container_backup(tmp_path, monkeypatch, REMOTE if known else None)
+    host = homes.home(LAPTOP)
+    checkout = host_checkout(host)
+    config = toml_blocks("Sessions from a devcontainer")
+    (host / ".config" / "syncd").mkdir(parents=True)
+    (host / ".config" / "syncd" / "config.toml").write_text(
+        config[0] + ("" if known else "\n" + config[1]))
+    r = homes.run("Sessions from a devcontainer", LAPTOP)
+    assert ("same git remote" if known else "config remap") in r.stdout, r.stdout
+    assert_placed(host / ".claude", checkout)
 
 
 def test_encrypt_future_writes(homes: Homes) -> None:

@@ -35,7 +35,7 @@ from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.restore.listing import here, locate_session, machine_rows, session_rows
-from syncd.restore.remap import Rule, config_rules
+from syncd.restore.remap import Rule, config_rules, local_target
 from syncd.restore.restorer import ASKED, RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
 from syncd.timeline import timeline
@@ -228,7 +228,7 @@ def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ..
         old, sep, new = m.partition("=")
         if not sep or not old or not new:
             raise UsageError(f"--map takes OLD=NEW, got {m!r}")
-        rules.append(Rule(old, str(Path(new).expanduser()), ASKED))
+        rules.append(Rule(old, local_target(new), ASKED))
     rules += config_rules(settings)
     return RestoreOptions(
         target=target or settings.source, sessions=sessions, projects=projects,

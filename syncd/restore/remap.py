@@ -10,6 +10,7 @@ Every other byte of a line is kept.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -45,10 +46,19 @@ class Rule:
     why: str = "map"
 
 
+def local_target(new: str) -> str:
+    """A rule's new prefix as Claude names it here: ``~`` expanded, and a directory that
+    exists here by its real path (Claude records a working directory and names its folder
+    by its real path, however it was entered: through a symlinked checkout too)."""
+    path = str(Path(new).expanduser())
+    if os.path.isabs(path) and os.path.isdir(path):
+        return os.path.realpath(path)
+    return path
+
+
 def config_rules(settings: Settings) -> list[Rule]:
     """The ``remap`` table of the configuration, as rules."""
-    return [Rule(old, str(Path(new).expanduser()), "config remap")
-            for old, new in settings.remap.items()]
+    return [Rule(old, local_target(new), "config remap") for old, new in settings.remap.items()]
 
 
 class Remapper:
