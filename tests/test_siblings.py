@@ -77,7 +77,7 @@ def cli_env(m: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(k)
     env = {"SYNCD_SOURCE": str(m.settings.source), "SYNCD_STORE": m.settings.store,
            "SYNCD_STATE_DIR": str(m.settings.state_dir), "SYNCD_MACHINE_ID": m.name,
-           "SYNCD_CONFIG": os.devnull, "HOME": str(m.home)}
+           "SYNCD_CONFIG": os.devnull, "SYNCD_FOLLOW_QUIET": "0", "HOME": str(m.home)}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
 
@@ -150,6 +150,47 @@ def test_resume_brings_its_siblings_remapped(pair: tuple[Machine, Machine],
     folder = b.transcript("app", S1).parent
     assert folder_files(folder) == {
         f"{S1}.jsonl": line(S1, b.cwd("app"), 0), **expected(a.cwd("app"), b.cwd("app"), S1)}
+
+
+def test_resume_again_after_the_session_went_on_there_brings_its_newer_siblings(
+        pair: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resumed here, continued there (new lines, a new tip, a new title), resumed here
+    again: the transcript fast-forwards and its siblings with it, no conflict copy. One
+    whose transcript here went on too is kept, desk's saved as a conflict copy."""
+    a, b = pair
+    write_session(a, S1)
+    write_session(a, S2)
+    a.sync(monkeypatch)
+    cli_env(b, monkeypatch)
+    assert CliRunner().invoke(cli, ["resume", S1]).exit_code == 0
+    assert CliRunner().invoke(cli, ["resume", S2]).exit_code == 0
+    for s in (S1, S2):
+        rel = a.transcript("app", s).relative_to(a.settings.source)
+        write(a.settings.source, rel, line(s, a.cwd("app"), 1), mode="ab")
+        write(a.settings.source, rel.parent / f"{s}.ccr-tip.json",
+              _json({"eventId": "evt-2", "cwd": a.cwd("app")}))
+        write(a.settings.source, rel.parent / s / "custom-title.json",
+              _json({"customTitle": "Later"}))
+    a.sync(monkeypatch)
+    theirs = b.transcript("app", S2)
+    here = line(S2, b.cwd("app"), 1, "typed here").replace(b"-000001", b"-typed1")
+    with open(theirs, "ab") as fh:
+        fh.write(here)  # S2 went on here too
+    cli_env(b, monkeypatch)
+    for s in (S1, S2):
+        r = CliRunner().invoke(cli, ["resume", s], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+    folder = b.transcript("app", S1).parent
+    assert json.loads((folder / f"{S1}.ccr-tip.json").read_bytes()) == {
+        "eventId": "evt-2", "cwd": b.cwd("app")}
+    assert json.loads((folder / S1 / "custom-title.json").read_bytes()) == {
+        "customTitle": "Later"}
+    assert (folder / f"{S1}.jsonl").read_bytes() == line(S1, b.cwd("app"), 0) + line(
+        S1, b.cwd("app"), 1)
+    conflicts = [p for p in (b.settings.state_dir / "conflicts").rglob("*") if p.is_file()]
+    assert all(S2 in str(p) for p in conflicts) and conflicts
+    assert json.loads((folder / f"{S2}.ccr-tip.json").read_bytes())["eventId"] == \
+        f"evt-{S2[:8]}"
 
 
 def test_resume_with_a_map_puts_the_siblings_in_the_mapped_folder(

@@ -326,11 +326,14 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         if path in sides and _side_left(path, staged, sides[path], sinks, backup, opts,
                                         remap, sink):
             return
+        # A sibling is its session's state at the transcript's end: newer with it.
+        verdict = _verdict(sides[path], sinks) if path in sides else None
+        newer = verdict is not None and verdict.action == "fast-forward" and is_sibling(path)
         try:
             queued = _place_tail(staged, files[path], *tails[path], remap, opts, sink,
                                  installer) if path in tails else \
                 _place(staged, files[path], remap, history_sids, backup, opts, sink,
-                       installer, planned, rewriters, rewrites.pop(path, None))
+                       installer, planned, rewriters, rewrites.pop(path, None), newer)
         except (RestoreError, OSError, ValueError, OverflowError) as e:
             if isinstance(e, Changed) and opts.leave is not None:
                 sink.actions.append(Action("wait", os.fsdecode(_target_rel(path, remap)),
@@ -1053,11 +1056,13 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
            installer: Installer, planned: dict[bytes, Path],
            rewriters: ProcessPoolExecutor | None = None,
            rewriting: tuple[int, Future[tuple[Path, int]]] | None = None,
-           ) -> tuple[bytes, Action] | None:
+           newer: bool = False) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
 
     ``rewriting``: the staged file's size when its rewrite by ``rewriters`` (as
-    ``_rewrite_job`` whole when small, not sparse) was started, and that job.
+    ``_rewrite_job`` whole when small, not sparse) was started, and that job. ``newer``:
+    a sibling whose session's transcript here the backup's continues (it replaces the
+    local one rather than diverging from it).
 
     Returns the destination and the action when a write was queued (its failure, known
     later, turns the action into an error)."""
@@ -1152,9 +1157,10 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     d = decide(_kind(f.path), local, data, _lineage(f.path, rel, backup, opts))
     if _left(opts, rel, st, d.action, report, src):
         return None
-    if d.conflict and _supersedes(f, rel, st, opts):
-        act = Action("replace", os.fsdecode(rel), src, "a newer copy of what the last "
-                     "import wrote here", len(data))
+    if d.conflict and (newer or _supersedes(f, rel, st, opts)):
+        act = Action("replace", os.fsdecode(rel), src, "newer, as its transcript is"
+                     if newer else "a newer copy of what the last import wrote here",
+                     len(data))
         if not opts.dry_run:
             installer.write(data, dest, mtime_ns, expect=st)
         report.actions.append(act)
@@ -1259,8 +1265,7 @@ def _side_left(path: bytes, staged: Path, transcript: bytes,
     """Whether a file of a session that exists here is kept out (saved aside as a conflict
     copy, or left waiting with its transcript) because the backup's copy of the session's
     transcript does not continue the local one; said in ``report``."""
-    verdict = next((a for a in sinks[transcript].actions if a.source == os.fsdecode(
-        transcript)), None) if transcript in sinks else None
+    verdict = _verdict(transcript, sinks)
     if verdict is not None and verdict.action in CONTINUING:
         return False
     rel = _target_rel(path, remap)
@@ -1273,6 +1278,12 @@ def _side_left(path: bytes, staged: Path, transcript: bytes,
                        "not continue: saved as a conflict copy"), staged, rel, backup, opts,
                 report)
     return True
+
+
+def _verdict(transcript: bytes, sinks: dict[bytes, RestoreReport]) -> Action | None:
+    """What this restore decided for ``transcript`` (None: nothing yet)."""
+    return next((a for a in sinks[transcript].actions if a.source == os.fsdecode(
+        transcript)), None) if transcript in sinks else None
 
 
 def _lineage(path: bytes, rel: bytes, backup: Backup, opts: RestoreOptions) -> Lineage:
