@@ -7,6 +7,7 @@ a store whose sibling names try to escape writes nothing outside the tree."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -383,3 +384,44 @@ def test_sibling_names_that_try_to_escape_write_nothing_outside(
     # The sibling that had a plain place is there, remapped.
     assert json.loads((mine.parent / f"{s}.ccr-tip.json").read_bytes())["cwd"] == \
         laptop.cwd("app")
+
+
+# -- real transcripts --------------------------------------------------------------------
+
+def _first_cwd(raw: bytes) -> str:
+    for row in raw.splitlines():
+        with contextlib.suppress(ValueError):
+            cwd = json.loads(row).get("cwd")
+            if isinstance(cwd, str) and cwd:
+                return cwd
+    raise AssertionError("no cwd")
+
+
+def test_real_sessions_siblings_land_beside_their_transcript(
+        samples: Path, pair: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each sample of ../shared/claude-samples, with siblings naming its own cwd, restored
+    with its home mapped to the laptop's: wherever its transcript goes (a worktree's
+    folder included), its siblings are beside it, their paths the transcript's."""
+    a, b = pair
+    found = {}
+    for t in sorted(samples.glob("*/projects/*/*.jsonl")):
+        raw, s = t.read_bytes(), t.stem
+        cwd = _first_cwd(raw)
+        home = "/".join(cwd.split("/")[:3])  # /home/<user>
+        write(a.settings.source, f"projects/{t.parent.name}/{s}.jsonl", raw)
+        for name, data in family(cwd, s).items():
+            write(a.settings.source, f"projects/{t.parent.name}/{name}", data)
+        found[s] = (home, cwd)
+    assert len(found) >= 3
+    a.sync(monkeypatch)
+    cli_env(b, monkeypatch)
+    for s, (home, cwd) in found.items():
+        r = CliRunner().invoke(cli, ["restore", "--machine", "desk", "--session", s,
+                                     "--map", f"{home}={b.home}"], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        [mine] = list((b.settings.source / "projects").glob(f"*/{s}.jsonl"))
+        local = _first_cwd(mine.read_bytes())
+        assert local == str(b.home) + cwd[len(home):]
+        got = {k: v for k, v in folder_files(mine.parent).items() if k.startswith(s)
+               and k != f"{s}.jsonl" and "/subagents/" not in k}
+        assert got == expected(cwd, local, s), s
