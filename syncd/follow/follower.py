@@ -37,6 +37,7 @@ from syncd.progress import NullMeter
 from syncd.repository import Repository
 from syncd.restore.remap import config_rules
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
+from syncd.sibling import owner_of
 from syncd.store import layout
 from syncd.view import Backup, load_backup
 
@@ -480,7 +481,7 @@ class Follower:
             cur.waiting = sorted(set(cur.waiting) | sids)
             if top is not None:
                 cur.seq = top
-            listed = {session_of_any(p) for p in self._missing.get(machine, {})} - {None}
+            listed = {owner_of(p) for p in self._missing.get(machine, {})} - {None}
             cur.problem = f"{blocked}: {len(listed | set(cur.waiting))} sessions waiting"
             return False
         sids |= self._due_again(machine)
@@ -584,7 +585,7 @@ class Follower:
         due = []
         cold = self._cold.get(machine, (0, set()))[1]
         for path in sorted(self._missing.get(machine, {})):
-            sid = session_of_any(path)
+            sid = owner_of(path)
             tried = self._failed.get((machine, sid or ""))
             if sid is not None and sid not in cold and (tried is None or
                                                         tried[1] <= self._polls):
@@ -649,7 +650,7 @@ class Follower:
         def base(src: bytes, rel: bytes) -> tuple[int, int, int] | None:
             rec = intact(self.state, self.root, rel)
             if rec is None or rec.source != machine or rec.src_path != src or \
-                    session_of_any(src) in again:
+                    owner_of(src) in again:
                 return None
             return rec.src_gen, rec.src_size, rec.size
 
@@ -683,7 +684,7 @@ class Follower:
                 continue
             echo: dict[str, bool] = {}
             for x in ix.extents:
-                sid = session_of_any(x.path)
+                sid = owner_of(x.path)
                 if sid is not None:
                     # This machine's lines it merged after its own, continuing what it
                     # had shipped (a new generation holds its own lines too): ours too.
@@ -714,7 +715,7 @@ class Follower:
         # Those that failed before are fetched whole.
         again = {sid for sid in sids if (machine, sid) in self._failed}
         cur.retry = [s for s in cur.retry if s not in sids]
-        listed = {session_of_any(p) for p in self._missing.get(machine, {})}
+        listed = {owner_of(p) for p in self._missing.get(machine, {})}
         for sid in sids - set(present):
             if sid in listed:
                 # Its head lists it, its backup does not hold it (a head that lies, or a
@@ -831,7 +832,7 @@ class Follower:
         written: set[str] = set()
         for a in report.actions:
             src = os.fsencode(a.source)
-            sid = session_of_any(src)
+            sid = owner_of(src)
             if a.action == "wait" and sid is not None:
                 # All of them (a local file each): one dropped would never be imported.
                 cur.waiting = sorted(set(cur.waiting) | {sid})
@@ -866,7 +867,7 @@ class Follower:
                 if a.kept > shipped:
                     wrote = shipped
             rec = _record(full, os.fsencode(a.path),
-                          machine, a.action not in ("create", "fast-forward", "skip"),
+                          machine, a.action not in ("create", "fast-forward", "replace", "skip"),
                           src, f.gen, report.cut.get(src, f.size), self.clock(), wrote)
             if rec is not None:
                 records.append(rec)

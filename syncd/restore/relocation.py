@@ -28,6 +28,7 @@ from syncd.errors import RestoreError
 from syncd.private import create_private
 from syncd.restore.install import changed, check_parents, fsync_dir, make_parents
 from syncd.restore.remap import Remapper, Rule, rewrite_lines
+from syncd.sibling import SUFFIXES
 
 # A transcript's first entry (its uuid, time and cwd) is within its first MiB.
 _HEAD = 1 << 20
@@ -173,13 +174,15 @@ def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
 
 
 def _files(target: Path, m: Move) -> list[tuple[str, Remapper | None]]:
-    """The session's files in folder ``m.old`` (its transcript, then its side folder:
-    subagents, tool results), relative to the folder, each with the remapper its lines
-    go through (None: copied as they are)."""
+    """The session's files in folder ``m.old`` (its transcript, its siblings, then its
+    side folder: subagents, tool results), relative to the folder, each with the remapper
+    its lines go through (None: copied as they are)."""
     assert m.rule is not None
     remap = Remapper([m.rule], {m.old: m.new})
     src_dir = target / "projects" / m.old
     out: list[tuple[str, Remapper | None]] = [(f"{m.session_id}.jsonl", remap)]
+    out += [(name, remap) for suffix in SUFFIXES
+            if _regular(src_dir / (name := m.session_id + os.fsdecode(suffix)))]
     side = src_dir / m.session_id
     if stat.S_ISDIR(_mode(side)):
         for root, dirs, files in os.walk(side):
@@ -208,11 +211,11 @@ def preview(target: Path, m: Move, scratch: Path) -> dict[bytes, Path]:
 
 
 def move(target: Path, m: Move, moved: Moved) -> None:
-    """Move the session's transcript and its folder (subagents, tool results) from
-    ``m.old`` to ``m.new``, paths rewritten, recording each file in ``moved`` as it goes.
-    Each file is written (temp, fsync, rename, directory fsync) before its old copy
-    goes; one that changed meanwhile (Claude appending to it) or whose new place is
-    taken stays where it is."""
+    """Move the session's transcript, its siblings and its folder (subagents, tool
+    results) from ``m.old`` to ``m.new``, paths rewritten, recording each file in
+    ``moved`` as it goes. Each file is written (temp, fsync, rename, directory fsync)
+    before its old copy goes; one that changed meanwhile (Claude appending to it) or whose
+    new place is taken stays where it is."""
     projects = target / "projects"
     src_dir = projects / m.old
     side = src_dir / m.session_id

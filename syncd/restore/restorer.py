@@ -46,7 +46,7 @@ from syncd.claude import (
 )
 from syncd.config import format_time
 from syncd.errors import BackupError, FormatError, RestoreError, StoreError
-from syncd.format.catalog import Session, session_of, session_of_any
+from syncd.format.catalog import Session, session_of
 from syncd.format.segment import Extent, check_extent, windows
 from syncd.format.snapshot import Entry, has_sid
 from syncd.gitinfo import find_clones, normalize_remote, project_info
@@ -66,6 +66,7 @@ from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, pre
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
 from syncd.restore.userconfig import config_diff, install_config, remapped, restored_mode
 from syncd.seen import Seen
+from syncd.sibling import is_sibling, owner_of, siblings
 from syncd.view import Backup, load_backup
 
 log = logging.getLogger("syncd.restore")
@@ -325,11 +326,14 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         if path in sides and _side_left(path, staged, sides[path], sinks, backup, opts,
                                         remap, sink):
             return
+        # A sibling is its session's state at the transcript's end: newer with it.
+        verdict = _verdict(sides[path], sinks) if path in sides else None
+        newer = verdict is not None and verdict.action == "fast-forward" and is_sibling(path)
         try:
             queued = _place_tail(staged, files[path], *tails[path], remap, opts, sink,
                                  installer) if path in tails else \
                 _place(staged, files[path], remap, history_sids, backup, opts, sink,
-                       installer, planned, rewriters, rewrites.pop(path, None))
+                       installer, planned, rewriters, rewrites.pop(path, None), newer)
         except (RestoreError, OSError, ValueError, OverflowError) as e:
             if isinstance(e, Changed) and opts.leave is not None:
                 sink.actions.append(Action("wait", os.fsdecode(_target_rel(path, remap)),
@@ -712,15 +716,16 @@ def _chosen(backup: Backup, opts: RestoreOptions, report: RestoreReport) -> list
 
 
 def _session_files(chosen: list[Session]) -> Callable[[bytes], bool]:
-    """Whether a stored path is one of ``chosen``'s files (transcript, its folder, its
-    todos, file history and tasks)."""
+    """Whether a stored path is one of ``chosen``'s files (transcript, its siblings, its
+    folder, its todos, file history and tasks)."""
     prefixes = []
     for s in chosen:
         folder = s.path.rsplit(b"/", 1)[0]
         raw = s.session_id.encode()
         prefixes += [folder + b"/" + raw + b"/", b"todos/" + raw + b"-",
                      b"file-history/" + raw + b"/", b"tasks/" + raw + b"/"]
-    paths, starts = {s.path for s in chosen}, tuple(prefixes)
+    paths = {p for s in chosen for p in (s.path, *siblings(s.path))}
+    starts = tuple(prefixes)
     return lambda p: p in paths or p.startswith(starts)
 
 
@@ -1051,11 +1056,13 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
            installer: Installer, planned: dict[bytes, Path],
            rewriters: ProcessPoolExecutor | None = None,
            rewriting: tuple[int, Future[tuple[Path, int]]] | None = None,
-           ) -> tuple[bytes, Action] | None:
+           newer: bool = False) -> tuple[bytes, Action] | None:
     """Decide and hand ``f`` to the installer; its action is reported only once decided.
 
     ``rewriting``: the staged file's size when its rewrite by ``rewriters`` (as
-    ``_rewrite_job`` whole when small, not sparse) was started, and that job.
+    ``_rewrite_job`` whole when small, not sparse) was started, and that job. ``newer``:
+    a sibling whose session's transcript here the backup's continues (it replaces the
+    local one rather than diverging from it).
 
     Returns the destination and the action when a write was queued (its failure, known
     later, turns the action into an error)."""
@@ -1150,6 +1157,14 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     d = decide(_kind(f.path), local, data, _lineage(f.path, rel, backup, opts))
     if _left(opts, rel, st, d.action, report, src):
         return None
+    if d.conflict and (newer or _supersedes(f, rel, st, opts)):
+        act = Action("replace", os.fsdecode(rel), src, "newer, as its transcript is"
+                     if newer else "a newer copy of what the last import wrote here",
+                     len(data))
+        if not opts.dry_run:
+            installer.write(data, dest, mtime_ns, expect=st)
+        report.actions.append(act)
+        return dest, act
     # A skip's size: the local bytes found identical (a line written here since is not).
     act = Action(d.action, os.fsdecode(rel), src, d.reason,
                  len(local) if d.action == "skip" else len(d.content or b""))
@@ -1175,6 +1190,16 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     return dest, act
 
 
+def _supersedes(f: Entry, rel: bytes, st: os.stat_result, opts: RestoreOptions) -> bool:
+    """Whether ``f``, a sibling Claude rewrites whole, is a newer generation of the one
+    the last import from its machine wrote here, still as that import left it (follow's
+    ``opts.base`` vouches): it replaces it, not a divergence."""
+    if opts.base is None or not is_sibling(f.path):
+        return False
+    known = opts.base(f.path, rel)
+    return known is not None and known[0] < f.gen and known[2] == st.st_size
+
+
 def _left(opts: RestoreOptions, rel: bytes, st: os.stat_result, action: str,
           report: RestoreReport, src: str) -> bool:
     """Whether a local file that ``action`` would change (or save a conflict copy of: it
@@ -1195,23 +1220,28 @@ CONTINUING = ("create", "fast-forward", "merge", "skip", "keep")
 def _sides(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
            opts: RestoreOptions) -> dict[bytes, bytes]:
     """The files of sessions that exist here and did not come from the backup's machine
-    (the backup is not this machine's own): file → its session's transcript."""
+    (the backup is not this machine's own), and the siblings of those that did (a
+    sibling is the session's state at the transcript's end: it goes in only with the
+    transcript's lines): file → its session's transcript."""
     if backup.machine == opts.local_machine:
         return {}
     root = os.fsencode(opts.target)
     here: dict[str, Session] = {}
+    kin: dict[str, Session] = {}  # came from that machine: only their siblings wait
     for s in backup.sessions.values():
+        if s.path not in files or not os.path.lexists(
+                os.path.join(root, _target_rel(s.path, remap))):
+            continue
         rec = opts.origin_of(s.session_id) if opts.origin_of is not None else None
-        if s.path in files and (rec is None or rec.machine != backup.machine) and \
-                os.path.lexists(os.path.join(root, _target_rel(s.path, remap))):
-            here[s.session_id] = s
-    if not here:
+        (here if rec is None or rec.machine != backup.machine else kin)[s.session_id] = s
+    if not here and not kin:
         return {}
     # One pass over the files: each is looked for among the sessions its path names.
-    theirs = {sid: _session_files([s]) for sid, s in here.items()}
+    theirs = {sid: _session_files([s]) for sid, s in (here | kin).items()}
     out: dict[bytes, bytes] = {}
     for p in files:
-        owner = here.get(_session_named(p) or "")
+        sid = _session_named(p) or ""
+        owner = here.get(sid) or (kin.get(sid) if is_sibling(p) else None)
         if owner is not None and p != owner.path and theirs[owner.session_id](p):
             out[p] = owner.path
     return out
@@ -1219,14 +1249,14 @@ def _sides(backup: Backup, files: dict[bytes, Entry], remap: Remapper,
 
 def _session_named(path: bytes) -> str | None:
     """The session a stored path may belong to, by ``_session_files``' rules: under
-    projects/, as ``session_of_any`` says; a todo's name (an id and "-"), a folder of
+    projects/, as ``sibling.owner_of`` says; a todo's name (an id and "-"), a folder of
     file-history/ or tasks/ (session ids are UUIDs: 36 characters)."""
     parts = path.split(b"/")
     if parts[0] == b"todos" and len(parts) == 2:
         return parts[1][:36].decode("ascii", "replace")
     if parts[0] in (b"file-history", b"tasks") and len(parts) > 2:
         return parts[1].decode("ascii", "replace")
-    return session_of_any(path)
+    return owner_of(path)
 
 
 def _side_left(path: bytes, staged: Path, transcript: bytes,
@@ -1235,8 +1265,7 @@ def _side_left(path: bytes, staged: Path, transcript: bytes,
     """Whether a file of a session that exists here is kept out (saved aside as a conflict
     copy, or left waiting with its transcript) because the backup's copy of the session's
     transcript does not continue the local one; said in ``report``."""
-    verdict = next((a for a in sinks[transcript].actions if a.source == os.fsdecode(
-        transcript)), None) if transcript in sinks else None
+    verdict = _verdict(transcript, sinks)
     if verdict is not None and verdict.action in CONTINUING:
         return False
     rel = _target_rel(path, remap)
@@ -1251,9 +1280,15 @@ def _side_left(path: bytes, staged: Path, transcript: bytes,
     return True
 
 
+def _verdict(transcript: bytes, sinks: dict[bytes, RestoreReport]) -> Action | None:
+    """What this restore decided for ``transcript`` (None: nothing yet)."""
+    return next((a for a in sinks[transcript].actions if a.source == os.fsdecode(
+        transcript)), None) if transcript in sinks else None
+
+
 def _lineage(path: bytes, rel: bytes, backup: Backup, opts: RestoreOptions) -> Lineage:
     """What vouches that the backup's copy of ``path`` continues the local one (``rel``)."""
-    sid = session_of_any(path)
+    sid = owner_of(path)
     rec = opts.origin_of(sid) if opts.origin_of is not None and sid is not None else None
     return Lineage(trusted=backup.machine == opts.local_machine or (
                        rec is not None and rec.machine == backup.machine),
