@@ -14,13 +14,14 @@ from typing import Any
 
 from syncd.config import format_time
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
-from syncd.format.catalog import Session, session_of, session_of_any
+from syncd.format.catalog import Session, session_of
 from syncd.format.delta import by_start, manifest_points
 from syncd.format.points import Locator, Point, apply, apply_catalog, point_of
 from syncd.format.segment import SegmentIndex
 from syncd.format.snapshot import Entry, Group, Manifest, current, group_of, session_groups
 from syncd.repository import Repository
 from syncd.seen import Seen
+from syncd.sibling import owner_of
 from syncd.store import layout
 
 
@@ -335,7 +336,7 @@ def moved_away(files: Iterable[tuple[bytes, bool]]) -> set[bytes]:
     live = {sid: path.split(b"/")[1] for path, deleted in files
             if not deleted and (sid := session_of(path)) is not None}
     return {path for path, deleted in files
-            if deleted and (sid := session_of_any(path)) in live and
+            if deleted and (sid := owner_of(path)) in live and
             path.split(b"/")[1] != live[sid]}
 
 
