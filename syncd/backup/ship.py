@@ -876,9 +876,11 @@ class Shipper:
         its frames, once); None when it is no transcript, too small to gain, too big,
         not readable, or no patch."""
         sid = session_of_any(rel)
-        if sid is None or not rel.endswith(b".jsonl") or not self._recovered or \
+        if sid is None or not rel.endswith(b".jsonl") or \
                 not PATCH_MIN <= prev.offset <= OLD_MAX:
             return None
+        if self._ready():  # connected now: what was read before recovery may be stale
+            raise _Restart()
         try:
             view = load_backup(self.repo, sessions=[sid])
             e = view.files.get(rel)
