@@ -43,14 +43,20 @@ def _catalogued(backup: Backup, to: str) -> Backup:
     return backup
 
 
-def _restore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, to: str,
-             maps: tuple[Rule, ...] = (), worktrees: str = "map") -> tuple[RestoreReport, Path]:
+def _shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, to: str) -> Repository:
+    """desk's backup of the session moved to ``to``; HOME is bob's from then on."""
     monkeypatch.setenv("HOME", "/home/alice")
     src, store = tmp_path / "src", MemoryStore()
     write(src, f"projects/{project_folder(to)}/{SID}.jsonl", _moved(START, to))
     shipper(src, store, tmp_path / "st.db", machine="desk").ship(list(tree_bytes(src)))
     monkeypatch.setenv("HOME", str(tmp_path / "bob"))
-    repo = Repository(store, "desk")
+    return Repository(store, "desk")
+
+
+def _restore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, to: str,
+             maps: tuple[Rule, ...] = (), worktrees: str = "map",
+             repo: Repository | None = None) -> tuple[RestoreReport, Path]:
+    repo = repo or _shipped(tmp_path, monkeypatch, to)
     target = tmp_path / "bob" / ".claude"
     report = restore(repo, RestoreOptions(target=target, local_home="/home/bob", maps=maps,
                                           worktrees=worktrees),
@@ -89,6 +95,35 @@ def test_a_session_that_entered_a_worktree_is_folded_with_it(
     assert _placed(target) == {project_folder("/home/bob/app"):
                                _moved("/home/bob/app", "/home/bob/app")}
     assert report.sessions == {SID: "/home/bob/app"}
+
+
+def test_a_moved_session_restored_here_before_stays_where_it_was_placed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restored once with ``--map`` (its start to a directory that does not exist here,
+    the one it moved to to one that does), then again without: the local copy is where
+    this machine keeps it (by its own relocatedCwd, read from its tail), not moved to
+    where the home rule alone would put it."""
+    two, to = tmp_path / "two", "/home/alice/app-two"
+    two.mkdir()
+    repo = _shipped(tmp_path, monkeypatch, to)
+    _, target = _restore(tmp_path, monkeypatch, to, (Rule(START, "/srv/app"),
+                                                     Rule(to, str(two))), repo=repo)
+    assert list(_placed(target)) == [project_folder(str(two))]
+    _restore(tmp_path, monkeypatch, to, repo=repo)
+    assert _placed(target) == {project_folder(str(two)): _moved("/srv/app", str(two))}
+
+
+def test_a_moved_session_restored_here_before_moves_when_map_names_a_directory_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The earlier copy is found by its relocatedCwd, and moves with it rewritten."""
+    two, to = tmp_path / "two", "/home/alice/app-two"
+    two.mkdir()
+    repo = _shipped(tmp_path, monkeypatch, to)
+    _, target = _restore(tmp_path, monkeypatch, to, repo=repo)
+    assert list(_placed(target)) == [project_folder("/home/bob/app-two")]
+    report, _ = _restore(tmp_path, monkeypatch, to, (Rule(to, str(two)),), repo=repo)
+    assert _placed(target) == {project_folder(str(two)): _moved("/home/bob/app", str(two))}
+    assert "move" in [a.action for a in report.actions if a.path.endswith(".jsonl")]
 
 
 def test_a_session_without_a_relocated_cwd_is_placed_by_its_start(
