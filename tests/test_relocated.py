@@ -115,15 +115,16 @@ def test_a_moved_session_restored_here_before_stays_where_it_was_placed(
 
 def test_a_moved_session_restored_here_before_moves_when_map_names_a_directory_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The earlier copy is found by its relocatedCwd, and moves with it rewritten."""
+    """The earlier copy (restored with its start elsewhere) is found by its relocatedCwd
+    and moves with it, its start rewritten too: the same lines as the backup's then."""
     two, to = tmp_path / "two", "/home/alice/app-two"
     two.mkdir()
     repo = _shipped(tmp_path, monkeypatch, to)
-    _, target = _restore(tmp_path, monkeypatch, to, repo=repo)
+    _, target = _restore(tmp_path, monkeypatch, to, (Rule(START, "/srv/app"),), repo=repo)
     assert list(_placed(target)) == [project_folder("/home/bob/app-two")]
     report, _ = _restore(tmp_path, monkeypatch, to, (Rule(to, str(two)),), repo=repo)
     assert _placed(target) == {project_folder(str(two)): _moved("/home/bob/app", str(two))}
-    assert "move" in [a.action for a in report.actions if a.path.endswith(".jsonl")]
+    assert [a.action for a in report.actions if a.path.endswith(".jsonl")] == ["move", "skip"]
 
 
 def test_a_session_without_a_relocated_cwd_is_placed_by_its_start(

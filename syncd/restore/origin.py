@@ -123,7 +123,9 @@ def _learn(s: Session, machine: str, target: Path, folders: list[str],
     if folders:
         folder = folders[0]
         local = target / "projects" / folder / f"{s.session_id}.jsonl"
-        cwd = relocated_cwd(local) or first_cwd(local)
+        # Like for like: the local copy's relocatedCwd against the backup's (one the
+        # local copy lacks is not here yet: it moves, or stays without a rule).
+        cwd = relocated_cwd(local) if s.fields.get("relocated_cwd") else first_cwd(local)
         here = _start(folder, cwd) if cwd else None
         if not (relocate and start is not None and
                 _moves(here, mapped(start), asked(start), start)):

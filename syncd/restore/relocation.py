@@ -50,6 +50,7 @@ class Move:
     new: str
     rule: Rule | None
     why: str = ""
+    also: tuple[Rule, ...] = ()  # rewrite its lines too (its start, when moved by rule)
 
 
 @dataclass
@@ -186,10 +187,13 @@ def launch_dir(folder: str, cwd: str) -> tuple[str, str] | None:
 
 
 def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
-         backup_head: bytes, taken: Iterable[str] = ()) -> Move:
+         backup_head: bytes, taken: Iterable[str] = (),
+         new_relocated: str | None = None) -> Move:
     """How the copy of ``sid`` in folder ``old`` would move to folder ``new`` (whose start
     directory is ``new_start``; ``backup_head`` the backup's transcript's first bytes;
-    ``taken``: folders already given the session by earlier moves of this restore)."""
+    ``taken``: folders already given the session by earlier moves of this restore;
+    ``new_relocated``: the backup's last relocatedCwd, mapped, which names ``new``
+    instead of the start when the copy here was moved too)."""
     projects = target / "projects"
     theirs = first_entry(backup_head)
     ours = first_entry(head_of(projects / old / f"{sid}.jsonl"))
@@ -206,15 +210,23 @@ def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
     if new in taken or os.path.lexists(projects / new / f"{sid}.jsonl"):
         return Move(sid, old, new, None, f"projects/{new} holds it too: left in both "
                                          "folders (remove the one you do not use)")
-    cwd = relocated_cwd(projects / old / f"{sid}.jsonl") or ours.get("cwd")
-    found = launch_dir(old, cwd) if cwd else None
+    also: tuple[Rule, ...] = ()
+    found: tuple[str, str] | None
+    here = relocated_cwd(projects / old / f"{sid}.jsonl") if new_relocated else None
+    if here:  # both copies placed by their relocatedCwd; their first cwds map alike
+        found = launch_dir(old, here) or (here, "exact")
+        if ours.get("cwd") and new_start is not None:
+            also = (Rule(ours["cwd"], new_start, "moved session"),)
+        new_start = new_relocated
+    else:
+        found = launch_dir(old, ours["cwd"]) if ours.get("cwd") else None
     if found is None or new_start is None:
         return Move(sid, old, new, None, "its start directory is unknown: left there")
     start = found[0]
     if start == new_start and project_folder(start) == old:
         return Move(sid, old, new, None, "it is in its start directory's own folder: left "
                                          "there")
-    return Move(sid, old, new, Rule(start, new_start, "moved session"))
+    return Move(sid, old, new, Rule(start, new_start, "moved session"), also=also)
 
 
 def _files(target: Path, m: Move) -> list[tuple[str, Remapper | None]]:
@@ -222,7 +234,7 @@ def _files(target: Path, m: Move) -> list[tuple[str, Remapper | None]]:
     subagents, tool results), relative to the folder, each with the remapper its lines
     go through (None: copied as they are)."""
     assert m.rule is not None
-    remap = Remapper([m.rule], {m.old: m.new})
+    remap = Remapper([m.rule, *m.also], {m.old: m.new})
     src_dir = target / "projects" / m.old
     out: list[tuple[str, Remapper | None]] = [(f"{m.session_id}.jsonl", remap)]
     side = src_dir / m.session_id

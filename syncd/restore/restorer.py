@@ -531,14 +531,17 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
     taken: set[str] = set()
     for sid, olds in found.items():
         s = sessions[sid]
-        launched = _launched(s)
-        start = launched[0] if launched else None
+        relocated = s.fields.get("relocated_cwd")
+        launched = launch_dir(s.folder, s.project) if s.project else None
+        # (A moved session's folder is its relocatedCwd's: its first cwd is its start.)
+        start = launched[0] if launched else s.project if relocated else None
         for old in olds:
             where = f"{opts.target}/projects/{old}/{sid}.jsonl"
             moved, why = Moved(), ""
             try:
                 m = plan(opts.target, sid, old, wanted[sid], remap.path(start) if start
-                         else None, head_of(staged[s.path]), taken)
+                         else None, head_of(staged[s.path]), taken,
+                         remap.path(relocated) if relocated else None)
                 if m.rule is None:
                     report.notes.append(f"session {sid} is also in projects/{old}: {m.why}")
                     continue
