@@ -50,7 +50,7 @@ class Move:
     new: str
     rule: Rule | None
     why: str = ""
-    also: tuple[Rule, ...] = ()  # rewrite its lines too (its start, when moved by rule)
+    also: tuple[Rule, ...] = ()  # more rules for its lines (a moved one's first cwd)
 
 
 @dataclass
