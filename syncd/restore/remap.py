@@ -10,6 +10,7 @@ Every other byte of a line is kept.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -80,11 +81,18 @@ def _continues_name(chunk: bytes, at: int) -> bool:
             if (at - 6 - lead) % 2 == 0:
                 return _name_char(chr(int(chunk[at - 4 : at], 16)))
         return True
-    start = at - 1  # back to the first byte of the UTF-8 sequence ending here
-    while start > max(0, at - 4) and 0x80 <= chunk[start] < 0xC0:
+    return _ends_in_name(chunk[max(0, at - 4) : at])
+
+
+@functools.lru_cache(maxsize=4096)
+def _ends_in_name(window: bytes) -> bool:
+    """Whether the character that ends ``window`` (its last 1-4 bytes) is a name's. Cached:
+    a transcript repeats the same few (``→`` before every line of a listing)."""
+    start = len(window) - 1  # back to the first byte of the UTF-8 sequence ending here
+    while start > 0 and 0x80 <= window[start] < 0xC0:
         start -= 1
     try:
-        ch = chunk[start:at].decode()
+        ch = window[start:].decode()
     except UnicodeDecodeError:
         return True
     return len(ch) != 1 or _name_char(ch)
