@@ -6,6 +6,7 @@ Prints figures; asserts nothing. See bench/README.md for what each figure means.
     .venv/bin/python bench/restore.py                # full run: 1 GB tree, ~5 min
     .venv/bin/python bench/restore.py --quick        # smoke run, about a minute
     .venv/bin/python bench/restore.py --skip-peers   # syncd only
+    .venv/bin/python bench/restore.py --remap F.jsonl…  # Remapper.lines alone, on F
 
 Progress goes to stderr, the final table to stdout. Everything (tree, SeaweedFS,
 restic repo, restore targets) lives in one temporary directory, removed at the end.
@@ -770,13 +771,47 @@ class Bench(BenchBase):
                               "restic 0.14 does not")
 
 
+def remap_rate(paths: list[Path], rounds: int) -> None:
+    """``Remapper.lines`` alone on real transcripts (``--remap FILE…``): each mapped from
+    its first cwd's home to ``MAP_NEW``'s, its folder too, as a remapped restore does;
+    the best and the median of ``rounds`` passes over all of them, in MB of CPU time."""
+    import re
+
+    from syncd.claude import project_folder
+    from syncd.restore.remap import Remapper, Rule
+
+    work = []
+    for path in paths:
+        data = path.read_bytes()
+        home = re.search(rb'"cwd":"(/(?:home|Users)/[^/"]+)', data)
+        old = home[1].decode() if home else MAP_OLD
+        folder = path.parent.name
+        work.append((data, Remapper([Rule(old, MAP_NEW)], {
+            folder: folder.replace(project_folder(old), project_folder(MAP_NEW), 1)})))
+    total = sum(len(d) for d, _ in work)
+    runs = []
+    for _ in range(rounds):
+        t = time.process_time()  # CPU, not wall: the figure holds on a busy machine
+        for data, remap in work:
+            remap.lines(data)
+        runs.append(time.process_time() - t)
+    print(f"Remapper.lines, {len(work)} files, {fmt_mb(total)}: best "
+          f"{total / min(runs) / MB:.0f} MB/s, median {total / statistics.median(runs) / MB:.0f}"
+          f" MB/s ({rounds} passes)")
+
+
 def main() -> int:
     ap = bench_parser(__doc__, 1024)
+    ap.add_argument("--remap", type=Path, nargs="+", metavar="FILE",
+                    help="only time Remapper.lines on these transcripts (no store)")
     ap.add_argument("--no-compact", action="store_true",
                     help="restore from the segments alone (no syncd compact after the sync)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="full restores per tool for figure 2 (default 2, quick 1)")
     args = ap.parse_args()
+    if args.remap:
+        remap_rate(args.remap, args.repeat or 30)
+        return 0
     q = args.quick
     args.size_mb = args.size_mb or (30 if q else 1024)
     args.repeat = max(1, args.repeat or (1 if q else 2))

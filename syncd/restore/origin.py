@@ -24,7 +24,7 @@ from pathlib import Path
 
 from syncd.backup.state import OriginRecord
 from syncd.format.catalog import Session, parse_origin
-from syncd.restore.relocation import first_entry, launch_dir, strays
+from syncd.restore.relocation import first_entry, launch_dir, placed_by, relocated_cwd, strays
 from syncd.restore.remap import Rule
 
 # A local copy's first cwd is in its first lines: read this much of it at most.
@@ -119,10 +119,13 @@ def _learn(s: Session, machine: str, target: Path, folders: list[str],
     rec = origin_of(s.session_id) if origin_of is not None else None
     if rec is not None and rec.machine == machine:
         out.rules += [Rule(old, new, AS_FIRST) for old, new in rec.rules]
-    start = _start(s.folder, s.project)
+    start = _start(s.folder, placed_by(s))
     if folders:
         folder = folders[0]
-        cwd = first_cwd(target / "projects" / folder / f"{s.session_id}.jsonl")
+        local = target / "projects" / folder / f"{s.session_id}.jsonl"
+        # Like for like: the local copy's relocatedCwd against the backup's (one the
+        # local copy lacks is not here yet: it moves, or stays without a rule).
+        cwd = relocated_cwd(local) if s.fields.get("relocated_cwd") else first_cwd(local)
         here = _start(folder, cwd) if cwd else None
         if not (relocate and start is not None and
                 _moves(here, mapped(start), asked(start), start)):

@@ -25,13 +25,18 @@ from pathlib import Path
 
 from syncd.claude import folder_match, project_folder, temp_name
 from syncd.errors import RestoreError
+from syncd.format.catalog import Session
 from syncd.private import create_private
 from syncd.restore.install import changed, check_parents, fsync_dir, make_parents
 from syncd.restore.remap import Remapper, Rule, rewrite_lines
 from syncd.sibling import SUFFIXES
 
-# A transcript's first entry (its uuid, time and cwd) is within its first MiB.
+# A transcript's first entry (its uuid, time and cwd) is within its first MiB; the
+# relocated record that placed it (appended by the move), within its last.
 _HEAD = 1 << 20
+_TAIL = 1 << 20
+# A relocated record is a short line of its own; a longer one is not read as one.
+_RECORD_MAX = 64 << 10
 _FIELD = {k: re.compile(rb'"' + k.encode() + rb'":"((?:[^"\\]|\\.)*)"')
           for k in ("uuid", "timestamp", "cwd")}
 
@@ -46,6 +51,7 @@ class Move:
     new: str
     rule: Rule | None
     why: str = ""
+    also: tuple[Rule, ...] = ()  # more rules for its lines (a moved one's first cwd)
 
 
 @dataclass
@@ -105,6 +111,45 @@ def first_entry(head: bytes) -> dict[str, str]:
     return out
 
 
+def placed_by(s: Session) -> str | None:
+    """The directory Claude finds ``s``'s project folder by: its last ``relocatedCwd``
+    (``/cd``, entering or leaving a worktree moved the transcript there and said so; the
+    catalog's ``relocated_cwd``), else its first cwd. None when neither is known."""
+    return s.fields.get("relocated_cwd") or s.project
+
+
+def last_relocated(tail: bytes) -> str | None:
+    """The ``relocatedCwd`` of the last relocated record among ``tail``'s whole lines."""
+    for line in reversed(tail.split(b"\n")):
+        if b'"type":"relocated"' not in line or len(line) > _RECORD_MAX:
+            continue
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and entry.get("type") == "relocated" and \
+                    isinstance(cwd := entry.get("relocatedCwd"), str) and cwd:
+                return cwd
+    return None
+
+
+def relocated_cwd(path: Path) -> str | None:
+    """The last ``relocatedCwd`` in a local transcript's last ``_TAIL`` bytes, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - _TAIL)
+        tail = os.pread(fd, size - start, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if start:  # the first line read is cut: not a record
+        tail = tail[tail.find(b"\n") + 1 :] if b"\n" in tail else b""
+    return last_relocated(tail)
+
+
 def _string(raw: bytes) -> str:
     with contextlib.suppress(ValueError):
         value = json.loads(b'"' + raw + b'"')
@@ -143,10 +188,13 @@ def launch_dir(folder: str, cwd: str) -> tuple[str, str] | None:
 
 
 def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
-         backup_head: bytes, taken: Iterable[str] = ()) -> Move:
+         backup_head: bytes, taken: Iterable[str] = (),
+         new_relocated: str | None = None) -> Move:
     """How the copy of ``sid`` in folder ``old`` would move to folder ``new`` (whose start
     directory is ``new_start``; ``backup_head`` the backup's transcript's first bytes;
-    ``taken``: folders already given the session by earlier moves of this restore)."""
+    ``taken``: folders already given the session by earlier moves of this restore;
+    ``new_relocated``: the backup's last relocatedCwd, mapped, which names ``new``
+    instead of the start when the copy here was moved too)."""
     projects = target / "projects"
     theirs = first_entry(backup_head)
     ours = first_entry(head_of(projects / old / f"{sid}.jsonl"))
@@ -163,14 +211,23 @@ def plan(target: Path, sid: str, old: str, new: str, new_start: str | None,
     if new in taken or os.path.lexists(projects / new / f"{sid}.jsonl"):
         return Move(sid, old, new, None, f"projects/{new} holds it too: left in both "
                                          "folders (remove the one you do not use)")
-    found = launch_dir(old, ours["cwd"]) if ours.get("cwd") else None
+    also: tuple[Rule, ...] = ()
+    found: tuple[str, str] | None
+    here = relocated_cwd(projects / old / f"{sid}.jsonl") if new_relocated else None
+    if here:  # both copies placed by their relocatedCwd; their first cwds map alike
+        found = launch_dir(old, here) or (here, "exact")
+        if ours.get("cwd") and new_start is not None:
+            also = (Rule(ours["cwd"], new_start, "moved session"),)
+        new_start = new_relocated
+    else:
+        found = launch_dir(old, ours["cwd"]) if ours.get("cwd") else None
     if found is None or new_start is None:
         return Move(sid, old, new, None, "its start directory is unknown: left there")
     start = found[0]
     if start == new_start and project_folder(start) == old:
         return Move(sid, old, new, None, "it is in its start directory's own folder: left "
                                          "there")
-    return Move(sid, old, new, Rule(start, new_start, "moved session"))
+    return Move(sid, old, new, Rule(start, new_start, "moved session"), also=also)
 
 
 def _files(target: Path, m: Move) -> list[tuple[str, Remapper | None]]:
@@ -178,7 +235,7 @@ def _files(target: Path, m: Move) -> list[tuple[str, Remapper | None]]:
     side folder: subagents, tool results), relative to the folder, each with the remapper
     its lines go through (None: copied as they are)."""
     assert m.rule is not None
-    remap = Remapper([m.rule], {m.old: m.new})
+    remap = Remapper([m.rule, *m.also], {m.old: m.new})
     src_dir = target / "projects" / m.old
     out: list[tuple[str, Remapper | None]] = [(f"{m.session_id}.jsonl", remap)]
     out += [(name, remap) for suffix in SUFFIXES

@@ -1,7 +1,8 @@
 """Path remapping for restore on another machine (README: "Restoring on another machine").
 
 Only path substrings change: a prefix rule matches at a path boundary
-(``/Users/bob`` never matches ``/Users/bobby`` nor ``/x/Users/bob``), in the raw JSON
+(``/Users/bob`` never matches ``/Users/bobby``, ``/x/Users/bob`` nor ``café/Users/bob``;
+it does after ``→``, an emoji or any other character that is not a name's), in the raw JSON
 of a line (so Windows paths match in their escaped ``C:\\\\Users\\\\…`` form), and never
 inside ``thinking``/``signature``/redacted ``data`` strings, whose bytes the API checks.
 Every other byte of a line is kept.
@@ -9,9 +10,11 @@ Every other byte of a line is kept.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +23,16 @@ from typing import BinaryIO
 from syncd.claude import project_folder
 from syncd.config import Settings
 
-# Bytes that continue a path name: a prefix must not be followed or preceded by one.
+# Bytes that may continue a path name: a prefix must not be followed by one (any non-ASCII
+# byte too: the regex alone decides, so a shorter rule can match there). Before a
+# prefix, a non-ASCII character is looked at whole: see _continues_name.
 _NAME = rb"A-Za-z0-9._~\-\x80-\xff"
-_NAME_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-"
-                        + bytes(range(0x80, 0x100)))
+_ASCII_NAME = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+# The bytes before a prefix that decide at once (the common cases, without a call): an
+# ASCII non-name byte starts a path; a name byte that cannot end an escape does not.
+_STOP = frozenset(range(0x80)) - _ASCII_NAME
+_PLAIN = _ASCII_NAME - _HEX - frozenset(b"nrtbf")
 _PROTECTED = re.compile(rb'"(?:thinking|signature|data)":"[^"\\]*(?:\\.[^"\\]*)*"')
 # What may follow a Windows prefix: more components, separated by an escaped backslash.
 _WIN_REST = rb'((?:\\\\[^\\"<>|*?:]+)*)'
@@ -59,6 +68,50 @@ def local_target(new: str) -> str:
 def config_rules(settings: Settings) -> list[Rule]:
     """The ``remap`` table of the configuration, as rules."""
     return [Rule(old, local_target(new), "config remap") for old, new in settings.remap.items()]
+
+
+def _continues_name(chunk: bytes, at: int) -> bool:
+    """Whether the character before ``chunk[at]`` (``at`` > 0) is part of a path name: an
+    ASCII letter, digit or ``._~-``, or a letter, digit or mark of any script (``café``,
+    ``中文``); not a JSON escape of a control character (``\\n``, ``\\t``: tool output) nor
+    a symbol or punctuation (``→`` of the Read tool's line numbers, ``│``, an emoji).
+    Bytes that are not UTF-8 count as a name, as they did."""
+    b = chunk[at - 1]
+    if b < 0x80:
+        if b not in _ASCII_NAME:
+            return False
+        if at >= 2 and chunk[at - 2] == 0x5C and b in b"nrtbf":
+            return False
+        if b in _HEX and at >= 6 and chunk[at - 6] == 0x5C and chunk[at - 5] == 0x75 \
+                and all(c in _HEX for c in chunk[at - 4 : at - 1]):
+            # A \\uXXXX escape (unless its backslash is itself escaped) is its character.
+            lead = at - 6
+            while lead > 0 and chunk[lead - 1] == 0x5C:
+                lead -= 1
+            if (at - 6 - lead) % 2 == 0:
+                return _name_char(chr(int(chunk[at - 4 : at], 16)))
+        return True
+    return _ends_in_name(chunk[max(0, at - 4) : at])
+
+
+@functools.lru_cache(maxsize=4096)
+def _ends_in_name(window: bytes) -> bool:
+    """Whether the character that ends ``window`` (its last 1-4 bytes) is a name's. Cached:
+    a transcript repeats the same few (``→`` before every line of a listing)."""
+    start = len(window) - 1  # back to the first byte of the UTF-8 sequence ending here
+    while start > 0 and 0x80 <= window[start] < 0xC0:
+        start -= 1
+    try:
+        ch = window[start:].decode()
+    except UnicodeDecodeError:
+        return True
+    return len(ch) != 1 or _name_char(ch)
+
+
+def _name_char(ch: str) -> bool:
+    if ch.isascii():
+        return ord(ch) in _ASCII_NAME
+    return unicodedata.category(ch)[0] in "LNM"
 
 
 class Remapper:
@@ -125,11 +178,10 @@ class Remapper:
             for i in range(0, len(parts) - 1, 3):
                 at += len(parts[i])
                 old, rest = parts[i + 1], parts[i + 2]
-                # A prefix starts a path: after a non-name byte, or right after a JSON
-                # escape such as \n or \t (tool output); never inside a longer name
-                # (/x/home/a, bob/by).
-                if not at or chunk[at - 1] not in _NAME_BYTES or (
-                        at >= 2 and chunk[at - 2] == 0x5C and chunk[at - 1] in b"nrtbf"):
+                # A prefix starts a path: after a character that is not a name's (see
+                # _continues_name); never inside a longer name (/x/home/a, bob/by).
+                before = chunk[at - 1] if at else 0x20
+                if before in _STOP or (before not in _PLAIN and not _continues_name(chunk, at)):
                     parts[i + 1] = self._pairs[old]
                     if old in self._to_posix:
                         parts[i + 2] = rest.replace(b"\\\\", b"/")

@@ -62,7 +62,16 @@ from syncd.restore.install import (
 )
 from syncd.restore.merge import Lineage, decide
 from syncd.restore.origin import Pass, origin_record, passes
-from syncd.restore.relocation import Moved, head_of, launch_dir, move, plan, preview, strays
+from syncd.restore.relocation import (
+    Moved,
+    head_of,
+    launch_dir,
+    move,
+    placed_by,
+    plan,
+    preview,
+    strays,
+)
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
 from syncd.restore.userconfig import config_diff, install_config, remapped, restored_mode
 from syncd.seen import Seen
@@ -270,8 +279,8 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
             if why.startswith(UNSAFE):  # no writer stores such a name: a damaged backup
                 report.errors.append(f"refusing unsafe path {path!r} from the store")
     for s in backup.sessions.values():
-        if s.path in files and s.project:
-            report.sessions[s.session_id] = remap.path(s.project)
+        if s.path in files and (cwd := placed_by(s)):
+            report.sessions[s.session_id] = remap.path(cwd)
     aside = _collisions(files, remap)
     # Files of sessions that exist here (subagents, tool results, todos, file history,
     # tasks) → that session's transcript: placed once the transcript was, and only when
@@ -526,14 +535,17 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
     taken: set[str] = set()
     for sid, olds in found.items():
         s = sessions[sid]
+        relocated = s.fields.get("relocated_cwd")
         launched = launch_dir(s.folder, s.project) if s.project else None
-        start = launched[0] if launched else None
+        # (A moved session's folder is its relocatedCwd's: its first cwd is its start.)
+        start = launched[0] if launched else s.project if relocated else None
         for old in olds:
             where = f"{opts.target}/projects/{old}/{sid}.jsonl"
             moved, why = Moved(), ""
             try:
                 m = plan(opts.target, sid, old, wanted[sid], remap.path(start) if start
-                         else None, head_of(staged[s.path]), taken)
+                         else None, head_of(staged[s.path]), taken,
+                         remap.path(relocated) if relocated else None)
                 if m.rule is None:
                     report.notes.append(f"session {sid} is also in projects/{old}: {m.why}")
                     continue
@@ -634,10 +646,11 @@ def build_remapper(backup: Backup, opts: RestoreOptions, step: Pass | None = Non
                     rules.append(Rule(path, local, f"worktree of branch {wt.get('branch')}"))
     if opts.worktrees == "fold":
         for s in backup.sessions.values():
-            cwd = s.project or ""
-            if WORKTREE_MARK in cwd.replace("\\", "/"):
-                main = cwd[: cwd.replace("\\", "/").index(WORKTREE_MARK)]
-                rules.append(Rule(cwd, pre.path(main), "worktree folded into its main checkout"))
+            for cwd in (s.project or "", s.fields.get("relocated_cwd") or ""):
+                if WORKTREE_MARK in cwd.replace("\\", "/"):
+                    main = cwd[: cwd.replace("\\", "/").index(WORKTREE_MARK)]
+                    rules.append(Rule(cwd, pre.path(main),
+                                      "worktree folded into its main checkout"))
     root = backup.info.get("claude_root")
     if opts.local_root and isinstance(root, str):
         rules.append(Rule(root, opts.local_root, "Claude tree"))
@@ -662,11 +675,21 @@ def _local_worktree(main: str, branch: str | None) -> str | None:
     return None
 
 
+def _launched(s: Session) -> tuple[str, str] | None:
+    """The directory ``s``'s folder is named by, and how (``relocation.launch_dir``): its
+    last relocatedCwd's, which Claude derives the folder from, else its start's."""
+    cwd = placed_by(s)
+    found = launch_dir(s.folder, cwd) if cwd else None
+    if found is None and s.fields.get("relocated_cwd"):
+        return s.fields["relocated_cwd"], "exact"
+    return found
+
+
 def _folders(backup: Backup, remap: Remapper) -> dict[str, str]:
     """Old project folder → new one, only where the rules move the start directory."""
     folders: dict[str, str] = {}
     for s in sorted(backup.sessions.values(), key=lambda s: s.path):
-        found = launch_dir(s.folder, s.project) if s.project else None
+        found = _launched(s)
         if found is not None and s.folder not in folders:
             start, how = found
             moved = remap.path(start)
