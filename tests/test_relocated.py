@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
-from syncd.format import catalog
 from syncd.repository import Repository
 from syncd.restore.relocation import last_relocated, relocated_cwd
 from syncd.restore.remap import Rule
@@ -159,8 +158,6 @@ def test_the_last_relocated_record_of_the_tail_is_the_one(tmp_path: Path,
     assert relocated_cwd(tmp_path / "missing.jsonl") is None
 
 
-@pytest.mark.skipif("relocated_cwd" not in catalog.LATEST,
-                    reason="the catalog does not name relocated_cwd")
 def test_follow_places_a_moved_session_by_its_relocated_cwd(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As restore does: the laptop maps desk's start by a ``[remap]`` rule, and the
