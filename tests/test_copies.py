@@ -348,7 +348,7 @@ def test_a_part_decodes_to_its_share_of_the_frame_only() -> None:
 
 def test_marks_find_the_cut_and_refuse_a_changed_head(tmp_path: Path) -> None:
     p = tmp_path / "t.jsonl"
-    p.write_bytes(rows(0, 100, size=200))
+    p.write_bytes(rows(0, 400, size=200))  # ~130 KB: more lines than are marked
     fd = os.open(p, os.O_RDONLY)
     try:
         blob = marks_of(fd, p.stat().st_size)
@@ -357,7 +357,7 @@ def test_marks_find_the_cut_and_refuse_a_changed_head(tmp_path: Path) -> None:
     assert blob is not None
     m = Marks.decode(blob)
     assert m is not None and len(m.ends) == MAX_LINES
-    at = cut_tail(p, 90, b"other\n")
+    at = cut_tail(p, 390, b"other\n")
     fd = os.open(p, os.O_RDONLY)
     try:
         assert cut_point(fd, p.stat().st_size, blob) == at
@@ -421,3 +421,17 @@ def test_a_rewrite_with_little_in_common_ships_whole(tmp_path: Path) -> None:
     s.flush()
     assert copies_of(store, 1) == []
     s.check_every_point(tmp_path / "out")
+
+
+def test_marks_that_cover_less_than_an_append_check_prove_no_cut(tmp_path: Path) -> None:
+    """Short lines: the marked lines span less than the 64 KiB an append check hashes, so
+    a change just before them would go unseen: no cut is taken (a patch proves it)."""
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b"".join(b'{"n":%d}\n' % i for i in range(20000)))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        blob = marks_of(fd, p.stat().st_size)
+        assert blob is not None
+        assert cut_point(fd, p.stat().st_size, blob) is None
+    finally:
+        os.close(fd)

@@ -8,8 +8,8 @@ the shipper tells such a cut (every byte before it is what was shipped) from a r
 without reading the store, and ships the cut as a copy of the bytes before it.
 
 The proof has the strength of the append check (``ship.check_hash``): the head and the
-lines near the cut are compared, the bytes between them are taken to be unchanged, as
-Claude only ever cuts near the end or rewrites the file whole.
+lines of the 64 KiB before the cut are compared, the bytes between them are taken to be
+unchanged, as Claude only ever cuts near the end or rewrites the file whole.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from dataclasses import dataclass
 
 # Cuts further back than this are rewrites to the CLI too (a new file, written whole).
 WINDOW = 128 << 10
-MAX_LINES = 64
+MAX_LINES = 256
 HEAD = 4 << 10
+# A cut is proven as an append is (ship.check_hash): the head and the COVER bytes
+# before it are compared, never less; with shorter lines than MAX_LINES fit there, no
+# cut is taken for one (the file is a patch, proven line by line).
+COVER = 64 << 10
 _DIGEST = 8
 _HEAD_DIGEST = 16
 _FIXED = struct.Struct("<QH")
@@ -100,4 +104,6 @@ def cut_point(fd: int, size: int, blob: bytes | None) -> int | None:
         if end > upto or _hash(local[start - m.base:end - m.base]) != digest:
             break
         best = start = end
+    if best is None or m.base > max(HEAD, best - COVER):
+        return None
     return best
