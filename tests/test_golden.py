@@ -40,7 +40,8 @@ PASSPHRASE = "golden fixture passphrase, not a secret 4b1d"
 CHEAP_SCRYPT_N = 1 << 12  # the encrypted store's key file: unlocking costs ~5 ms
 T0 = 1_767_258_000.0  # 2026-01-01T09:00:00Z: flush k of the story is at T0 + k * STEP
 STEP = 600.0
-STORES = {"v1-plain": False, "v2-encrypted": True, "v1-deltas": False}  # name → encrypted
+STORES = {"v1-plain": False, "v2-encrypted": True, "v1-deltas": False,
+          "v1-copies": False}  # name → encrypted
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,29 @@ DELTA_POINTS = (
     Point("own1", 1, T0 + 1.5 * STEP, "inside the older manifest's own points (flushes "
           "0-2): no manifest at or before it, its first two points"),
 )
+# v1-copies: manifest seq 2, the delta of segments 3-5 (flush 5 cut a transcript: a copy),
+# manifest seq 7 (own points 6-7; the cut generation's bytes partly parts of the delta's
+# frames), segments 8-10 (a cut, a rename over a file, a cut alone, a moved session).
+COPIES_POINTS = (
+    Point("newest", 10, None, "the newest manifest (seq 7) and segments 8-10: the session "
+          "moved to another project folder (copies of a cut generation and of a copy "
+          "alone), its old files not restored"),
+    Point("seg9", 9, T0 + 9.5 * STEP, "a subagent transcript cut with nothing after it (a "
+          "copy alone, of a generation the manifest locates)"),
+    Point("seg8", 8, T0 + 8.5 * STEP, "a transcript cut and written again (a copy, then new "
+          "bytes) and one renamed over by a file that continues it"),
+    Point("snap7", 7, T0 + 7.5 * STEP, "the newest manifest alone (parts of the delta's "
+          "frames)"),
+    Point("own6", 6, T0 + 6.5 * STEP, "inside the newest manifest's own points (flushes "
+          "6-7): the older manifest, the delta, then the first of those points"),
+    Point("delta5", 5, T0 + 5.5 * STEP, "the older manifest and the whole delta, whose "
+          "last point is the cut (the delta carries its copy)"),
+    Point("delta4", 4, T0 + 4.5 * STEP, "inside the delta, before the cut: the generation "
+          "the copy is of"),
+    Point("snap2", 2, T0 + 2.5 * STEP, "the older manifest (seq 2)"),
+)
 POINTS = {"v1-plain": MANIFEST_POINTS, "v2-encrypted": MANIFEST_POINTS,
-          "v1-deltas": DELTA_POINTS}  # store → the points in time the test restores
+          "v1-deltas": DELTA_POINTS, "v1-copies": COPIES_POINTS}  # store → points restored
 CASES = [pytest.param(s, p, id=f"{s}-{p.name}") for s in STORES for p in POINTS[s]]
 
 
@@ -168,7 +190,8 @@ def test_sessions_are_listed_with_their_titles(store: str, point: Point, copy: P
 # file): snapshot manifests, deltas, segments.
 OBJECTS = {"v1-plain": {"snap": 2, "delta": 0, "seg": 2},
            "v2-encrypted": {"snap": 2, "delta": 0, "seg": 2},
-           "v1-deltas": {"snap": 2, "delta": 1, "seg": 0}}
+           "v1-deltas": {"snap": 2, "delta": 1, "seg": 0},
+           "v1-copies": {"snap": 2, "delta": 1, "seg": 3}}
 # The points of each manifest (by seq) and delta (by key) as (lo, seqs); None: a manifest
 # written before manifests carried points.
 OWN_POINTS: dict[str, dict[int | str, tuple[int, list[int]] | None]] = {
@@ -176,6 +199,8 @@ OWN_POINTS: dict[str, dict[int | str, tuple[int, list[int]] | None]] = {
     "v2-encrypted": {2: None, 4: None},
     "v1-deltas": {2: (0, [0, 1, 2]), 6: (5, [5, 6]),
                   f"machines/{MACHINE}/delta/{3:016x}-{4:016x}": (3, [3, 4])},
+    "v1-copies": {2: (0, [0, 1, 2]), 7: (6, [6, 7]),
+                  f"machines/{MACHINE}/delta/{3:016x}-{5:016x}": (3, [3, 4, 5])},
 }
 
 
@@ -286,6 +311,45 @@ def test_objects_parse_with_todays_reader(store: str, copy: Path) -> None:
 
 def is_box(raw: bytes) -> bool:
     return raw.startswith(b"SYNCDBOX")
+
+
+# What a store written after copies came holds of them (tests/golden/README.md).
+COPY_KINDS = {"v1-copies": {"cut", "cut alone", "move", "delta", "parts"}}
+
+
+def copy_kinds(store: Store, crypto: Crypto | None = None) -> set[str]:
+    """The kinds of copy ``store`` holds: a segment with a cut (a copy of its own path,
+    then new bytes of the generation), one with a cut alone (a copy and no bytes of the
+    generation), one with a move (copies from two other paths that it tombstones, new
+    bytes after one), a delta that carries copies, a manifest with parts of frames."""
+    repo = Repository(store, MACHINE, crypto)
+    found = set()
+    for key, _ in repo.segments():
+        ix = read_index(store, key, crypto=crypto)
+        after = {(x.path, x.gen, x.start) for x in ix.extents}
+        gen_of = {(x.path, x.gen) for x in ix.extents}
+        for c in ix.copies:
+            if c.src == c.path and c.at == 0 and c.src_gen < c.gen:
+                found.add("cut" if (c.path, c.gen, c.stop) in after else
+                          "cut alone" if (c.path, c.gen) not in gen_of else "?")
+        gone = {(t.path, t.gen) for t in ix.tombstones}
+        moved = [c for c in ix.copies if c.src != c.path and (c.src, c.src_gen) in gone]
+        if len(moved) >= 2 and any((c.path, c.gen, c.stop) in after for c in moved):
+            found.add("move")
+    for _, _, key, _ in repo.deltas():
+        if repo.read_delta(key).index.copies:
+            found.add("delta")
+    for _, _, key in repo.snapshots():
+        groups = read_groups(store, read_manifest(store, key, crypto), None, crypto)
+        if any(x.frame for g in groups.values() for e in g.entries for _, x in e.extents):
+            found.add("parts")
+    return found
+
+
+@pytest.mark.parametrize("store", sorted(COPY_KINDS))
+def test_the_copies_are_in_the_store(store: str, copy: Path) -> None:
+    s, crypto = open_golden(copy, STORES[store])
+    assert copy_kinds(s, crypto) == COPY_KINDS[store]
 
 
 # -- the fixtures --------------------------------------------------------------------------------

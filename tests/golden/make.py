@@ -3,10 +3,10 @@ fixtures that every later reader must restore byte for byte (tests/test_golden.p
 
 docs/FORMAT.md promises that a newer reader reads every older store. These stores are
 the evidence: each is written once, by the code of its format version, and never
-rewritten afterwards. Run this script by hand, and only when a new format version is
-introduced: add the new version's store to ``STORES`` in tests/test_golden.py and build
-just that one (``--only NAME``). A store that exists is never replaced (``--force`` is for
-a build that went wrong before it was ever committed).
+rewritten afterwards. Run this script by hand, and only when a new format version (or
+a new kind of object or index entry) is introduced: add the new store to ``STORES`` in
+tests/test_golden.py and build just that one (``--only NAME``). A store that exists is
+never replaced (``--force`` is for a build that went wrong before it was ever committed).
 
     .venv/bin/python -m tests.golden.make [--only v1-plain] [--force]
 
@@ -23,6 +23,11 @@ What it writes, under tests/golden/:
   v2-encrypted wrote a manifest at every compaction; v1-deltas, written after deltas
   came, writes a manifest, then a delta of segments 3-4, then (after flush 6, with a
   chain of one delta allowed) a manifest of seq 6 that carries its own points.
+  v1-copies, written after copies came, plays ``step_copies``: the same flushes with a
+  cut of the subagent transcript in flush 5, and flushes 7-10 (a cut, a rename over a
+  file, a cut alone, a session moved to another project folder); a manifest, a delta of
+  segments 3-5 that carries the cut's copy, a manifest of seq 7 with parts of the delta's
+  frames, and segments 8-10.
 - ``expected/<store>/<point>.json``: for each point in time the test restores, every
   file of the restored tree (path, or ``path_b64`` for a name that is not UTF-8; sha256;
   size) and every session with its title. Worked out from the source tree as it was
@@ -72,6 +77,7 @@ from syncd.store import LocalStore, Store
 from tests.readers import read_index
 from tests.test_golden import (
     CHEAP_SCRYPT_N,
+    COPY_KINDS,
     GOLDEN,
     HOME,
     MACHINE,
@@ -82,6 +88,7 @@ from tests.test_golden import (
     STORES,
     T0,
     Point,
+    copy_kinds,
     open_golden,
     restored_files,
     session_titles,
@@ -203,6 +210,7 @@ class Tree:
     root: Path
     rng: random.Random = field(default_factory=lambda: random.Random("syncd golden tree"))
     torn: bytes = b""  # the end of a line written by the next flush
+    moved: set[bytes] = field(default_factory=set)  # files moved to another folder
 
     def __post_init__(self) -> None:
         self.a = Session(self.rng, APP, "main", T0 - 3000)
@@ -296,7 +304,71 @@ def step(t: Tree, k: int) -> None:
         t.history(d)
 
 
-FLUSHES = 7
+APP2 = f"{HOME}/code/loader"  # where session a is moved (Claude's /cd) in v1-copies
+
+
+def cut_tail(t: Tree, rel: str, lines: int, new: bytes = b"") -> None:
+    """Claude withdrawing streamed rows: the file cut before its last ``lines`` lines (at a
+    line end) and ``new`` written in their place, in place (same inode)."""
+    path = os.path.join(os.fsencode(t.root), os.fsencode(rel))
+    with open(path, "rb") as f:
+        data = f.read()
+    at = len(data) - sum(len(line) for line in data.splitlines(keepends=True)[-lines:])
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(new)
+        f.truncate(at + len(new))
+
+
+def move_session(t: Tree, s: Session, cwd: str) -> None:
+    """Claude's ``/cd``: the transcript and the session's folder (subagents, tool results)
+    go to the new cwd's project folder, and a relocated record is appended."""
+    root = os.fsencode(t.root)
+    old, old_dir = s.path, s.path[: -len(".jsonl")]
+    s.cwd, s.path = cwd, f"{folder(cwd)}/{s.id}.jsonl"
+    new_dir = s.path[: -len(".jsonl")]
+    t.moved |= {old.encode()} | {rel for rel in tree_files(t.root)
+                                 if rel.startswith(f"{old_dir}/".encode())}
+    os.makedirs(os.path.join(root, os.fsencode(folder(cwd))))
+    os.rename(os.path.join(root, os.fsencode(old)), os.path.join(root, os.fsencode(s.path)))
+    os.rename(os.path.join(root, os.fsencode(old_dir)), os.path.join(root, os.fsencode(new_dir)))
+    t.agent = new_dir + t.agent[len(old_dir):]
+    t.result = new_dir + t.result[len(old_dir):]
+    t.write(s.path, s.special("relocated", relocatedCwd=cwd))
+
+
+def step_copies(t: Tree, k: int) -> None:
+    """v1-copies: ``step``'s story with cuts, a rename over a file and a move, which the
+    shipper writes as copies (docs/FORMAT.md, "Copies"), and four flushes more. The first
+    cut is of the subagent transcript (small: a manifest that rewrites the packs its copy
+    reads stores those bytes again), the second of a transcript the manifest holds."""
+    a, b, d = t.a, t.b, t.d
+    if k == 5:  # a cut (a withdrawn row written again in place): a copy, then new bytes
+        cut_tail(t, t.agent, 1, t.agent_lines(1))
+        step(t, k)
+    elif k < 7:
+        step(t, k)
+    elif k == 7:
+        t.write(b.path, b.turns(3))
+        t.history(b)
+    elif k == 8:  # a cut with new bytes; a file renamed over the one it continues
+        cut_tail(t, a.path, 2, a.turns(3))
+        tmp = f"{d.path}.compact.tmp.5e1f"
+        with open(os.path.join(os.fsencode(t.root), os.fsencode(d.path)), "rb") as f:
+            t.write(tmp, f.read() + d.turns(2), "wb")
+        os.rename(os.path.join(os.fsencode(t.root), os.fsencode(tmp)),
+                  os.path.join(os.fsencode(t.root), os.fsencode(d.path)))
+        t.history(a, d)
+    elif k == 9:  # a cut with nothing after it: a copy alone
+        cut_tail(t, t.agent, 2)
+        t.write(b.path, b.turns(2))
+        t.history(b)
+    elif k == 10:  # the session moved to another project folder
+        move_session(t, a, APP2)
+
+
+STEPS: dict[str, Callable[[Tree, int], None]] = {"v1-copies": step_copies}
+FLUSHES = {"v1-copies": 11}  # how many flushes a story has (7 when not named)
 
 
 @dataclass(frozen=True)
@@ -319,6 +391,12 @@ STORIES = {
     "v1-deltas": (Compaction(2, CompactOptions(), "snapshot"),
                   Compaction(4, CompactOptions(), "delta"),
                   Compaction(6, CompactOptions(max_chain=1), "snapshot")),
+    # Written after copies came: a manifest of seq 2, a delta of segments 3-5 (with the
+    # cut of flush 5), a manifest of seq 7 on it (the cut generation's bytes partly parts
+    # of the delta's frames), then segments 8-10 (cuts, a rename over a file, a move).
+    "v1-copies": (Compaction(2, CompactOptions(), "snapshot"),
+                  Compaction(5, CompactOptions(), "delta"),
+                  Compaction(7, CompactOptions(max_chain=1), "snapshot")),
 }
 
 
@@ -347,6 +425,9 @@ def tree_files(root: Path) -> dict[bytes, bytes]:
 class Built:
     states: list[dict[bytes, bytes]]             # the source tree after each flush
     sessions: list[dict[str, dict[str, Any]]]    # per flush: what `sessions` should list
+    # Per flush: the files moved to another project folder by then (a restore does not
+    # bring them back beside the session, in its old folder).
+    moved: list[set[bytes]] = field(default_factory=list)
 
 
 def build(work: Path, name: str) -> tuple[Path, Built]:
@@ -368,14 +449,16 @@ def build(work: Path, name: str) -> tuple[Path, Built]:
     t = Tree(src)
     built = Built([], [])
     titles: dict[str, str] = {}
-    for k in range(FLUSHES):
+    # A session's project is the first cwd its lines name (a move keeps it).
+    projects = {x.id: x.cwd for x in (t.a, t.b, t.c, t.d)}
+    for k in range(FLUSHES.get(name, 7)):
         clock.t = T0 + k * STEP
-        step(t, k)
+        STEPS.get(name, step)(t, k)
         flush(sh, src, k)
         state = tree_files(src)
         built.states.append(state)
+        built.moved.append(set(t.moved))
         titles.update(_titles(t, k))
-        projects = {x.id: x.cwd for x in (t.a, t.b, t.c, t.d)}
         built.sessions.append({
             sid: {"title": title, "project": projects[sid],
                   "deleted": next(x.path for x in (t.a, t.b, t.c, t.d) if x.id == sid).encode()
@@ -393,6 +476,8 @@ def build(work: Path, name: str) -> tuple[Path, Built]:
                 raise SystemExit(f"no dictionary: {note}")
     sh.state.close()
     check_store(store, crypto, OBJECTS[name])
+    if copy_kinds(store, crypto) != COPY_KINDS.get(name, set()):
+        raise SystemExit(f"copies: {copy_kinds(store, crypto)}, wanted {COPY_KINDS.get(name)}")
     return store_dir, built
 
 
@@ -443,10 +528,13 @@ def check_store(store: Store, crypto: Crypto | None, objects: dict[str, int]) ->
 
 def expected(built: Built, point: Point) -> dict[bytes, bytes]:
     """The tree a restore as of ``point`` gives back: every file the flushes up to it
-    shipped, in its last shipped form (a restore brings deleted files back)."""
+    shipped, in its last shipped form (a restore brings deleted files back, but not those
+    moved to another project folder)."""
     out: dict[bytes, bytes] = {}
     for state in built.states[: point.flush + 1]:
         out.update(state)
+    for path in built.moved[point.flush] - set(built.states[point.flush]):
+        del out[path]
     return out
 
 
