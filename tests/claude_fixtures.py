@@ -21,7 +21,7 @@ from typing import Any
 
 from tests.standin import Block, Responder, StandIn
 
-CLAUDE_VERSION = "2.1.197"
+CLAUDE_VERSION = "2.1.332"
 CLAUDE_PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_VERSION}"
 CLAUDE_TIMEOUT = 120.0
 SYNCD_TIMEOUT = 300.0
