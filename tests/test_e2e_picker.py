@@ -102,10 +102,13 @@ def conversation(request: dict[str, Any]) -> list[tuple[str, str]]:
             if m.get("role") in ("user", "assistant")]
 
 
-def resume_from_picker(claude: Claude, home: Path, project: Path, typed: Typed) -> Picker:
+def resume_from_picker(claude: Claude, home: Path, project: Path, typed: Typed,
+                       a_home: Path) -> Picker:
     """B's CLI in ``project``: ``/resume`` lists the session under A's title; Enter
     resumes it and the next prompt sends the whole conversation; B's turn lands in the
-    restored transcript, with B's cwd. Returns what the picker showed."""
+    restored transcript, with B's cwd, and no path of A's home is left in it (the
+    system prompt 2.1.332 records names the memory folder under projects/). Returns what
+    the picker showed."""
     skip_first_run(home, project)
     mine = home / ".claude" / "projects" / project_folder(str(project)) / f"{typed.sid}.jsonl"
     with Interactive(claude.binary, home, project) as cli:
@@ -131,6 +134,8 @@ def resume_from_picker(claude: Claude, home: Path, project: Path, typed: Typed) 
     assert listed == [mine.name], listed
     cwds = {d["cwd"] for d in json_lines(mine) if isinstance(d, dict) and "cwd" in d}
     assert cwds == {str(project)}, f"cwds in B's transcript: {cwds}"
+    at = after.find(str(a_home).encode())
+    assert at < 0, f"B's transcript names A's home: {after[max(0, at - 200):at + 200]!r}"
     return picker
 
 
@@ -146,7 +151,7 @@ def test_a_restored_session_is_in_the_picker_and_resumes(claude: Claude,
     r = syncd(syncd_env(b, store, "laptop"), "restore", "--machine", "desk",
               f"--map={typed.project}={there}")
     assert r.returncode == 0, show(r)
-    resume_from_picker(claude, b, there, typed)
+    resume_from_picker(claude, b, there, typed, a)
 
 
 def test_a_followed_session_is_in_the_picker_and_resumes(
@@ -166,7 +171,7 @@ def test_a_followed_session_is_in_the_picker_and_resumes(
             return mine.is_file() and len(json_lines(mine)) == len(theirs.splitlines())
         wait_for(arrived, DEADLINE, f"b to import a's session into {mine.parent.name}",
                  explain=pair.explain)
-        resume_from_picker(claude, b.home, there, typed)
+        resume_from_picker(claude, b.home, there, typed, a.home)
         pair.finish()
     finally:
         pair.stop()
