@@ -1,4 +1,5 @@
-"""Helpers for end-to-end tests with the real Claude Code CLI (tests/test_e2e_claude.py).
+"""Helpers for end-to-end tests with the real Claude Code CLI (tests/test_e2e_claude.py,
+tests/test_follow_e2e.py, tests/test_e2e_picker.py).
 
 The CLI is installed once with npm into a cache directory and run against the loopback
 stand-in for the Messages API (tests/standin.py), with an isolated HOME per machine.
@@ -19,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import wait_for
 from tests.standin import Block, Responder, StandIn
+from tests.terminal import Terminal
 
-CLAUDE_VERSION = "2.1.197"
+CLAUDE_VERSION = "2.1.332"
 CLAUDE_PACKAGE = f"@anthropic-ai/claude-code@{CLAUDE_VERSION}"
 CLAUDE_TIMEOUT = 120.0
 SYNCD_TIMEOUT = 300.0
@@ -335,3 +338,155 @@ def copy_tree(src: Path, dst: Path) -> None:
     if dst.exists():
         shutil.rmtree(dst)
     shutil.copytree(src, dst, symlinks=True)
+
+
+# -- the CLI in a terminal -------------------------------------------------------------
+
+# The interactive CLI asks once whether to use a key from ANTHROPIC_API_KEY; the answer is
+# kept in ~/.claude.json by the key's last 20 characters.
+API_KEY = "sk-ant-api03-loopback-stand-in-key-0123456789"
+
+
+def skip_first_run(home: Path, *projects: Path) -> None:
+    """Write ``home/.claude.json`` as the CLI leaves it after its first-run screens:
+    onboarding (the theme) done, the stand-in's key approved, each project trusted."""
+    path = home / ".claude.json"
+    doc: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    doc |= {"hasCompletedOnboarding": True, "theme": "dark",
+            "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []}}
+    trusted = doc.setdefault("projects", {})
+    for p in projects:
+        trusted.setdefault(str(p), {})["hasTrustDialogAccepted"] = True
+    home.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+
+
+def answer_to(prompt: str) -> str:
+    return f"answer to {prompt}"
+
+
+PROMPT_LINE = "\u276f "  # the mark of the CLI's input line and the picker's selected row
+NO_SESSIONS = "No sessions in this project yet"  # what the picker shows for none
+
+
+@dataclass
+class Picker:
+    """The ``/resume`` picker as the screen shows it: under the search box a line naming
+    the project, then per session a title row (PROMPT_LINE marks the selected one) and a line
+    like ``2 seconds ago · HEAD · 159.6KB`` (or "No sessions in this project yet"); a help
+    line ("Ctrl+A to show all projects · …") ends it."""
+
+    screen: str
+    rows: list[str]          # the picker's lines between the search box and the help line
+    titles: list[str]
+    selected: str | None
+
+    @staticmethod
+    def read(screen: str) -> Picker | None:
+        lines = screen.splitlines()
+        top = next((i for i, ln in enumerate(lines) if ln.strip() == "Resume session"), None)
+        if top is None:
+            return None
+        box = next((i for i in range(top, len(lines)) if lines[i].strip().startswith("╰")),
+                   None)
+        end = next((i for i in range(top, len(lines)) if "Ctrl+A to show all" in lines[i]),
+                   None)
+        if box is None or end is None:
+            return None
+        rows = [ln.strip() for ln in lines[box + 1:end] if ln.strip()]
+        titles, selected = [], None
+        for row, after in zip(rows, [*rows[1:], ""], strict=True):
+            if " · " not in after:
+                continue
+            title = row.removeprefix(PROMPT_LINE)
+            titles.append(title)
+            if row.startswith(PROMPT_LINE):
+                selected = title
+        return Picker(screen, rows, titles, selected)
+
+
+class Interactive:
+    """``claude ARGS`` as a person runs it: in a terminal (tests/terminal.py), in ``cwd``
+    under ``HOME=home``, against its own stand-in. Typed prompts are answered with
+    ``answer to <prompt>``."""
+
+    def __init__(self, binary: Path, home: Path, cwd: Path, *args: str) -> None:
+        self.binary, self.home, self.cwd, self.args = binary, home, cwd, args
+        self.prompts: list[str] = []
+        self.standin = StandIn(respond=self._answer)
+        self.term: Terminal | None = None
+
+    def _answer(self, body: dict[str, Any]) -> list[Block]:
+        text = last_user_text(body)
+        prompt = next((p for p in reversed(self.prompts) if p in text), None)
+        return [{"type": "text", "text": "ok" if prompt is None else answer_to(prompt)}]
+
+    def __enter__(self) -> Interactive:
+        self.standin.__enter__()
+        env = Claude(self.binary).env(self.home, self.standin.url)
+        env |= {"ANTHROPIC_API_KEY": API_KEY, "TERM": "xterm-256color"}
+        try:
+            self.term = Terminal([str(self.binary), *self.args], self.cwd, env)
+            self.term.wait_screen(f"Claude Code v{CLAUDE_VERSION}", "the CLI to start",
+                                  timeout=CLAUDE_TIMEOUT)
+            self._wait_line(PROMPT_LINE.strip(), "the CLI's empty input line")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.term is not None:
+            self.term.close()
+        self.standin.__exit__()
+
+    @property
+    def terminal(self) -> Terminal:
+        assert self.term is not None
+        return self.term
+
+    def _wait_line(self, line: str, what: str) -> str:
+        def shown() -> str:
+            s = self.terminal.screen()
+            return s if any(ln.strip() == line for ln in s.splitlines()) else ""
+        found: str = wait_for(shown, CLAUDE_TIMEOUT, what, interval=0.2,
+                              explain=self.terminal.explain)
+        return found
+
+    def submit(self, text: str) -> None:
+        """Type ``text`` into the input line, see it there, and press Enter."""
+        self.terminal.type(text)
+        self._wait_line(PROMPT_LINE + text, f"{text!r} in the input line")
+        self.terminal.key("Enter")
+
+    def ask(self, prompt: str) -> dict[str, Any]:
+        """Submit ``prompt``; the request that carried it, once its answer is on screen."""
+        seen = len(self.standin.requests)
+        self.prompts.append(prompt)
+        self.submit(prompt)
+
+        def sent() -> dict[str, Any] | None:
+            return next((r for r in self.standin.requests[seen:]
+                         if prompt in last_user_text(r)), None)
+        request: dict[str, Any] = wait_for(sent, CLAUDE_TIMEOUT, f"the stand-in to get {prompt!r}",
+                                           interval=0.2, explain=self.terminal.explain)
+        self.terminal.wait_screen(answer_to(prompt), f"the answer to {prompt!r}",
+                                  timeout=CLAUDE_TIMEOUT)
+        return request
+
+    def picker(self) -> Picker:
+        """``/resume``: the session picker once it has listed the sessions."""
+        self.submit("/resume")
+
+        def listed() -> Picker | None:
+            p = Picker.read(self.terminal.screen())
+            done = p is not None and (p.selected is not None or NO_SESSIONS in p.rows)
+            return p if done else None
+        found: Picker = wait_for(listed, CLAUDE_TIMEOUT, "the /resume picker to list sessions",
+                                 interval=0.2, explain=self.terminal.explain)
+        return found
+
+    def exit(self) -> None:
+        """``/exit``, and wait for the CLI to end (it has written its transcript then)."""
+        self.submit("/exit")
+        self.terminal.wait_exit("the CLI to exit after /exit", timeout=CLAUDE_TIMEOUT)

@@ -54,7 +54,8 @@ from tests.conftest import SAMPLES
 pytestmark = pytest.mark.timeout(1200)
 
 PROMPT = "ok"
-WIN_PATH = "C:\\Users\\bob\\proj"
+WIN_HOME = "C:\\Users\\bob"
+WIN_PATH = WIN_HOME + "\\proj"
 WIN_FOLDER = "C--Users-bob-proj"
 LONG_TAIL = "a-very-long-directory-name/" * 9 + "project"
 
@@ -80,6 +81,7 @@ class Case:
     baseline: Run            # `claude -p --resume SID ok` from src on the desk, before backup
     source: Path             # the backed-up transcript (as it is in the desk's tree)
     prompt: str | None = None
+    model: list[str] = field(default_factory=list)  # `--model M` for every run of the case
     subagents: list[str] = field(default_factory=list)
     tool_results: list[str] = field(default_factory=list)
 
@@ -119,6 +121,19 @@ def _place_sample(a: Path, rel: str) -> tuple[str, str, Path]:
                 out.write_bytes(p.read_bytes().replace(old, new))
     Path(cwd).mkdir(parents=True, exist_ok=True)
     return sid, cwd, folder / src.name
+
+
+def _model_args(transcript: Path) -> list[str]:
+    """``--model M`` for the model of the last main-chain assistant entry with a thinking
+    block: 2.1.332 sends earlier thinking blocks only to the model that wrote them, so the
+    thinking checks need the session's own model (the samples were written by older ones)."""
+    model = None
+    for doc in json_lines(transcript):
+        if isinstance(doc, dict) and doc.get("type") == "assistant" and \
+                not doc.get("isSidechain") and _thinking_of(doc):
+            m = doc["message"].get("model")
+            model = m if isinstance(m, str) else model
+    return ["--model", model] if model else []
 
 
 def _side_files(transcript: Path, kind: str) -> list[str]:
@@ -173,16 +188,20 @@ def world(claude: Claude, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     snapshot = tmp / "desk-claude-before-baselines"
     copy_tree(a / ".claude", snapshot)
     baselines: dict[str, Run] = {}
-    for name, (sid, cwd, _path, _prompt) in recorded.items():
-        run = claude.run(a, Path(cwd), "--resume", sid, PROMPT)
+    for name, (sid, cwd, path, _prompt) in recorded.items():
+        run = claude.run(a, Path(cwd), *_model_args(path), "--resume", sid, PROMPT)
         assert run.returncode == 0 and run.requests, f"baseline of {name}: {run.describe()}"
         baselines[name] = run
     copy_tree(snapshot, a / ".claude")
 
     # The Windows-origin session: its cwd becomes C:\Users\bob\proj (JSON-escaped).
+    # 2.1.332 also keeps the system prompt, which names the session's memory folder
+    # under the CLI's home: on Windows that is C:\Users\bob\.claude\projects\<folder>.
     sid, cwd, path, prompt = recorded["windows"]
-    data = path.read_bytes().replace(json.dumps(cwd)[1:-1].encode(),
-                                     json.dumps(WIN_PATH)[1:-1].encode())
+    data = path.read_bytes()
+    for old, new in ((str(path.parent), WIN_HOME + "\\.claude\\projects\\" + WIN_FOLDER),
+                     (cwd, WIN_PATH)):
+        data = data.replace(json.dumps(old)[1:-1].encode(), json.dumps(new)[1:-1].encode())
     assert str(a).encode() not in data, "the windows transcript still names the desk's home"
     assert project_folder(WIN_PATH) == WIN_FOLDER
     shutil.rmtree(path.parent)
@@ -220,7 +239,8 @@ def world(claude: Claude, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     cases = {}
     for name, (sid, cwd, path, prompt) in recorded.items():
         cases[name] = Case(name, sid, cwd, dst_of(cwd), baselines[name], path, prompt,
-                           _side_files(path, "subagents"), _side_files(path, "tool-results"))
+                           _model_args(path), _side_files(path, "subagents"),
+                           _side_files(path, "tool-results"))
     git_repo_with_worktree(b / "checkouts" / "repo", "feat")
     for case in cases.values():
         case.dst.mkdir(parents=True, exist_ok=True)
@@ -237,6 +257,25 @@ def _case(world: World, name: str) -> Case:
     return world.cases[name]
 
 
+ENV_UPDATE = "# Environment update"
+
+
+def _without_env_update(run: Run) -> Run:
+    """``run`` without the system message 2.1.332 appends last when the environment
+    changed since the transcript was written (a worktree session continued from the main
+    checkout: "The primary working directory is no longer a git worktree"), which it must
+    carry."""
+    last = run.requests[-1]["messages"] if run.requests else []
+    tail = last[-1] if last else {}
+    content = tail.get("content")
+    text = content if isinstance(content, str) else "".join(
+        b.get("text", "") for b in content or [] if isinstance(b, dict))
+    assert tail.get("role") == "system" and text.startswith(ENV_UPDATE), (
+        f"the last message is not an environment update: {json.dumps(tail)[:300]}")
+    requests = [*run.requests[:-1], {**run.requests[-1], "messages": last[:-1]}]
+    return Run(run.args, run.cwd, run.returncode, run.stdout, run.stderr, requests)
+
+
 def _assert_same_conversation(case: Case, run: Run) -> None:
     base = case.baseline
     assert run.returncode == 0 and run.requests, (
@@ -248,6 +287,7 @@ def _assert_same_conversation(case: Case, run: Run) -> None:
     assert [m["role"] for m in run.requests[-1]["messages"]] == [
         m["role"] for m in base.requests[-1]["messages"]]
     assert PROMPT in last_user_text(run.requests[-1])
+    assert ENV_UPDATE not in json.dumps(run.requests[-1]["messages"][-1])
     got, want = thinking_blocks(run.requests), thinking_blocks(base.requests)
     if case.source.read_bytes().count(b'"type":"thinking"'):
         assert want, f"{case.name}: the baseline request carries no thinking block"
@@ -313,7 +353,8 @@ def _continue(claude: Claude, world: World, case: Case) -> Run:
     """`claude -p --continue ok` from the new path, once per case (the tree is put back)."""
     if case.name not in world.continued:
         with pristine(world.laptop_file(case).parent):
-            world.continued[case.name] = claude.run(world.b, case.dst, "--continue", PROMPT)
+            world.continued[case.name] = claude.run(world.b, case.dst, *case.model,
+                                                    "--continue", PROMPT)
     return world.continued[case.name]
 
 
@@ -351,7 +392,7 @@ def test_continue_sends_no_desk_paths(claude: Claude, world: World, name: str) -
 def test_resume_finds_the_restored_session(claude: Claude, world: World, name: str) -> None:
     case = _case(world, name)
     with pristine(world.laptop_file(case).parent):
-        run = claude.run(world.b, case.dst, "--resume", case.sid, PROMPT)
+        run = claude.run(world.b, case.dst, *case.model, "--resume", case.sid, PROMPT)
     _assert_same_conversation(case, run)
 
 
@@ -373,10 +414,10 @@ def test_worktree_folded_into_the_main_checkout(claude: Claude, world: World) ->
     assert cwds == {str(repo)}, f"folded session keeps cwds {cwds}"
     with pristine(folder):
         cont = claude.run(c, repo, "--continue", PROMPT)
-    _assert_same_conversation(case, cont)
+    _assert_same_conversation(case, _without_env_update(cont))
     with pristine(folder):
         res = claude.run(c, repo, "--resume", case.sid, PROMPT)
-    _assert_same_conversation(case, res)
+    _assert_same_conversation(case, _without_env_update(res))
 
 
 def test_resume_command_prints_a_working_line(claude: Claude, world: World) -> None:

@@ -333,8 +333,13 @@ def _uuids(data: bytes | None) -> list[str]:
 
 def _moved(data: bytes, src: Machine, dst: Machine) -> bytes:
     """Lines written by these tests (plain ASCII paths, no thinking) as they must read on
-    ``dst``: ``src``'s home replaced by ``dst``'s."""
-    return data.replace(str(src.home).encode(), str(dst.home).encode())
+    ``dst``: ``src``'s home replaced by ``dst``'s, and in paths into ``src``'s projects/
+    (a persisted tool output, the memory folder 2.1.332 names in the system prompt it
+    records) the folder of a project under that home by the folder ``dst`` has for it."""
+    def folders(m: Machine) -> bytes:
+        return f"{m.home}/.claude/projects/{project_folder(str(m.home))}".encode()
+    return data.replace(folders(src), folders(dst)).replace(str(src.home).encode(),
+                                                            str(dst.home).encode())
 
 
 def session_files(folder: Path, sid: str) -> dict[str, bytes]:
