@@ -19,6 +19,7 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table
 from syncd.cli.util import (
+    chosen_source,
     echo_json,
     echo_json_rows,
     repository_of,
@@ -26,9 +27,10 @@ from syncd.cli.util import (
     session_ids,
     session_prefix,
     settings_of,
+    source_option,
     time_option,
 )
-from syncd.config import Settings, format_time
+from syncd.config import DEFAULT_SOURCE, SOURCE_JOIN, Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
 from syncd.follow.quiet import Quiet, as_imported
 from syncd.format.catalog import MetaScanner, Session
@@ -97,6 +99,7 @@ def machines(ctx: click.Context, as_json: bool) -> None:
 @click.option("--machine", default=None, help="Only this machine's sessions.")
 @click.option("--project", default=None, help="Only sessions of this project path (or below).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool) -> None:
@@ -127,6 +130,7 @@ POINT_COLUMNS = (
 @click.command()
 @click.option("--machine", default=None, help="Another machine's points (default: this one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def snapshots(ctx: click.Context, machine: str | None, as_json: bool) -> None:
     """The points in time a restore can reach, newest first: every flush within the
@@ -356,6 +360,7 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
                    "trust.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
                 projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
@@ -393,6 +398,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 @click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
               help="map: a worktree session goes to the equivalent worktree; fold: into "
                    "the main checkout's folder.")
+@source_option
 @click.pass_context
 def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
            worktrees: str) -> None:
@@ -408,13 +414,17 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
         for line in problems:  # a machine that cannot be read may hold the session too
             click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
     sid = copies[0].session_id
+    if chosen_source(ctx) is None:
+        # With several trees, a session of one of this machine's trees (or of another
+        # machine's tree of that name) goes back into that tree.
+        settings = settings.for_source(tree_of(settings, where))
     # Asked to go somewhere (--map): restored there, even when follow keeps it here.
     here_cwd = None if maps else _followed_copy(settings, where, copies)
     if here_cwd is not None:
         # Follow keeps it here, as current as that machine's head: nothing to fetch.
         click.echo(f"syncd: {sid} is here already, imported from {where} by follow",
                    err=True)
-        click.echo(resume_line(here_cwd, sid, settings.source))
+        click.echo(resume_line(here_cwd, sid, settings.source, _config_dir(settings)))
         return
     opts = _options(settings, target=None, sessions=(sid,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
@@ -429,11 +439,29 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     cwd = report.sessions.get(sid)
     if cwd is None:
         raise RestoreError(f"session {sid} has no recorded project path")
-    line = resume_line(cwd, sid, settings.source)
+    line = resume_line(cwd, sid, settings.source, _config_dir(settings))
     if not Path(cwd).is_dir():
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)
     click.echo(line)
+
+
+def tree_of(settings: Settings, machine: str) -> str:
+    """The tree a machine's sessions belong in: the one of that machine id, else the one
+    whose name ends it (``<id>--<name>``), else the default."""
+    trees = settings.trees()
+    for t in trees:
+        if t.machine_id == machine:
+            return t.name
+    for t in trees[1:]:
+        if machine.endswith(SOURCE_JOIN + t.name):
+            return t.name
+    return DEFAULT_SOURCE
+
+
+def _config_dir(settings: Settings) -> Path | None:
+    """The CLAUDE_CONFIG_DIR Claude must be given to see a tree other than the default."""
+    return None if settings.tree == DEFAULT_SOURCE else settings.source
 
 
 COMMANDS = (machines, sessions, snapshots, restore_cmd, resume)

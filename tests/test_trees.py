@@ -1,0 +1,263 @@
+"""Several Claude trees on one machine (``sources``): each backed up under its own machine
+id, restored and followed into its own tree; a symlinked root is followed, a symlink in
+it is not; bad configuration is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from syncd.backup.state import State
+from syncd.config import Settings, load_settings
+from syncd.errors import SyncError
+from syncd.follow.follower import Follower
+from syncd.repository import Repository
+from syncd.restore.restorer import restore_tree
+from syncd.service.trees import Trees
+from syncd.store import open_store
+from syncd.store.memory import MemoryStore
+from tests.helpers import shipped, tree_bytes, wait_for, write
+from tests.seaweed import Seaweed
+
+SID_A = "0b5f6b3e-1111-4c1e-9d59-5a0a1d6e2f01"
+SID_B = "0b5f6b3e-2222-4c1e-9d59-5a0a1d6e2f02"
+LINE = b'{"type":"user","message":{"role":"user","content":"hi"}}\n'
+
+
+def _config(tmp_path: Path, store: str, sources: str, extra: str = "") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f'machine_id = "m1"\nsource = "{tmp_path / "home"}"\nstore = "{store}"\n'
+                    f'state_dir = "{tmp_path / "state"}"\nflush_quiet = 0.2\n'
+                    f"flush_max_delay = 1.0\n{extra}{sources}")
+    return path
+
+
+def _source(name: str, root: Path) -> str:
+    return f'[[sources]]\nname = "{name}"\nroot = "{root}"\n'
+
+
+def _syncd(config: Path, *args: str, extra_env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
+    env.update({"SYNCD_CONFIG": str(config), **(extra_env or {})})
+    return subprocess.run([sys.executable, "-m", "syncd", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _two_trees(tmp_path: Path) -> tuple[Path, Path]:
+    """A default tree and a work tree, each with files of its own."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    write(home, f"projects/-home-a/{SID_A}.jsonl", LINE)
+    write(home, "history.jsonl", b'{"display":"home"}\n')
+    write(work, f"projects/-home-b/{SID_B}.jsonl", LINE * 3)
+    write(work, "history.jsonl", b'{"display":"work"}\n')
+    return home, work
+
+
+def test_sync_backs_up_two_trees_apart_and_restores_each_into_its_own(
+        tmp_path: Path, seaweed: Seaweed, bucket: str) -> None:
+    home, work = _two_trees(tmp_path)
+    config = _config(tmp_path, f"s3://{bucket}/b", _source("work", work),
+                     f's3_endpoint_url = "{seaweed.endpoint}"\n')
+    r = _syncd(config, "sync")
+    assert r.returncode == 0, r.stderr
+    assert "synced default: 2 files" in r.stdout and "synced work: 2 files" in r.stdout
+    keys = sorted(o["Key"] for o in seaweed.client().list_objects_v2(
+        Bucket=bucket)["Contents"])
+    assert keys == ["b/machines/m1--work/head", "b/machines/m1--work/machine.json",
+                    "b/machines/m1--work/seg/0000000000000000", "b/machines/m1/head",
+                    "b/machines/m1/machine.json", "b/machines/m1/seg/0000000000000000"]
+
+    r = _syncd(config, "restore", "--source", "work", "--to", str(tmp_path / "out-work"))
+    assert r.returncode == 0, r.stderr
+    assert tree_bytes(tmp_path / "out-work") == tree_bytes(work)
+    r = _syncd(config, "restore", "--to", str(tmp_path / "out-home"))
+    assert r.returncode == 0, r.stderr
+    assert tree_bytes(tmp_path / "out-home") == tree_bytes(home)
+    # Into its own tree when no --to is given: the work tree lost, the default one not.
+    before = tree_bytes(home)
+    os.unlink(work / "history.jsonl")
+    r = _syncd(config, "restore", "--source", "work")
+    assert r.returncode == 0, r.stderr
+    assert (work / "history.jsonl").read_bytes() == b'{"display":"work"}\n'
+    assert tree_bytes(home) == before
+
+    s = json.loads(_syncd(config, "status", "--json").stdout)
+    assert (s["tree"], s["machine_id"], s["files_tracked"]) == ("default", "m1", 2)
+    [w] = s["sources"]
+    assert (w["tree"], w["machine_id"], w["source"], w["files_tracked"]) == (
+        "work", "m1--work", str(work), 2)
+    text = _syncd(config, "status").stdout
+    assert "tree:         work\nmachine:      m1--work" in text
+    one = json.loads(_syncd(config, "status", "--json", "--source", "work").stdout)
+    assert one["machine_id"] == "m1--work" and "sources" not in one
+
+
+def _settings(tmp_path: Path, sources: list[dict[str, object]],
+              **kw: object) -> Settings:
+    base: dict[str, object] = dict(
+        source=tmp_path / "home", store=(tmp_path / "store").as_uri(),
+        state_dir=tmp_path / "state", machine_id="m1", flush_quiet=0.2,
+        flush_max_delay=1.0, sources=sources)
+    base.update(kw)
+    return load_settings(config_file=tmp_path / "none.toml", **base)
+
+
+@contextmanager
+def _running(settings: Settings) -> Iterator[Trees]:
+    trees = Trees(settings)
+    trees.start()
+    try:
+        yield trees
+    finally:
+        trees.request_stop()
+        assert trees.wait(30), "a tree did not stop"
+
+
+def _restored(s: Settings, target: Path) -> dict[bytes, bytes]:
+    store = open_store(s.store)
+    restore_tree(Repository(store, s.machine_id), target)
+    return tree_bytes(target)
+
+
+def test_daemon_backs_up_each_tree_and_one_failing_stops_no_other(tmp_path: Path) -> None:
+    home, work = _two_trees(tmp_path)
+    # A root that is a file: that tree cannot start; the others must not care.
+    write(tmp_path, "broken", b"not a directory")
+    s = _settings(tmp_path, [{"name": "work", "root": str(work)},
+                             {"name": "broken", "root": str(tmp_path / "broken")}])
+    ws = s.for_source("work")
+    rel_b = f"projects/-home-b/{SID_B}.jsonl"
+    with _running(s) as trees:
+        wait_for(lambda: "broken" in trees.failed, what="the broken tree to fail")
+        assert isinstance(trees.failed["broken"], SyncError)
+        wait_for(lambda: shipped(ws, rel_b) == 3 * len(LINE), what="work's seed")
+        wait_for(lambda: shipped(s, "history.jsonl") > 0, what="the default tree's seed")
+        # Appends after the start are seen by each tree's own watcher.
+        write(work, rel_b, LINE, mode="ab")
+        write(home, "history.jsonl", b'{"display":"again"}\n', mode="ab")
+        wait_for(lambda: shipped(ws, rel_b) == 4 * len(LINE), what="work's append")
+        wait_for(lambda: shipped(s, "history.jsonl") == os.path.getsize(
+            home / "history.jsonl"), what="the default tree's append")
+        assert set(trees.failed) == {"broken"}
+    # Each tree its own state, lease and seq: both start at seq 0.
+    for one in (s, ws):
+        st = State(one.state_file, readonly=True)
+        try:
+            assert st.meta("lease_owner")
+            assert st.next_seq >= 1
+        finally:
+            st.close()
+    assert s.state_file != ws.state_file
+    assert _restored(ws, tmp_path / "out-work") == tree_bytes(work)
+    assert _restored(s, tmp_path / "out-home") == tree_bytes(home)
+
+
+def test_a_symlinked_root_is_backed_up_and_a_symlink_inside_it_is_not(
+        tmp_path: Path) -> None:
+    real, outside = tmp_path / "real-work", tmp_path / "outside"
+    rel = f"projects/-home-b/{SID_B}.jsonl"
+    write(real, rel, LINE)
+    write(outside, f"{SID_A}.jsonl", LINE)
+    write(outside, "sub/history.jsonl", LINE)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").symlink_to(real)
+    (real / "projects" / "elsewhere").symlink_to(outside)
+    (real / "history.jsonl").symlink_to(outside / "sub" / "history.jsonl")
+    s = _settings(tmp_path, [{"name": "work", "root": str(tmp_path / "work")}])
+    ws = s.for_source("work")
+    with _running(s) as trees:
+        wait_for(lambda: shipped(ws, rel) == len(LINE), what="the linked tree's seed")
+        # Events come through the linked root; not through the link inside it.
+        write(real, rel, LINE, mode="ab")
+        write(outside, f"{SID_A}.jsonl", LINE, mode="ab")
+        write(real, "projects/-home-c/new.jsonl", LINE)
+        wait_for(lambda: shipped(ws, rel) == 2 * len(LINE) and shipped(
+            ws, "projects/-home-c/new.jsonl") == len(LINE), what="the appends")
+        assert not trees.failed
+    assert shipped(ws, f"projects/elsewhere/{SID_A}.jsonl") == -1
+    assert shipped(ws, "history.jsonl") == -1
+    got = _restored(ws, tmp_path / "out")
+    assert got == {rel.encode(): LINE * 2, b"projects/-home-c/new.jsonl": LINE}
+
+
+@pytest.mark.parametrize("sources,says", [
+    ('[[sources]]\nname = "w"\nroot = "{a}"\n[[sources]]\nname = "w"\nroot = "{b}"\n',
+     "two sources are named 'w'"),
+    ('[[sources]]\nname = "a.b"\nroot = "{a}"\n', "'a.b' is not a source name"),
+    ('[[sources]]\nname = "a--b"\nroot = "{a}"\n', "'a--b' is not a source name"),
+    ('[[sources]]\nname = "default"\nroot = "{a}"\n', "'default' is the tree `source` names"),
+    ('[[sources]]\nname = "x"\nroot = "{a}"\n[[sources]]\nname = "y"\nroot = "{link}"\n',
+     "sources 'x' and 'y' are the same tree"),
+    ('[[sources]]\nname = "x"\nroot = "{home}"\n', "source 'x' is the tree `source` names"),
+    (f'[[sources]]\nname = "{"n" * 32}"\nroot = "{{a}}"\nmachine_id = "{"m" * 64}"\n'
+     f'[[sources]]\nname = "y"\nroot = "{{b}}"\nmachine_id = "{"m" * 64}"\n',
+     "is another tree's"),
+])
+def test_bad_sources_are_one_line_and_exit_2(tmp_path: Path, sources: str,
+                                             says: str) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    body = sources.format(a=tmp_path / "a", b=tmp_path / "b", link=tmp_path / "link",
+                          home=tmp_path / "home")
+    config = _config(tmp_path, (tmp_path / "store").as_uri(), body)
+    for command in ("sync", "run", "status"):
+        r = _syncd(config, command)
+        assert r.returncode == 2, (command, r.stderr)
+        assert r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
+        assert f"{config}, line" in r.stderr and "sources" in r.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_source_whose_machine_id_would_be_too_long_says_so(tmp_path: Path) -> None:
+    config = _config(tmp_path, (tmp_path / "store").as_uri(),
+                     _source("n" * 32, tmp_path / "a")).read_text()
+    path = tmp_path / "long.toml"
+    path.write_text(config.replace('machine_id = "m1"', f'machine_id = "{"m" * 40}"'))
+    r = _syncd(path, "sync")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "set its machine_id" in r.stderr
+
+
+def test_an_unknown_source_is_bad_usage(tmp_path: Path) -> None:
+    config = _config(tmp_path, (tmp_path / "store").as_uri(), _source("work", tmp_path / "w"))
+    r = _syncd(config, "restore", "--source", "play", "--to", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "--source: no source named 'play' (the configuration has: default, work)" \
+        in r.stderr
+
+
+def test_each_tree_follows_the_same_named_tree_of_other_machines(tmp_path: Path) -> None:
+    s = _settings(tmp_path, [{"name": "work", "root": str(tmp_path / "work")},
+                             {"name": "play", "root": str(tmp_path / "play"),
+                              "follow": ["lap--games"]}],
+                  follow=["desk", "*"])
+    trees = {t.name: t for t in s.trees()}
+    assert trees["default"].follow == ["desk", "*"]
+    assert trees["work"].follow == ["desk--work", "*"]
+    assert trees["play"].follow == ["lap--games"]  # its own follow wins
+    store = MemoryStore()
+    for m in ("m1", "m1--work", "m1--play", "lap", "lap--work", "lap--play", "lap--other",
+              "desk", "desk--work"):
+        store.put(f"machines/{m}/machine.json", json.dumps({"machine": m}).encode())
+
+    def followed(name: str) -> list[str]:
+        one = s.for_source(name)
+        state = State(one.state_file)
+        try:
+            return Follower(one, Repository(store, one.machine_id), state).machines()
+        finally:
+            state.close()
+
+    # Never another tree of this machine; a named tree follows its name's trees, the
+    # default one every machine's default (and trees of names it has not).
+    assert followed("default") == ["desk", "lap", "lap--other"]
+    assert followed("work") == ["desk--work", "lap--work"]
+    assert followed("play") == ["lap--games"]
