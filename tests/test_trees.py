@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ from syncd.errors import SyncError
 from syncd.follow.follower import Follower
 from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
-from syncd.service.trees import Trees
+from syncd.service.notify import Notifier
+from syncd.service.trees import Trees, _Hub
 from syncd.store import open_store
 from syncd.store.memory import MemoryStore
 from tests.helpers import shipped, tree_bytes, wait_for, write
@@ -261,3 +263,73 @@ def test_each_tree_follows_the_same_named_tree_of_other_machines(tmp_path: Path)
     assert followed("default") == ["desk", "lap", "lap--other"]
     assert followed("work") == ["desk--work", "lap--work"]
     assert followed("play") == ["lap--games"]
+
+
+def test_cli_run_backs_up_every_tree_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    _home, work = _two_trees(tmp_path)
+    config = _config(tmp_path, (tmp_path / "store").as_uri(), _source("work", work))
+    s = load_settings(config)
+    ws = s.for_source("work")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCD_")}
+    p = subprocess.Popen([sys.executable, "-m", "syncd", "run"],
+                         env={**env, "SYNCD_CONFIG": str(config)},
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: shipped(s, "history.jsonl") > 0 and shipped(
+            ws, "history.jsonl") > 0, what="both trees' seeds")
+        st = json.loads(_syncd(config, "status", "--json").stdout)
+        assert st["daemon_pid"] == p.pid and st["sources"][0]["daemon_pid"] == p.pid
+        p.send_signal(signal.SIGHUP)
+        write(work, "history.jsonl", b'{"display":"after"}\n', mode="ab")
+        wait_for(lambda: shipped(ws, "history.jsonl") == os.path.getsize(
+            work / "history.jsonl"), what="work's append after the reload")
+        p.send_signal(signal.SIGTERM)
+        _out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    # Each tree's lines say which it is; the reload was applied by both.
+    assert "syncd.daemon[work]: syncd running: machine m1--work" in err
+    assert "syncd.daemon[default]: syncd running: machine m1," in err
+    assert "syncd.daemon[work]: reloaded configuration" in err
+    assert "syncd.daemon[default]: reloaded configuration" in err
+    st = json.loads(_syncd(config, "status", "--json").stdout)
+    assert st["daemon_pid"] is None and st["sources"][0]["daemon_pid"] is None
+
+
+class _Recorder(Notifier):
+    def __init__(self) -> None:
+        super().__init__(env={})
+        self.sent: list[tuple[str, ...]] = []
+
+    def send(self, *fields: str) -> bool:
+        self.sent.append(fields)
+        return True
+
+
+def test_systemd_hears_ready_once_every_tree_is_up_or_gone() -> None:
+    rec = _Recorder()
+    hub = _Hub(["default", "work", "play"], rec)
+    hub.part("default").ready("idle")
+    hub.part("work").status("seeding")
+    assert rec.sent == []
+    hub.gone("play", "source /x is not a directory")
+    assert rec.sent == []
+    hub.part("work").ready("idle too")
+    assert rec.sent == [("READY=1", "STATUS=default: idle; work: idle too; play: stopped: "
+                                    "source /x is not a directory")]
+    hub.part("work").status("flushing")
+    assert rec.sent[-1] == ("STATUS=default: idle; work: flushing; play: stopped: source /x "
+                            "is not a directory",)
+    # A reload: RELOADING once, READY again once the living trees applied it.
+    hub.reloading()
+    assert rec.sent[-1][0] == "RELOADING=1"
+    for name in ("default", "work", "play"):
+        hub.part(name).reloading()
+        hub.part(name).stopping()
+    hub.part("default").ready()
+    assert rec.sent[-1][0] == "RELOADING=1"
+    hub.part("work").ready()  # play, gone, is not waited for
+    assert rec.sent[-1][0] == "READY=1" and len(rec.sent) == 4

@@ -32,6 +32,7 @@ class _Hub:
         self.names = names
         self._lock = threading.Lock()
         self._ready: set[str] = set()
+        self._gone: set[str] = set()  # ended: up for good (a reload waits for the others)
         self._status: dict[str, str] = {}
         self._up = False  # READY=1 sent (and not withdrawn by a reload)
 
@@ -58,6 +59,8 @@ class _Hub:
 
     def gone(self, name: str, why: str) -> None:
         """A tree's daemon ended: it counts as up (the others are not held back)."""
+        with self._lock:
+            self._gone.add(name)
         self.status(name, f"stopped: {why}"[:200])
         self.ready(name, None)
 
@@ -65,7 +68,7 @@ class _Hub:
         """SIGHUP: READY=1 again once every tree applied it."""
         with self._lock:
             self._up = False
-            self._ready.clear()
+            self._ready = set(self._gone)
             self.real.reloading()
 
 
@@ -114,8 +117,9 @@ class Trees:
         trees = settings.trees()
         self.hub = _Hub([t.name for t in trees], notifier)
         self.daemons: dict[str, Daemon] = {}
+        names = [t.name for t in trees]
         for t in trees:
-            again = None if reload is None else _reload_of(reload, t.name)
+            again = None if reload is None else _reload_of(reload, t.name, names)
             self.daemons[t.name] = Daemon(
                 settings.for_source(t.name), again, takeover=takeover,
                 # One passphrase prompt on the terminal (the others read the file or
@@ -181,5 +185,15 @@ class Trees:
             raise kind(f"tree {name}: {first}{more}") from first
 
 
-def _reload_of(reload: Callable[[], Settings], name: str) -> Callable[[], Settings]:
-    return lambda: reload().for_source(name)
+def _reload_of(reload: Callable[[], Settings], name: str,
+               names: list[str]) -> Callable[[], Settings]:
+    """What tree ``name`` re-reads on SIGHUP: its part of the configuration (a tree no
+    longer there fails its reload: it keeps running as it was)."""
+    def again() -> Settings:
+        new = reload()
+        now = [t.name for t in new.trees()]
+        if name == DEFAULT_SOURCE and now != names:  # said once, by one tree
+            log.warning("reload: the trees are now %s (were %s): a restart applies that",
+                        ", ".join(now), ", ".join(names))
+        return new.for_source(name)
+    return again
