@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from syncd.backup.engine import sync_once
 from syncd.backup.state import State
+from syncd.claude import project_folder
 from syncd.config import Settings, load_settings
 from syncd.errors import SyncError
 from syncd.follow.follower import Follower
@@ -26,6 +28,7 @@ from syncd.service.trees import Trees, _Hub
 from syncd.store import open_store
 from syncd.store.memory import MemoryStore
 from tests.helpers import shipped, tree_bytes, wait_for, write
+from tests.hostile import line as hline
 from tests.seaweed import Seaweed
 
 SID_A = "0b5f6b3e-1111-4c1e-9d59-5a0a1d6e2f01"
@@ -333,3 +336,41 @@ def test_systemd_hears_ready_once_every_tree_is_up_or_gone() -> None:
     assert rec.sent[-1][0] == "RELOADING=1"
     hub.part("work").ready()  # play, gone, is not waited for
     assert rec.sent[-1][0] == "READY=1" and len(rec.sent) == 4
+
+
+def test_each_tree_imports_the_same_named_tree_of_a_followed_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def machine(name: str, home: Path, **kw: object) -> Settings:
+        return load_settings(config_file=tmp_path / "none.toml", source=home / ".claude",
+                             store=(tmp_path / "store").as_uri(),
+                             state_dir=tmp_path / name / "state", machine_id=name,
+                             follow_quiet=0, sources=[
+                                 {"name": "work", "root": str(home / ".claude-work")}], **kw)
+
+    alice, bob = tmp_path / "home" / "alice", tmp_path / "users" / "bob"
+    desk, laptop = machine("desk", alice), machine("laptop", bob, follow=["desk"])
+
+    def transcript(s: Settings, tree: str, home: Path, sid: str) -> Path:
+        root = s.for_source(tree).source
+        return root / "projects" / project_folder(f"{home}/app") / f"{sid}.jsonl"
+
+    write(alice, transcript(desk, "default", alice, SID_A), hline(SID_A, f"{alice}/app", 0))
+    write(alice, transcript(desk, "work", alice, SID_B), hline(SID_B, f"{alice}/app", 0))
+    monkeypatch.setenv("HOME", str(alice))
+    for tree in ("default", "work"):
+        sync_once(desk.for_source(tree))
+    monkeypatch.setenv("HOME", str(bob))
+    for tree in ("default", "work"):
+        one = laptop.for_source(tree)
+        state = State(one.state_file)
+        try:
+            Follower(one, Repository(open_store(one.store), one.machine_id), state,
+                     clock=lambda: 2e9).poll()
+        finally:
+            state.close()
+    assert transcript(laptop, "default", bob, SID_A).read_bytes() == hline(
+        SID_A, f"{bob}/app", 0)
+    assert transcript(laptop, "work", bob, SID_B).read_bytes() == hline(
+        SID_B, f"{bob}/app", 0)
+    assert not transcript(laptop, "default", bob, SID_B).exists()
+    assert not transcript(laptop, "work", bob, SID_A).exists()
