@@ -191,6 +191,27 @@ def test_a_symlinked_root_is_backed_up_and_a_symlink_inside_it_is_not(
     assert shipped(ws, "history.jsonl") == -1
     got = _restored(ws, tmp_path / "out")
     assert got == {rel.encode(): LINE * 2, b"projects/-home-c/new.jsonl": LINE}
+    # Restored into its own tree through the link; nothing through the link inside it.
+    os.unlink(real / rel)
+    outside_before = tree_bytes(outside)
+    restore_tree(Repository(open_store(ws.store), ws.machine_id), tmp_path / "work")
+    assert (real / rel).read_bytes() == LINE * 2
+    assert (tmp_path / "work").is_symlink() and tree_bytes(outside) == outside_before
+
+
+def test_sync_of_a_tree_that_fails_leaves_the_others_synced(tmp_path: Path) -> None:
+    home, work = _two_trees(tmp_path)
+    write(tmp_path, "broken", b"not a directory")
+    config = _config(tmp_path, (tmp_path / "store").as_uri(),
+                     _source("broken", tmp_path / "broken") + _source("work", work))
+    r = _syncd(config, "sync")
+    assert r.returncode == 1
+    assert "synced default: 2 files" in r.stdout and "synced work: 2 files" in r.stdout
+    assert f"syncd: tree broken: source {tmp_path / 'broken'} is not a directory" in r.stderr
+    assert r.stderr.splitlines()[-1] == "syncd: tree broken not synced"
+    s = load_settings(config)
+    assert shipped(s.for_source("work"), "history.jsonl") == len(b'{"display":"work"}\n')
+    assert shipped(s, "history.jsonl") == os.path.getsize(home / "history.jsonl")
 
 
 @pytest.mark.parametrize("sources,says", [
