@@ -5,6 +5,7 @@ it is not; bad configuration is one line, exit 2."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from syncd.errors import SyncError
 from syncd.follow.follower import Follower
 from syncd.repository import Repository
 from syncd.restore.restorer import restore_tree
+from syncd.service import catchup
 from syncd.service.notify import Notifier
 from syncd.service.trees import Trees, _Hub
 from syncd.store import open_store
@@ -395,3 +397,26 @@ def test_each_tree_imports_the_same_named_tree_of_a_followed_machine(
         SID_B, f"{bob}/app", 0)
     assert not transcript(laptop, "default", bob, SID_B).exists()
     assert not transcript(laptop, "work", bob, SID_A).exists()
+
+
+def test_each_trees_backlog_is_shipped_by_a_child_as_that_tree(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="syncd")
+    monkeypatch.setattr(catchup, "MIN_FILES", 2)  # decided here; shipped by the child
+    home, work = _two_trees(tmp_path)
+    s = _settings(tmp_path, [{"name": "work", "root": str(work)}], follow=["*"])
+    ws = s.for_source("work")
+
+    def children() -> list[str]:
+        return [r.getMessage() for r in list(caplog.records)
+                if "shipped by child process" in r.getMessage()]
+
+    with _running(s) as trees:
+        wait_for(lambda: len(children()) == 2, what="both trees' children")
+        assert not trees.failed
+    assert all(m.startswith("start-up catch-up: 2 files") for m in children())
+    # follow = "*" in a child too: neither tree took the other for another machine.
+    assert not list(home.rglob(f"{SID_B}.jsonl")) and not list(work.rglob(f"{SID_A}.jsonl"))
+    assert _restored(ws, tmp_path / "out-work") == tree_bytes(work)
+    assert _restored(s, tmp_path / "out-home") == tree_bytes(home)
