@@ -44,7 +44,8 @@ from syncd.host import default_machine_id, legacy_machine_id
 MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # A source's name: a machine id's part, without "--" (what joins it to the machine id)
 # nor a dot, so a name is found again at the end of an id.
-SOURCE_NAME = re.compile(r"[A-Za-z0-9](?:-?[A-Za-z0-9_]){0,31}")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9](?:-?[A-Za-z0-9_])*")
+SOURCE_NAME_MAX = 32
 # The name of the tree `source` names (machine id `machine_id`), whatever `sources` adds.
 DEFAULT_SOURCE = "default"
 SOURCE_JOIN = "--"
@@ -213,7 +214,7 @@ class SourceTree(BaseModel):
     def _name(cls, v: str) -> str:
         if v == DEFAULT_SOURCE:
             raise ValueError(f"{v!r} is the tree `source` names; give this one another name")
-        if not SOURCE_NAME.fullmatch(v):
+        if len(v) > SOURCE_NAME_MAX or not SOURCE_NAME.fullmatch(v):
             raise ValueError(f"{v!r} is not a source name (1-32 of [A-Za-z0-9_-], starting "
                              "alphanumeric, no \"--\" and no trailing \"-\")")
         return v

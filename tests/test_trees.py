@@ -221,6 +221,7 @@ def test_sync_of_a_tree_that_fails_leaves_the_others_synced(tmp_path: Path) -> N
      "two sources are named 'w'"),
     ('[[sources]]\nname = "a.b"\nroot = "{a}"\n', "'a.b' is not a source name"),
     ('[[sources]]\nname = "a--b"\nroot = "{a}"\n', "'a--b' is not a source name"),
+    (f'[[sources]]\nname = "{"a-" * 16}b"\nroot = "{{a}}"\n', "is not a source name"),
     ('[[sources]]\nname = "default"\nroot = "{a}"\n', "'default' is the tree `source` names"),
     ('[[sources]]\nname = "x"\nroot = "{a}"\n[[sources]]\nname = "y"\nroot = "{link}"\n',
      "sources 'x' and 'y' are the same tree"),
@@ -420,3 +421,31 @@ def test_each_trees_backlog_is_shipped_by_a_child_as_that_tree(
     assert not list(home.rglob(f"{SID_B}.jsonl")) and not list(work.rglob(f"{SID_A}.jsonl"))
     assert _restored(ws, tmp_path / "out-work") == tree_bytes(work)
     assert _restored(s, tmp_path / "out-home") == tree_bytes(home)
+
+
+def test_resume_puts_a_session_into_the_tree_of_its_machines_name(tmp_path: Path) -> None:
+    alice, bob = tmp_path / "home" / "alice", tmp_path / "users" / "bob"
+    store = (tmp_path / "store").as_uri()
+
+    def config(name: str, home: Path) -> Path:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'machine_id = "{name}"\nsource = "{home / ".claude"}"\n'
+                        f'store = "{store}"\nstate_dir = "{tmp_path / name}"\n'
+                        + _source("work", home / ".claude-work"))
+        return path
+
+    desk, laptop = config("desk", alice), config("laptop", bob)
+    rel = f"projects/{project_folder(f'{alice}/app')}/{SID_B}.jsonl"
+    write(alice / ".claude-work", rel, hline(SID_B, f"{alice}/app", 0))
+    (alice / ".claude").mkdir()
+    assert _syncd(desk, "sync", extra_env={"HOME": str(alice)}).returncode == 0
+    (bob / "app").mkdir(parents=True)
+    r = _syncd(laptop, "resume", SID_B, extra_env={"HOME": str(bob)})
+    assert r.returncode == 0, r.stderr
+    got = bob / ".claude-work" / "projects" / project_folder(f"{bob}/app") / f"{SID_B}.jsonl"
+    assert got.read_bytes() == hline(SID_B, f"{bob}/app", 0)
+    assert not (bob / ".claude").exists()
+    assert f"map  {alice / '.claude-work'} -> {bob / '.claude-work'}  (Claude tree)" \
+        in r.stdout
+    assert r.stdout.splitlines()[-1] == (
+        f"cd {bob}/app && CLAUDE_CONFIG_DIR={bob / '.claude-work'} claude --resume {SID_B}")

@@ -414,7 +414,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
         for line in problems:  # a machine that cannot be read may hold the session too
             click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
     sid = copies[0].session_id
-    if chosen_source(ctx) is None:
+    if chosen_source(ctx) is None and settings.sources:
         # With several trees, a session of one of this machine's trees (or of another
         # machine's tree of that name) goes back into that tree.
         settings = settings.for_source(tree_of(settings, where))
