@@ -96,6 +96,12 @@ def test_sync_backs_up_two_trees_apart_and_restores_each_into_its_own(
     assert (work / "history.jsonl").read_bytes() == b'{"display":"work"}\n'
     assert tree_bytes(home) == before
 
+    rows = json.loads(_syncd(config, "sessions", "--json").stdout)
+    assert sorted((r["session_id"], r["machine"], r["here"]) for r in rows) == [
+        (SID_A, "m1", "yes"), (SID_B, "m1--work", "yes")]
+    marked = [line.split()[1] for line in _syncd(config, "machines").stdout.splitlines()
+              if line.startswith("*")]
+    assert marked == ["m1", "m1--work"]
     s = json.loads(_syncd(config, "status", "--json").stdout)
     assert (s["tree"], s["machine_id"], s["files_tracked"]) == ("default", "m1", 2)
     [w] = s["sources"]

@@ -36,7 +36,7 @@ from syncd.follow.quiet import Quiet, as_imported
 from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import here, locate_session, machine_rows, session_rows
+from syncd.restore.listing import Here, here, locate_session, machine_rows, session_rows
 from syncd.restore.remap import Rule, config_rules
 from syncd.restore.restorer import ASKED, RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
@@ -82,11 +82,12 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
     rows = machine_rows(repo, seen, problems)
+    mine = {t.machine_id for t in settings.trees()}  # this machine's trees, each marked
     if as_json:
         echo_json_rows(rows)  # row by row, as they come
     else:
         Table(MACHINE_COLUMNS, list(rows), lambda r: (
-            "*" if r["machine"] == settings.machine_id else "", _text(r["machine"]),
+            "*" if r["machine"] in mine else "", _text(r["machine"]),
             _text(r.get("hostname")), _when(r.get("last_backup")), _count(r.get("snapshots")),
             _count(r.get("deltas")), _count(r.get("packs")), _count(r.get("segments")),
             _size(r["stored_bytes"]) if r.get("stored_bytes") is not None else "-",
@@ -108,8 +109,7 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
-    stream = session_rows(repo, here(settings.source, imported_copies(settings)), machine,
-                          project, problems, seen)
+    stream = session_rows(repo, _here(settings), machine, project, problems, seen)
     if as_json:
         echo_json_rows(stream)  # row by row: memory holds a few machines' catalogs
     else:
@@ -444,6 +444,21 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)
     click.echo(line)
+
+
+def _here(settings: Settings) -> Here:
+    """What this machine has of the store's sessions: in its tree, or in any of its trees
+    when there are several (a session is here in whichever holds it)."""
+    if not settings.sources:
+        return here(settings.source, imported_copies(settings))
+    ids: set[str] = set()
+    imported: dict[tuple[str, bytes], tuple[int, int]] = {}
+    for t in settings.trees():
+        one = settings.for_source(t.name)
+        h = here(one.source, imported_copies(one))
+        ids |= h.ids
+        imported.update(h.imported)
+    return Here(ids, imported)
 
 
 def tree_of(settings: Settings, machine: str) -> str:
