@@ -115,9 +115,9 @@ class Trees:
                  takeover: bool = False, prompt: bool = False,
                  notifier: Notifier | None = None) -> None:
         trees = settings.trees()
-        self.hub = _Hub([t.name for t in trees], notifier)
-        self.daemons: dict[str, Daemon] = {}
         names = [t.name for t in trees]
+        self.hub = _Hub(names, notifier)
+        self.daemons: dict[str, Daemon] = {}
         for t in trees:
             again = None if reload is None else _reload_of(reload, t.name, names)
             self.daemons[t.name] = Daemon(
