@@ -140,8 +140,8 @@ plist_value() {
                              -e 's/[\\|&]/\\&/g'
 }
 
-# What the service's syncd resolves, one a line: the Claude tree, the state directory and
-# a local store's directory (empty for S3). Asked of `syncd status --json` in the
+# What the service's syncd resolves, one a line: the Claude tree, the state directory,
+# a local store's directory (empty for S3) and the other trees of `sources`. Asked of `syncd status --json` in the
 # environment the service gets (the shell's SYNCD_* variables do not reach it).
 resolved_paths() {
     env -i HOME="$HOME" PATH="$PATH" ${pins[@]+"${pins[@]}"} "$bin" status --json \
@@ -152,6 +152,7 @@ s = json.load(sys.stdin)
 store = urlparse(s["store"])
 paths = [s["source"], os.path.dirname(s["state"]),
          unquote(store.path) if store.scheme == "file" else ""]
+paths += [t["source"] for t in s.get("sources", [])]  # the other Claude trees (sources)
 if any("\n" in p for p in paths):
     sys.exit("a path holds a newline")
 print("\n".join(paths))

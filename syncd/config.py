@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -33,6 +42,13 @@ from syncd.errors import ConfigError
 from syncd.host import default_machine_id, legacy_machine_id
 
 MACHINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A source's name: a machine id's part, without "--" (what joins it to the machine id)
+# nor a dot, so a name is found again at the end of an id.
+SOURCE_NAME = re.compile(r"[A-Za-z0-9](?:-?[A-Za-z0-9_])*")
+SOURCE_NAME_MAX = 32
+# The name of the tree `source` names (machine id `machine_id`), whatever `sources` adds.
+DEFAULT_SOURCE = "default"
+SOURCE_JOIN = "--"
 
 
 @dataclass(frozen=True)
@@ -45,7 +61,7 @@ class ConfigFile:
 
     def where(self, key: str) -> str:
         """``<path>, line <n>`` for a top-level key (or table) of the file."""
-        pattern = re.compile(rf"""^\s*(\[\s*)?["']?{re.escape(key)}["']?\s*[=\]]""")
+        pattern = re.compile(rf"""^\s*(\[\[?\s*)?["']?{re.escape(key)}["']?\s*[=\]]""")
         for n, line in enumerate(self.text.splitlines(), 1):
             if pattern.match(line):
                 return f"{self.path}, line {n}"
@@ -180,6 +196,66 @@ def _exists(path: Path) -> bool:
         return False
 
 
+class SourceTree(BaseModel):
+    """One more Claude tree the daemon backs up (``[[sources]]``): its own machine id
+    (``<machine_id>--<name>`` unless set), lease, state and follow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    root: Path
+    machine_id: str | None = None
+    # Machine ids (or "*") this tree follows; default: the top-level follow, each id
+    # taken as that machine's source of this name ("<id>--<name>").
+    follow: list[str] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v == DEFAULT_SOURCE:
+            raise ValueError(f"{v!r} is the tree `source` names; give this one another name")
+        if len(v) > SOURCE_NAME_MAX or not SOURCE_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a source name (1-32 of [A-Za-z0-9_-], starting "
+                             "alphanumeric, no \"--\" and no trailing \"-\")")
+        return v
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    @field_validator("machine_id")
+    @classmethod
+    def _machine_id(cls, v: str | None) -> str | None:
+        if v is not None and not MACHINE_ID.fullmatch(v):
+            raise ValueError("machine id must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
+        return v
+
+    @field_validator("follow")
+    @classmethod
+    def _follow(cls, v: list[str] | None) -> list[str] | None:
+        for m in v or ():
+            if m != "*" and not MACHINE_ID.fullmatch(m):
+                raise ValueError(f"{m!r} is not a machine id (1-64 of [A-Za-z0-9._-]) "
+                                 "nor \"*\"")
+        return None if v is None else list(dict.fromkeys(v))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A tree one daemon backs up, as ``Settings.trees`` resolves it."""
+
+    name: str
+    root: Path
+    machine_id: str
+    follow: list[str]
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    """Whether two roots are one directory (a symlinked root is its target)."""
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SYNCD_", extra="forbid")
 
@@ -263,6 +339,43 @@ class Settings(BaseSettings):
     # The scheduled verify reads this percentage of the stored data, within this time.
     verify_read_data: float = Field(1.0, ge=0, le=100)
     verify_max_duration: str = "10m"
+    # More Claude trees backed up by the same daemon ([[sources]] tables: name, root, and
+    # optionally machine_id and follow), each kept apart in the store under its own
+    # machine id. `source` stays the tree named "default".
+    sources: list[SourceTree] = Field(default_factory=list)
+    # Set on the settings of one tree (for_source): which one, and what the daemon's
+    # other trees are (their machine ids are never followed by this one).
+    _tree: str | None = PrivateAttr(default=None)
+    _siblings: tuple[frozenset[str], tuple[str, ...]] | None = PrivateAttr(default=None)
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, v: list[SourceTree], info: ValidationInfo) -> list[SourceTree]:
+        default_root_ = info.data.get("source")
+        machine = info.data.get("machine_id")
+        seen: dict[str, SourceTree] = {}
+        ids = {machine} if machine else set()
+        for src in v:
+            if src.name in seen:
+                raise ValueError(f"two sources are named {src.name!r}")
+            for other in seen.values():
+                if _same_tree(src.root, other.root):
+                    raise ValueError(f"sources {other.name!r} and {src.name!r} are the same "
+                                     f"tree ({os.path.realpath(src.root)})")
+            if default_root_ is not None and _same_tree(src.root, default_root_):
+                raise ValueError(f"source {src.name!r} is the tree `source` names "
+                                 f"({os.path.realpath(src.root)})")
+            mid = src.machine_id or (f"{machine}{SOURCE_JOIN}{src.name}" if machine else None)
+            if mid is not None:
+                if not MACHINE_ID.fullmatch(mid):
+                    raise ValueError(f"source {src.name!r}: its machine id {mid!r} is not "
+                                     "one (at most 64 characters): set its machine_id")
+                if mid in ids:
+                    raise ValueError(f"source {src.name!r}: machine id {mid!r} is another "
+                                     "tree's")
+                ids.add(mid)
+            seen[src.name] = src
+        return v
 
     @field_validator("machine_id")
     @classmethod
@@ -377,6 +490,62 @@ class Settings(BaseSettings):
     def _state_file_of(self, machine_id: str) -> Path:
         tag = hashlib.sha256(self.store.encode()).hexdigest()[:12]
         return self.state_dir / f"{machine_id}@{tag}.sqlite"
+
+    # -- several trees ------------------------------------------------------------------
+
+    def trees(self) -> list[Tree]:
+        """Every tree of this configuration: the default one (``source``, ``machine_id``,
+        ``follow``) first, then ``sources`` in their order."""
+        out = [Tree(DEFAULT_SOURCE, self.source, self.machine_id, list(self.follow))]
+        for src in self.sources:
+            follow = src.follow if src.follow is not None else [
+                m if m == "*" else f"{m}{SOURCE_JOIN}{src.name}" for m in self.follow]
+            out.append(Tree(src.name, src.root,
+                            src.machine_id or f"{self.machine_id}{SOURCE_JOIN}{src.name}",
+                            follow))
+        for t in out[1:]:  # a legacy id the default tree kept may make one too long
+            if not MACHINE_ID.fullmatch(t.machine_id):
+                raise ConfigError(f"sources: {t.name!r}: its machine id {t.machine_id!r} is "
+                                  "not one (at most 64 characters): set its machine_id")
+        return out
+
+    @property
+    def tree(self) -> str:
+        """The name of the tree these settings back up (``default`` unless for_source)."""
+        return self._tree or DEFAULT_SOURCE
+
+    def for_source(self, name: str) -> Self:
+        """The settings of one tree: its root as ``source``, its machine id, its follow;
+        ``sources`` emptied (one tree), the others remembered for ``follows``."""
+        trees = self.trees()
+        found = next((t for t in trees if t.name == name), None)
+        if found is None:
+            names = ", ".join(t.name for t in trees)
+            raise ConfigError(f"no source named {name!r} (the configuration has: {names})")
+        one = self.model_copy(update={"source": found.root, "machine_id": found.machine_id,
+                                      "follow": found.follow, "sources": []})
+        one._tree = name
+        one._siblings = (frozenset(t.machine_id for t in trees),
+                         tuple(t.name for t in trees[1:]))
+        return one
+
+    def follows(self, machine: str) -> bool:
+        """Whether ``follow = "*"`` may bring ``machine``'s sessions into this tree. With
+        several trees: never another tree of this daemon's; a named tree follows the
+        machines of its name (``…--<name>``), the default one every other machine but
+        those (they are the named trees of other machines)."""
+        if self._siblings is None:
+            if not self.sources:
+                return machine != self.machine_id
+            ids, names = (frozenset(t.machine_id for t in self.trees()),
+                          tuple(s.name for s in self.sources))
+        else:
+            ids, names = self._siblings
+        if machine in ids:
+            return False
+        if self.tree != DEFAULT_SOURCE:
+            return machine.endswith(SOURCE_JOIN + self.tree)
+        return not any(machine.endswith(SOURCE_JOIN + n) for n in names)
 
 
 def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object]) -> str:

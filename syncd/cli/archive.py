@@ -17,7 +17,13 @@ from syncd.archive.options import (
 from syncd.archive.prune import prune
 from syncd.archive.verify import verify
 from syncd.cli.table import Column, Table
-from syncd.cli.util import duration_option, echo_json, repository_of, settings_of
+from syncd.cli.util import (
+    duration_option,
+    echo_json,
+    repository_of,
+    settings_of,
+    source_option,
+)
 from syncd.progress import meter
 
 
@@ -40,6 +46,7 @@ def _summary(r: CompactReport) -> str:
 @click.command("compact", short_help="Fold segments into a delta, or packs and a manifest.")
 @click.option("--dry-run", is_flag=True, help="Say what would be compacted; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Fold this machine's segments since the last compaction into a delta that keeps
@@ -80,6 +87,7 @@ VERDICT_COLUMNS = (Column("VERDICT"), Column("SNAPSHOT"), Column("SEQ", right=Tr
 @click.option("--dry-run", is_flag=True,
               help="Print what would be deleted and why each kept snapshot is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Delete snapshots the retention policy does not keep, then reclaim their data.
@@ -122,6 +130,7 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 @click.option("--max-duration", default=None, callback=duration_option,
               help="Stop reading data after this long (90s, 10m, 1h).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
                max_duration: float | None, as_json: bool) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,8 +17,16 @@ from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
-from syncd.cli.util import interactive, settings_of
-from syncd.errors import StoreError, SyncdError, exit_code
+from syncd.cli.util import interactive, settings_of, source_option
+from syncd.config import Settings
+from syncd.errors import (
+    StoreError,
+    SyncdError,
+    SyncError,
+    SyncStopped,
+    UsageError,
+    exit_code,
+)
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.service.daemon import Daemon
@@ -25,7 +34,8 @@ from syncd.service.log import set_level
 from syncd.service.log import setup as setup_logging
 from syncd.service.signals import stop_on_signals
 from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, health, status
-from syncd.store import RetryStore, open_store
+from syncd.service.trees import Trees
+from syncd.store import RetryStore, Store, open_store
 from syncd.version import __version__
 
 EPILOG = """\b
@@ -87,6 +97,7 @@ TAKEOVER = click.option(
 
 @cli.command(short_help="The daemon: watch ~/.claude, back up every appended byte.")
 @TAKEOVER
+@source_option
 @click.pass_context
 def run(ctx: click.Context, takeover: bool) -> None:
     """Watch the Claude tree and ship every appended byte (foreground daemon).
@@ -94,52 +105,97 @@ def run(ctx: click.Context, takeover: bool) -> None:
     Under systemd (Type=notify) it reports READY, STATUS and WATCHDOG; SIGHUP re-reads
     the configuration, SIGTERM finishes the segment in flight and exits 0. It holds the
     machine's lease in the store: a second syncd with the same machine id refuses to
-    start, and a daemon whose lease was taken over exits 1.
+    start, and a daemon whose lease was taken over exits 1. With `sources`, every tree
+    is backed up by its own daemon thread (--source: only that one).
     """
     settings = settings_of(ctx)
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     # SIGHUP re-reads the config file and the environment; --store still wins.
+    if settings.sources:
+        Trees(settings, reload=lambda: settings_of(ctx), takeover=takeover, prompt=True).run()
+        return
     Daemon(settings, reload=lambda: settings_of(ctx), takeover=takeover, prompt=True).run()
 
 
 @cli.command(short_help="Back up everything pending once; exit 0 when durable.")
 @TAKEOVER
+@source_option
 @click.pass_context
 def sync(ctx: click.Context, takeover: bool) -> None:
     """One pass: scan, ship everything pending, exit 0 once it is durable (holding the
-    machine's lease meanwhile)."""
+    machine's lease meanwhile). With `sources`, every tree in turn (--source: one); a
+    tree that fails does not keep the others from being synced."""
     # Run by hand: an unreachable store fails it within seconds, not the daemon's minute.
     settings = interactive(settings_of(ctx))
     # SIGTERM and Ctrl-C end it at a segment boundary, as they end the daemon's flush.
     stop = stop_on_signals()
-    with meter("shipping") as m:
-        r = sync_once(settings, progress=m, takeover=takeover, prompt=True, stop=stop)
-    click.echo(f"synced: {r.files} files, {r.tombstones} deletions, {r.raw_bytes} bytes in "
-               f"{len(r.segments)} segments ({r.stored_bytes} stored)")
+    trees = [t.name for t in settings.trees()] if settings.sources else [None]
+    failed: list[tuple[str, SyncdError]] = []
+    for name in trees:
+        one = settings if name is None else settings.for_source(name)
+        label = "" if name is None else f" {name}"
+        try:
+            with meter(f"shipping{label}") as m:
+                r = sync_once(one, progress=m, takeover=takeover, prompt=True, stop=stop)
+        except SyncdError as e:
+            if name is None or isinstance(e, SyncStopped):
+                raise
+            click.echo(redact(f"syncd: tree {name}: {e}".replace("\n", " ")), err=True)
+            failed.append((name, e))
+            continue
+        click.echo(f"synced{label}: {r.files} files, {r.tombstones} deletions, "
+                   f"{r.raw_bytes} bytes in {len(r.segments)} segments "
+                   f"({r.stored_bytes} stored)")
+    if failed:
+        name, first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        kind = UsageError if isinstance(first, UsageError) else SyncError
+        raise kind(f"tree {name} not synced{more}")
 
 
 @cli.command("status", short_help="Health at a glance (--json for scripts).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (for scripts).")
+@source_option
 @click.pass_context
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Health at a glance: daemon, lag, last flush, pending bytes, errors, store.
 
     The store check is one HEAD with a 3 s timeout. `--json` prints the same figures
-    the daemon's metrics endpoint serves.
+    the daemon's metrics endpoint serves. With `sources`, the default tree's figures
+    and then each other tree's (`sources` in the JSON); --source: that tree alone.
     """
     settings = settings_of(ctx)
     try:
         # A local store that is not there is reported, not created.
-        probe = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
-                           region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
-                           timeout=STORE_CHECK_TIMEOUT, create=False)
+        probe: Store | None = open_store(
+            settings.store, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
+            retry_deadline=STORE_CHECK_TIMEOUT, timeout=STORE_CHECK_TIMEOUT, create=False)
+        why = None
     except StoreError as e:
-        s = status(settings)
-        s["store_reachable"], s["store_error"] = False, str(e)
-    else:
-        s = status(settings, probe_store=True, store=probe)
-    s["health"] = health(s)  # what is wrong, as the text's "health:" line says it
-    click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))
+        probe, why = None, str(e)
+
+    def figures(one: Settings) -> dict[str, Any]:
+        if probe is None:
+            s = status(one)
+            s["store_reachable"], s["store_error"] = False, why
+        else:
+            s = status(one, probe_store=True, store=probe)
+        s["health"] = health(s)  # what is wrong, as the text's "health:" line says it
+        return s
+
+    s = figures(settings)
+    if not settings.sources:
+        click.echo(redact(json.dumps(s, indent=2) if as_json else format_status(s)))
+        return
+    s["tree"] = settings.tree
+    others = [{"tree": t.name, **figures(settings.for_source(t.name))}
+              for t in settings.trees()[1:]]
+    if as_json:
+        click.echo(redact(json.dumps({**s, "sources": others}, indent=2)))
+        return
+    blocks = [format_status(one) for one in (s, *others)]
+    click.echo(redact("\n\n".join(f"tree:         {one['tree']}\n{text}"
+                                    for one, text in zip((s, *others), blocks, strict=True))))
 
 
 for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS):

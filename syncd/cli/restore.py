@@ -19,6 +19,7 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table
 from syncd.cli.util import (
+    chosen_source,
     echo_json,
     echo_json_rows,
     repository_of,
@@ -26,15 +27,16 @@ from syncd.cli.util import (
     session_ids,
     session_prefix,
     settings_of,
+    source_option,
     time_option,
 )
-from syncd.config import Settings, format_time
+from syncd.config import DEFAULT_SOURCE, SOURCE_JOIN, Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
 from syncd.follow.quiet import Quiet, as_imported
 from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import here, locate_session, machine_rows, session_rows
+from syncd.restore.listing import Here, here, locate_session, machine_rows, session_rows
 from syncd.restore.remap import Rule, config_rules, local_target
 from syncd.restore.restorer import ASKED, RestoreOptions, RestoreReport, restore
 from syncd.seen import Seen
@@ -80,11 +82,12 @@ def machines(ctx: click.Context, as_json: bool) -> None:
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
     rows = machine_rows(repo, seen, problems)
+    mine = {t.machine_id for t in settings.trees()}  # this machine's trees, each marked
     if as_json:
         echo_json_rows(rows)  # row by row, as they come
     else:
         Table(MACHINE_COLUMNS, list(rows), lambda r: (
-            "*" if r["machine"] == settings.machine_id else "", _text(r["machine"]),
+            "*" if r["machine"] in mine else "", _text(r["machine"]),
             _text(r.get("hostname")), _when(r.get("last_backup")), _count(r.get("snapshots")),
             _count(r.get("deltas")), _count(r.get("packs")), _count(r.get("segments")),
             _size(r["stored_bytes"]) if r.get("stored_bytes") is not None else "-",
@@ -97,6 +100,7 @@ def machines(ctx: click.Context, as_json: bool) -> None:
 @click.option("--machine", default=None, help="Only this machine's sessions.")
 @click.option("--project", default=None, help="Only sessions of this project path (or below).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool) -> None:
@@ -105,8 +109,7 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
-    stream = session_rows(repo, here(settings.source, imported_copies(settings)), machine,
-                          project, problems, seen)
+    stream = session_rows(repo, _here(settings), machine, project, problems, seen)
     if as_json:
         echo_json_rows(stream)  # row by row: memory holds a few machines' catalogs
     else:
@@ -127,6 +130,7 @@ POINT_COLUMNS = (
 @click.command()
 @click.option("--machine", default=None, help="Another machine's points (default: this one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def snapshots(ctx: click.Context, machine: str | None, as_json: bool) -> None:
     """The points in time a restore can reach, newest first: every flush within the
@@ -356,6 +360,7 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
                    "trust.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
 @click.pass_context
 def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, ...],
                 projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
@@ -393,6 +398,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 @click.option("--worktrees", type=click.Choice(["map", "fold"]), default="map",
               help="map: a worktree session goes to the equivalent worktree; fold: into "
                    "the main checkout's folder.")
+@source_option
 @click.pass_context
 def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
            worktrees: str) -> None:
@@ -408,13 +414,17 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
         for line in problems:  # a machine that cannot be read may hold the session too
             click.echo(redact(f"syncd: skipped: {_text(line)}"), err=True)
     sid = copies[0].session_id
+    if chosen_source(ctx) is None and settings.sources:
+        # With several trees, a session of one of this machine's trees (or of another
+        # machine's tree of that name) goes back into that tree.
+        settings = settings.for_source(tree_of(settings, where))
     # Asked to go somewhere (--map): restored there, even when follow keeps it here.
     here_cwd = None if maps else _followed_copy(settings, where, copies)
     if here_cwd is not None:
         # Follow keeps it here, as current as that machine's head: nothing to fetch.
         click.echo(f"syncd: {sid} is here already, imported from {where} by follow",
                    err=True)
-        click.echo(resume_line(here_cwd, sid, settings.source))
+        click.echo(resume_line(here_cwd, sid, settings.source, _config_dir(settings)))
         return
     opts = _options(settings, target=None, sessions=(sid,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
@@ -429,11 +439,44 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     cwd = report.sessions.get(sid)
     if cwd is None:
         raise RestoreError(f"session {sid} has no recorded project path")
-    line = resume_line(cwd, sid, settings.source)
+    line = resume_line(cwd, sid, settings.source, _config_dir(settings))
     if not Path(cwd).is_dir():
         click.echo(f"syncd: note: {cwd} does not exist on this machine; create or clone it "
                    "there, or pass --map OLD=NEW", err=True)
     click.echo(line)
+
+
+def _here(settings: Settings) -> Here:
+    """What this machine has of the store's sessions: in its tree, or in any of its trees
+    when there are several (a session is here in whichever holds it)."""
+    if not settings.sources:
+        return here(settings.source, imported_copies(settings))
+    ids: set[str] = set()
+    imported: dict[tuple[str, bytes], tuple[int, int]] = {}
+    for t in settings.trees():
+        one = settings.for_source(t.name)
+        h = here(one.source, imported_copies(one))
+        ids |= h.ids
+        imported.update(h.imported)
+    return Here(ids, imported)
+
+
+def tree_of(settings: Settings, machine: str) -> str:
+    """The tree a machine's sessions belong in: the one of that machine id, else the one
+    whose name ends it (``<id>--<name>``), else the default."""
+    trees = settings.trees()
+    for t in trees:
+        if t.machine_id == machine:
+            return t.name
+    for t in trees[1:]:
+        if machine.endswith(SOURCE_JOIN + t.name):
+            return t.name
+    return DEFAULT_SOURCE
+
+
+def _config_dir(settings: Settings) -> Path | None:
+    """The CLAUDE_CONFIG_DIR Claude must be given to see a tree other than the default."""
+    return None if settings.tree == DEFAULT_SOURCE else settings.source
 
 
 COMMANDS = (machines, sessions, snapshots, restore_cmd, resume)

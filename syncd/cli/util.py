@@ -40,12 +40,38 @@ def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
     config, store = ctx.obj["config"], ctx.obj.get("store")
     given = {k: v for k, v in {"store": store, **overrides}.items() if v is not None}
     try:
-        return load_settings(config, config_required=config is not None, **given)
+        settings = load_settings(config, config_required=config is not None, **given)
     except ConfigError as e:
         # An argument's value is named by its option, as bad_value does.
         if store is not None and str(e).startswith("store: "):
             raise ConfigError(f"--store: {str(e).removeprefix('store: ')}") from None
         raise
+    name = ctx.obj.get("source")
+    if name is None:
+        return settings
+    try:
+        return settings.for_source(name)
+    except ConfigError as e:
+        raise UsageError(f"--source: {e}") from None
+
+
+def _chosen_source(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.obj["source"] = value  # the group's dict: settings_of reads it
+
+
+# ``--source NAME``: the command works on that tree of `sources` (its root, machine id
+# and state) instead of the default one.
+source_option = click.option(
+    "--source", metavar="NAME", default=None, expose_value=False, callback=_chosen_source,
+    help="The tree of `sources` named NAME (its root and machine id; default: the tree "
+         "`source` names, called default).")
+
+
+def chosen_source(ctx: click.Context) -> str | None:
+    """The ``--source`` given (None: none)."""
+    value = ctx.obj.get("source")
+    return value if isinstance(value, str) else None
 
 
 def interactive(settings: Settings) -> Settings:
@@ -152,7 +178,8 @@ def echo_json_rows(rows: Iterable[Any]) -> None:
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def resume_line(cwd: str, session_id: str, claude_root: Path | None = None) -> str:
+def resume_line(cwd: str, session_id: str, claude_root: Path | None = None,
+                config_dir: Path | None = None) -> str:
     """``cd <cwd> && claude --resume <id>``, every word quoted: both come from the store,
     and the line is meant to be pasted into a shell. A word with control characters (a
     newline, a terminal escape) is refused rather than printed, and so is a ``cwd``
@@ -167,4 +194,7 @@ def resume_line(cwd: str, session_id: str, claude_root: Path | None = None) -> s
         if os.path.commonpath([root, os.path.realpath(cwd)]) == root:
             raise RestoreError(f"not printing a shell line for {cwd!r}: it is inside the "
                                f"Claude tree {claude_root}, where no project lives")
-    return f"cd {shlex.quote(cwd)} && claude --resume {shlex.quote(session_id)}"
+    # A tree other than ~/.claude is Claude's only when it is told (CLAUDE_CONFIG_DIR).
+    env = "" if config_dir is None else \
+        f"CLAUDE_CONFIG_DIR={shlex.quote(os.fspath(config_dir))} "
+    return f"cd {shlex.quote(cwd)} && {env}claude --resume {shlex.quote(session_id)}"

@@ -370,8 +370,10 @@ class Follower:
             return named
         if self._polls % MACHINES_EVERY == 0:
             # Those backed up last, by their heads; never one that does not open this
-            # store's key (follow/choice.py).
-            others = [m for m in self.repo.machines() if m != self.me and m not in named]
+            # store's key (follow/choice.py); with several trees, only those of this
+            # tree's name (Settings.follows).
+            others = [m for m in self.repo.machines() if m != self.me and m not in named
+                      and self.settings.follows(m)]
             chosen = choose(self.repo, others, len(named), FOLLOW_ALL_MAX, self.clock())
             record(self.state, chosen)
             self._machines = chosen.followed

@@ -41,6 +41,7 @@ from syncd.errors import Locked, StateError, SyncStopped
 from syncd.follow.follower import Follower, first_look_due
 from syncd.redact import redact
 from syncd.security.lock import ProcessLock
+from syncd.service.log import TREE
 from syncd.service.log import setup as setup_logging
 from syncd.service.signals import stop_on_signals
 
@@ -158,7 +159,7 @@ def _run_child(settings: Settings, stop: threading.Event, takeover: bool,
     receiver, sender = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, name="syncd-catchup",
                        args=(settings, takeover, logging.getLogger().getEffectiveLevel(),
-                             os.getpid(), sender, first))
+                             os.getpid(), sender, first, TREE.get()))
     t0 = time.monotonic()
     try:
         try:
@@ -264,7 +265,7 @@ def _mb(n: int) -> str:
 # -- in the child ---------------------------------------------------------------------
 
 def _child(settings: Settings, takeover: bool, level: int, parent: int,
-           conn: Connection, first: bool = False) -> None:
+           conn: Connection, first: bool = False, tree: str = "") -> None:
     """The child's body: ship everything pending (after the followed machines' first
     import, when ``first``), send a ``_Report``, exit 0 (or 1).
 
@@ -273,6 +274,7 @@ def _child(settings: Settings, takeover: bool, level: int, parent: int,
     the state closed and the lease released; what was not shipped waits for the next
     start."""
     setup_logging(level)
+    TREE.set(tree)  # its lines name the tree its parent's did (service/trees.py)
     stopping = stop_on_signals()
     _die_with(parent)
     try:

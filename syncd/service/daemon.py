@@ -55,7 +55,8 @@ class Daemon:
     """The loop. ``reload`` re-reads the configuration on SIGHUP (None: reload is refused)."""
 
     def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None, *,
-                 takeover: bool = False, prompt: bool = False) -> None:
+                 takeover: bool = False, prompt: bool = False,
+                 notify: Notifier | None = None, metrics: bool = True) -> None:
         self.settings = settings
         self.reload = reload
         self.takeover = takeover
@@ -63,7 +64,10 @@ class Daemon:
         # Set when this daemon must stop writing for good (lease taken over, key refused).
         self.fatal: Exception | None = None
         self._unconnected = False  # the store was down at start: no lease (nor key) yet
-        self.notify = Notifier()
+        # One tree of several (service/trees.py): systemd hears of them together, and
+        # only one serves the metrics port.
+        self.notify = Notifier() if notify is None else notify
+        self._metrics = metrics
         self._reload_due = False
         self._ready = False
         self._extended_at = 0.0
@@ -187,7 +191,7 @@ class Daemon:
 
         archiver = Archiver(self.settings, lambda: engine.repo if engine.connected else None,
                             self.stop, on_stored=self._on_stored)
-        metrics = MetricsServer.start_for(self.settings)
+        metrics = MetricsServer.start_for(self.settings) if self._metrics else None
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
         log.info("syncd running: machine %s, source %s, store %s", self.settings.machine_id,

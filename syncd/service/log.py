@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TextIO
 
 from syncd.redact import add_env_secrets, redact
@@ -18,7 +19,7 @@ from syncd.redact import add_env_secrets, redact
 # logging level → syslog priority
 PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
             logging.CRITICAL: 2}
-PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s%(tree)s: %(message)s"
 # Libraries that log routine chatter at INFO ("Found credentials in environment variables").
 _CHATTY = ("botocore", "boto3", "urllib3")
 
@@ -40,6 +41,11 @@ def to_journal(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
     return (st.st_dev, st.st_ino) == (int(dev), int(ino))
 
 
+# The tree a thread works for when one daemon backs up several (service/trees.py): its
+# lines say "syncd.daemon[work]: ...". A thread sets it for itself (contexts are per thread).
+TREE: ContextVar[str] = ContextVar("syncd_tree", default="")
+
+
 class OneLine(logging.Formatter):
     """Every record on exactly one line: newlines in messages and tracebacks are escaped."""
 
@@ -48,6 +54,9 @@ class OneLine(logging.Formatter):
         self.journal = journal
 
     def format(self, record: logging.LogRecord) -> str:
+        # Formatted in the thread that logs: its tree, if any, is the one that spoke.
+        tree = TREE.get()
+        record.tree = f"[{tree}]" if tree else ""
         # Secrets are masked whatever put them in the message (an exception's text).
         text = redact(super().format(record)).replace("\r", "\\r").replace("\n", "\\n")
         if self.journal:
@@ -65,7 +74,8 @@ def setup(level: int | str = logging.WARNING, stream: TextIO | None = None,
     add_env_secrets()
     journal = to_journal(stream, env)
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(OneLine("%(name)s: %(message)s" if journal else PLAIN_FORMAT, journal))
+    handler.setFormatter(OneLine("%(name)s%(tree)s: %(message)s" if journal else PLAIN_FORMAT,
+                                 journal))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
