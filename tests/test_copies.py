@@ -435,3 +435,32 @@ def test_marks_that_cover_less_than_an_append_check_prove_no_cut(tmp_path: Path)
         assert cut_point(fd, p.stat().st_size, blob) is None
     finally:
         os.close(fd)
+
+
+def test_a_compaction_stores_the_bytes_generations_share_once(tmp_path: Path) -> None:
+    """A cut's generation and the one it was cut from share frames: the manifest's packs
+    hold those bytes once (parts of the same frames), not once per generation."""
+    store = MemoryStore()
+    s = Story(tmp_path, store)
+    f = write(s.src, APP, rows(0, 1500))
+    seg0 = s.flush()
+    cut_tail(f, 1490, rows(7000, 7003))
+    s.flush()
+    cut_tail(f, 1480, rows(8000, 8002))
+    s.flush()
+    rep = compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1))
+    assert rep.errors == [], rep
+    packs = sum(len(store.objects[k]) for k in store.objects if "/pack/" in k)
+    assert packs < 1.2 * seg0, (packs, seg0)
+    s.check_every_point(tmp_path / "out")
+    v = verify(Repository(store, M), read_data=1.0, now=s.clock.t + 2)
+    assert v.problems == [], v.problems
+    # And again: a compaction that rewrites those packs keeps the sharing.
+    write(s.src, APP, rows(9000, 9001), "ab")
+    s.flush()
+    rep = compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1,
+                                                       repack_share=1.0))
+    assert rep.errors == [], rep
+    packs = sum(len(store.objects[k]) for k in store.objects if "/pack/" in k)
+    assert packs < 1.2 * seg0, (packs, seg0)
+    s.check_every_point(tmp_path / "again")

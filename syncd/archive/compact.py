@@ -20,7 +20,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -466,12 +466,21 @@ def _named(points: list[Point]) -> set[tuple[bytes, int]]:
 
 def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int,
                  tree: _Tree, opts: CompactOptions, rep: CompactReport) -> None:
-    """Rewrite every extent in a segment or in ``move`` into new packs, file by file."""
+    """Rewrite every extent in a segment or in ``move`` into new packs, file by file.
+
+    A frame that several generations share (parts of it: copies of a cut tail, a moved
+    file, a patch) is rewritten once, whole, and each of them takes its part of the new
+    frame: shared bytes are stored once in packs as in segments."""
     machine = repo.machine
     meter = opts.progress or NullMeter()
     meter.start(rep.raw_bytes)
     out = PackWriter(repo, lo, tree.seq, tree.time, level=opts.level,
                      target=opts.pack_target, written=rep.packs_written)
+    solo = _shared_frames(entries, move)
+    # A shared frame rewritten: where its new extent is (a list and an index: filled once
+    # its batch is compressed); the extents that take a part of it, filled after.
+    placed: dict[tuple[str, int], tuple[list[tuple[str, Extent]], int]] = {}
+    parts: list[tuple[list[tuple[str, Extent]], int, tuple[str, int], Extent]] = []
     with spooled(repo, opts.spool_dir) as spool:
         for e in sorted(entries, key=lambda e: (e.path, e.gen)):
             if opts.should_stop():
@@ -486,8 +495,23 @@ def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int
                 start = run[0][1].start
                 buf = bytearray()
                 for key, x in run:
-                    buf += spool.read(key, x)
                     meter.advance(x.end - x.start)
+                    if (key, x.off) in solo:
+                        if buf:
+                            out.add(e, start, bytes(buf), new)
+                            buf.clear()
+                        if (key, x.off) not in placed:
+                            whole = replace(x, start=x.start - x.skip if x.start >= x.skip
+                                            else 0, skip=0, frame=0)
+                            whole = replace(whole, end=whole.start + x.raw)
+                            out.add(e, whole.start, spool.read(key, whole), new)
+                            placed[(key, x.off)] = (new, len(new) - 1)
+                        else:
+                            new.append(("", x))  # its place, filled below
+                        parts.append((new, len(new) - 1, (key, x.off), x))
+                        start = x.end
+                        continue
+                    buf += spool.read(key, x)
                     while len(buf) >= limit:
                         cut = limit
                         if e.path == HISTORY:  # whole lines: a frame names its sessions
@@ -501,6 +525,29 @@ def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int
             e.sids = {k: v for k, v in e.sids.items() if k[0] not in move}
         out.drain()
         out.flush()
+    for into, at, frame, x in parts:
+        where, i = placed[frame]
+        key, nx = where[i]
+        if into is where and at == i and (nx.start, nx.end) == (x.start, x.end):
+            continue  # the whole frame, where it was
+        base = nx.start
+        into[at] = (key, nx.part(x.path, x.gen, base + x.skip, base + x.skip + x.end - x.start,
+                                 x.start))
+
+
+def _shared_frames(entries: list[Entry], move: set[str]) -> set[tuple[str, int]]:
+    """The frames to rewrite that are shared: named by more than one extent, or in part."""
+    seen: set[tuple[str, int]] = set()
+    shared: set[tuple[str, int]] = set()
+    for e in entries:
+        for key, x in e.extents:
+            if not _moves(key, move):
+                continue
+            k = (key, x.off)
+            if x.frame or k in seen:
+                shared.add(k)
+            seen.add(k)
+    return shared
 
 
 def _pack_lo(key: str) -> int:
