@@ -464,3 +464,36 @@ def test_a_compaction_stores_the_bytes_generations_share_once(tmp_path: Path) ->
     packs = sum(len(store.objects[k]) for k in store.objects if "/pack/" in k)
     assert packs < 1.2 * seg0, (packs, seg0)
     s.check_every_point(tmp_path / "again")
+
+
+def test_real_transcripts_cut_patched_and_moved(tmp_path: Path, samples: Path) -> None:
+    """Each real transcript of ../shared/claude-samples: its last rows withdrawn (two
+    written in their place), a row in the middle removed, then the session moved to
+    another folder with a relocated line. Each change stores a small part of the file,
+    and every flush restores exactly, before and after a compaction."""
+    store = MemoryStore()
+    s = Story(tmp_path, store)
+    found = sorted(samples.glob("*/projects/*/*.jsonl"))
+    assert len(found) >= 3
+    for i, t in enumerate(found):
+        raw = t.read_bytes()
+        rel = f"projects/-p{i}/{t.name}"
+        f = write(s.src, rel, raw)
+        s.flush()
+        lines = raw.splitlines(keepends=True)
+        at = cut_tail(f, len(lines) - 3, lines[-2] + lines[-1])
+        assert at > 0.9 * len(raw)
+        assert s.flush() < 0.02 * len(raw) + 4096, t
+        data = f.read_bytes()
+        middle = data.splitlines(keepends=True)[len(lines) // 2]
+        f.write_bytes(data.replace(middle, b"", 1))
+        assert s.flush() <= 0.02 * len(data) + 4096, t
+        os.makedirs(s.src / f"projects/-moved{i}")
+        moved = f"projects/-moved{i}/{t.name}"
+        os.rename(f, s.src / moved)
+        relocated = {"type": "relocated", "sessionId": t.stem, "relocatedCwd": f"/moved{i}"}
+        write(s.src, moved, json.dumps(relocated).encode() + b"\n", "ab")
+        assert s.flush(rel) < 4096, t
+    s.check_every_point(tmp_path / "out")
+    compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1))
+    s.check_every_point(tmp_path / "compacted")
