@@ -895,3 +895,34 @@ def test_a_followed_machines_copy_of_this_machines_session_is_not_fetched_to_rec
         for _ in range(HEAD_EVERY + 1):
             f.poll()
     assert not (a.settings.source / rel).exists() and reads.reads == []
+
+
+def test_a_cut_there_reaches_a_copy_as_the_last_import_left_it(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk withdraws its last rows (a cut: a new generation) and writes others: the
+    laptop's copy, untouched since the import, becomes desk's as it is now, without the
+    withdrawn rows; a copy the laptop wrote to since keeps its own lines (a merge)."""
+    a, b = two
+    rel, theirs = imported_once(a, b, monkeypatch)
+    write(a.settings.source, rel, b"".join(line(S1, a.cwd("app"), i) for i in range(1, 6)),
+          mode="ab")
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    b.sync(monkeypatch)
+    full = a.settings.source / rel
+    keep = full.read_bytes()[: full.read_bytes().index(line(S1, a.cwd("app"), 4))]
+    full.write_bytes(keep + line(S1, a.cwd("app"), 9))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    want = (keep + line(S1, a.cwd("app"), 9)).replace(a.cwd("app").encode(),
+                                                       b.cwd("app").encode())
+    assert theirs.read_bytes() == want
+    # Written to here, then cut there again: the laptop's line stays.
+    b.sync(monkeypatch)
+    write(b.settings.source, theirs.relative_to(b.settings.source),
+          line(S1, b.cwd("app"), 20), mode="ab")
+    b.now += 60
+    full.write_bytes(keep + line(S1, a.cwd("app"), 10))
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    assert line(S1, b.cwd("app"), 20) in theirs.read_bytes()

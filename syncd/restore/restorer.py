@@ -1180,9 +1180,9 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     d = decide(_kind(f.path), local, data, _lineage(f.path, rel, backup, opts))
     if _left(opts, rel, st, d.action, report, src):
         return None
-    if d.conflict and (newer or _supersedes(f, rel, st, opts)):
+    if (d.conflict or d.action == "merge") and (newer or _supersedes(f, rel, st, opts)):
         act = Action("replace", os.fsdecode(rel), src, "newer, as its transcript is"
-                     if newer else "a newer copy of what the last import wrote here",
+                     if newer else "a newer generation of what the last import wrote here",
                      len(data))
         if not opts.dry_run:
             installer.write(data, dest, mtime_ns, expect=st)
@@ -1214,10 +1214,12 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
 
 
 def _supersedes(f: Entry, rel: bytes, st: os.stat_result, opts: RestoreOptions) -> bool:
-    """Whether ``f``, a sibling Claude rewrites whole, is a newer generation of the one
-    the last import from its machine wrote here, still as that import left it (follow's
-    ``opts.base`` vouches): it replaces it, not a divergence."""
-    if opts.base is None or not is_sibling(f.path):
+    """Whether ``f``, a sibling Claude rewrites whole or a transcript its machine cut or
+    rewrote (a withdrawn row, a compaction), is a newer generation of the one the last
+    import from that machine wrote here, still as that import left it (follow's
+    ``opts.base`` vouches): it replaces it, not a divergence (nor a merge that would keep
+    the rows that machine withdrew)."""
+    if opts.base is None or not (is_sibling(f.path) or _kind(f.path) == "transcript"):
         return False
     known = opts.base(f.path, rel)
     return known is not None and known[0] < f.gen and known[2] == st.st_size
