@@ -13,6 +13,10 @@ in B's checkout, must list the session in ``/resume`` under the title A's own pi
 shows, and choosing it must resume it: the next prompt's request carries the whole
 earlier conversation, and B's turn is appended to the restored transcript with B's cwd.
 
+A session the CLI's own ``/cd`` moved to another project on A (DESIGN §4a: the transcript
+moves to that project's folder and gains a relocated record) is backed up as a move, and
+restored to B in the mapped project it moved to, where the picker lists it and it resumes.
+
 Skipped when tmux or npm is not on PATH (npm installs the CLI, as in
 tests/test_e2e_claude.py).
 """
@@ -28,6 +32,9 @@ from typing import Any
 import pytest
 
 from syncd.claude import project_folder
+from syncd.format.segment import SegmentIndex
+from syncd.repository import Repository
+from syncd.store import open_store
 from tests.claude_fixtures import (
     Claude,
     Interactive,
@@ -41,6 +48,7 @@ from tests.claude_fixtures import (
     syncd_env,
 )
 from tests.helpers import wait_for
+from tests.readers import read_index
 from tests.seaweed import Seaweed
 from tests.test_follow_e2e import DEADLINE, Pair, make_pair
 
@@ -77,6 +85,12 @@ def type_session(claude: Claude, home: Path, project: Path) -> Typed:
     transcript = home / ".claude" / "projects" / project_folder(str(project)) / f"{sid}.jsonl"
     assert {d.get("entrypoint") for d in json_lines(transcript)
             if isinstance(d, dict) and d.get("type") == "user"} == {"cli"}
+    return Typed(sid, project, transcript, own_title(claude, home, project))
+
+
+def own_title(claude: Claude, home: Path, project: Path) -> str:
+    """The title A's own picker in ``project`` shows for its one session (the CLI's
+    baseline), read on a copy of the tree: a picker run leaves a session file of its own."""
     scratch = home.parent / "scratch-home"
     shutil.copytree(home / ".claude", scratch / ".claude", symlinks=True)
     skip_first_run(scratch, project)
@@ -85,7 +99,7 @@ def type_session(claude: Claude, home: Path, project: Path) -> Typed:
     assert own.titles == [PROMPTS[-1]], (
         f"A's own picker (the CLI's baseline) lists {own.titles}\n{own.screen}")
     assert own.selected is not None
-    return Typed(sid, project, transcript, own.selected)
+    return own.selected
 
 
 def _texts(message: dict[str, Any]) -> str:
@@ -103,12 +117,12 @@ def conversation(request: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def resume_from_picker(claude: Claude, home: Path, project: Path, typed: Typed,
-                       a_home: Path) -> Picker:
+                       a_home: Path, cwds: set[str] | None = None) -> Picker:
     """B's CLI in ``project``: ``/resume`` lists the session under A's title; Enter
     resumes it and the next prompt sends the whole conversation; B's turn lands in the
-    restored transcript, with B's cwd, and no path of A's home is left in it (the
-    system prompt 2.1.332 records names the memory folder under projects/). Returns what
-    the picker showed."""
+    restored transcript, whose cwds are B's (``cwds``, by default just ``project``), and
+    no path of A's home is left in it (the system prompt 2.1.332 records names the memory
+    folder under projects/). Returns what the picker showed."""
     skip_first_run(home, project)
     mine = home / ".claude" / "projects" / project_folder(str(project)) / f"{typed.sid}.jsonl"
     with Interactive(claude.binary, home, project) as cli:
@@ -132,8 +146,8 @@ def resume_from_picker(claude: Claude, home: Path, project: Path, typed: Typed,
     assert after.startswith(before) and LATER.encode() in after[len(before):]
     listed = sorted(p.name for p in (home / ".claude" / "projects").glob("*/*.jsonl"))
     assert listed == [mine.name], listed
-    cwds = {d["cwd"] for d in json_lines(mine) if isinstance(d, dict) and "cwd" in d}
-    assert cwds == {str(project)}, f"cwds in B's transcript: {cwds}"
+    got_cwds = {d["cwd"] for d in json_lines(mine) if isinstance(d, dict) and "cwd" in d}
+    assert got_cwds == (cwds or {str(project)}), f"cwds in B's transcript: {got_cwds}"
     at = after.find(str(a_home).encode())
     assert at < 0, f"B's transcript names A's home: {after[max(0, at - 200):at + 200]!r}"
     return picker
@@ -175,3 +189,85 @@ def test_a_followed_session_is_in_the_picker_and_resumes(
         pair.finish()
     finally:
         pair.stop()
+
+
+# -- a session moved by /cd ----------------------------------------------------------------
+
+MOVED = "Moved to"  # what 2.1.332's /cd prints once the session has moved
+
+
+def relocated_cwds(transcript: Path) -> list[str]:
+    """The ``relocatedCwd`` of each relocated record of ``transcript``, in order."""
+    return [d["relocatedCwd"] for d in json_lines(transcript)
+            if isinstance(d, dict) and d.get("type") == "relocated"]
+
+
+def store_indexes(store: Path, machine: str) -> list[SegmentIndex]:
+    """The machine's segment indexes, in order."""
+    s = open_store(store.as_uri(), create=False)
+    return [read_index(s, key, size) for key, size in Repository(s, machine).segments()]
+
+
+def test_a_session_moved_by_cd_is_restored_where_it_moved_and_resumes(
+        claude: Claude, tmp_path: Path) -> None:
+    """On A a session begun in ``code/shed`` is backed up, moved by the CLI's own
+    ``/cd code/shed-roof`` (2.1.332 moves ``<sid>.jsonl`` to that project's folder and
+    appends a relocated record) and continued there, and backed up again: the store
+    records the move as a copy from the old path. Restored to B with A's home mapped to
+    B's, the session is in B's picker in the mapped ``shed-roof`` under A's title and
+    resumes with the turns from before and after the move; its ``relocatedCwd`` and cwds
+    name B's directories."""
+    a, b = tmp_path.resolve() / "A" / "home" / "alice", tmp_path.resolve() / "B" / "users" / "bob"
+    p1, p2 = a / "code" / "shed", a / "code" / "shed-roof"
+    for p in (p1, p2):
+        p.mkdir(parents=True)
+    store = tmp_path / "store"
+    desk = syncd_env(a, store, "desk")
+    skip_first_run(a, p1, p2)
+    before = a / ".claude" / "projects" / project_folder(str(p1))
+    with Interactive(claude.binary, a, p1) as cli:
+        cli.ask(PROMPTS[0])
+        sid = recorded_session(a, before.name)
+        old = before / f"{sid}.jsonl"
+        wait_for(lambda: answer_to(PROMPTS[0]).encode() in old.read_bytes(), DEADLINE,
+                 "the first answer in A's transcript", explain=cli.terminal.explain)
+        r = syncd(desk, "sync")  # the session is shipped where it began
+        assert r.returncode == 0, show(r)
+        cli.submit(f"/cd {p2}")
+        cli.terminal.wait_screen(f"{MOVED} {p2}", "/cd to move the session")
+        cli.ask(PROMPTS[1])
+        cli.exit()
+    moved = a / ".claude" / "projects" / project_folder(str(p2)) / f"{sid}.jsonl"
+    assert moved.is_file() and not old.exists(), sorted(
+        str(p.relative_to(a)) for p in (a / ".claude" / "projects").rglob("*.jsonl"))
+    assert relocated_cwds(moved) and set(relocated_cwds(moved)) == {str(p2)}, \
+        relocated_cwds(moved)
+    typed = Typed(sid, p2, moved, own_title(claude, a, p2))
+
+    r = syncd(desk, "sync")
+    assert r.returncode == 0, show(r)
+    rel = f"projects/{project_folder(str(p2))}/{sid}.jsonl".encode()
+    src = f"projects/{before.name}/{sid}.jsonl".encode()
+    indexes = store_indexes(store, "desk")
+    copies = [c for ix in indexes for c in ix.copies if c.path == rel]
+    assert [c.src for c in copies] == [src], f"copies of {rel!r}: {copies}"
+    first = moved.read_bytes().find(answer_to(PROMPTS[0]).encode())
+    assert copies[0].at == copies[0].start == 0 and copies[0].end > first > 0, copies[0]
+    # What was shipped before the move is not shipped again.
+    shipped = [(x.start, x.end) for ix in indexes for x in ix.extents
+               if x.path == rel and x.gen == copies[0].gen]
+    assert shipped and min(start for start, _ in shipped) >= copies[0].end, \
+        (shipped, copies[0])
+
+    q1, q2 = b / "code" / "shed", b / "code" / "shed-roof"
+    q2.mkdir(parents=True)  # B has checked out only the project the session moved to
+    r = syncd(syncd_env(b, store, "laptop"), "restore", "--machine", "desk", f"--map={a}={b}")
+    assert r.returncode == 0, show(r)
+    mine = b / ".claude" / "projects" / project_folder(str(q2)) / f"{sid}.jsonl"
+    assert mine.is_file(), sorted(
+        str(p.relative_to(b)) for p in (b / ".claude" / "projects").rglob("*.jsonl"))
+    assert set(relocated_cwds(mine)) == {str(q2)}, relocated_cwds(mine)
+    resume_from_picker(claude, b, q2, typed, a, cwds={str(q1), str(q2)})
+    # After B's turn the session is still placed by B's directory.
+    assert relocated_cwds(mine) and set(relocated_cwds(mine)) == {str(q2)}, \
+        relocated_cwds(mine)

@@ -33,6 +33,12 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 # ASCII non-name byte starts a path; a name byte that cannot end an escape does not.
 _STOP = frozenset(range(0x80)) - _ASCII_NAME
 _PLAIN = _ASCII_NAME - _HEX - frozenset(b"nrtbf")
+# A terminal escape sequence (CSI: ESC [ parameters intermediates final, the ESC as JSON
+# writes it) ends in a letter, yet is not a name: Claude's /cd prints its directory in
+# bold (``Moved to \u001b[1m/path\u001b[22m``) and a colored listing does the same.
+_CSI = re.compile(rb"\\u001[bB]\[[0-?]*[ -/]*[@-~]\Z")
+_CSI_MAX = 24  # the longest CSI looked at, in JSON form: ``\u001b[38;2;255;255;255m``
+_LETTERS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _PROTECTED = re.compile(rb'"(?:thinking|signature|data)":"[^"\\]*(?:\\.[^"\\]*)*"')
 # What may follow a Windows prefix: more components, separated by an escaped backslash.
 _WIN_REST = rb'((?:\\\\[^\\"<>|*?:]+)*)'
@@ -92,6 +98,18 @@ def _continues_name(chunk: bytes, at: int) -> bool:
                 return _name_char(chr(int(chunk[at - 4 : at], 16)))
         return True
     return _ends_in_name(chunk[max(0, at - 4) : at])
+
+
+def _after_csi(chunk: bytes, at: int) -> bool:
+    """Whether a terminal escape sequence (CSI) ends at ``chunk[at]`` (``at`` > 0), its
+    backslash not itself escaped."""
+    m = _CSI.search(chunk, max(0, at - _CSI_MAX), at)
+    if m is None:
+        return False
+    lead = m.start()
+    while lead > 0 and chunk[lead - 1] == 0x5C:
+        lead -= 1
+    return (m.start() - lead) % 2 == 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -179,9 +197,11 @@ class Remapper:
                 at += len(parts[i])
                 old, rest = parts[i + 1], parts[i + 2]
                 # A prefix starts a path: after a character that is not a name's (see
-                # _continues_name); never inside a longer name (/x/home/a, bob/by).
+                # _continues_name) or a terminal escape; never inside a longer name
+                # (/x/home/a, bob/by).
                 before = chunk[at - 1] if at else 0x20
-                if before in _STOP or (before not in _PLAIN and not _continues_name(chunk, at)):
+                if before in _STOP or (before not in _PLAIN and not _continues_name(chunk, at)) \
+                        or (before in _LETTERS and _after_csi(chunk, at)):
                     parts[i + 1] = self._pairs[old]
                     if old in self._to_posix:
                         parts[i + 2] = rest.replace(b"\\\\", b"/")
