@@ -230,6 +230,7 @@ def test_a_moved_session_is_a_move(tmp_path: Path) -> None:
                        interval=300, tombstone_keep=0).write()
         listed = session_rows(Repository(store, M), tmp_path / "here")
         assert [(r["session_id"], r["deleted_locally_at"]) for r in listed] == [(SID, None)], head
+        assert listed[0]["project"] == "/home/u/lib"  # where it is now, as Claude's list
     compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1))
     s.check_every_point(tmp_path / "compacted")
 

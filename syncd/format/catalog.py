@@ -360,6 +360,17 @@ class Session:
         return self.fields.get("cwd")
 
     @property
+    def place(self) -> str | None:
+        """Where the session is now: its last ``relocatedCwd`` (``/cd``, a worktree move)
+        or else the directory it started in."""
+        return self.fields.get("relocated_cwd") or self.project
+
+    @property
+    def places(self) -> list[str]:
+        """The directories a ``--project`` finds it by: where it started, where it is."""
+        return [p for p in dict.fromkeys((self.project, self.place)) if p]
+
+    @property
     def folder(self) -> str:
         return self.path.split(b"/")[1].decode(errors="surrogateescape")
 

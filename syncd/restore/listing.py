@@ -323,7 +323,7 @@ def here(root: Path, imported: Mapping[tuple[str, bytes], tuple[int, int]] | Non
 
 
 def _row(s: Session, local: Here) -> dict[str, Any]:
-    return {"session_id": s.session_id, "machine": s.machine, "project": s.project,
+    return {"session_id": s.session_id, "machine": s.machine, "project": s.place,
             "title": s.title, "size": s.size, "last_activity": s.fields.get("last_activity"),
             "git_branch": s.fields.get("git_branch"), "deleted_locally_at": s.deleted_at,
             "local": s.session_id in local.ids, "here": local.mark(s)}
@@ -406,11 +406,11 @@ def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
 
 
 def _matches(s: Session, home: str | None, project: str) -> bool:
-    cwd = s.project or ""
     here = str(Path.home())
-    candidates = [cwd]
-    if home and (cwd == home or cwd.startswith(home + "/")):
-        candidates.append(here + cwd[len(home):])
+    candidates = list(s.places)
+    for cwd in s.places:
+        if home and (cwd == home or cwd.startswith(home + "/")):
+            candidates.append(here + cwd[len(home):])
     want = os.path.normpath(os.path.expanduser(project))
     return any(c == want or c.startswith(want.rstrip("/") + "/") for c in candidates)
 

@@ -729,8 +729,8 @@ def _chosen(backup: Backup, opts: RestoreOptions, report: RestoreReport) -> list
     home_only = Remapper([Rule(str(backup.info.get("home", "")), opts.local_home)]
                          if backup.info.get("home") else [])
     for want in opts.projects:
-        found = [s for s in backup.sessions.values() if s.project and (
-            _under(s.project, want) or _under(home_only.path(s.project), want))]
+        found = [s for s in backup.sessions.values() if any(
+            _under(p, want) or _under(home_only.path(p), want) for p in s.places)]
         if not found:
             report.errors.append(f"no session of project {want} in machine "
                                  f"{backup.machine!r}'s backup")
