@@ -228,7 +228,7 @@ def test_a_moved_session_is_a_move(tmp_path: Path) -> None:
         if head:
             HeadWriter(Repository(store, M), s.sh.state, os.fsencode(s.src),
                        interval=300, tombstone_keep=0).write()
-        listed = session_rows(Repository(store, M), tmp_path / "here")
+        listed = list(session_rows(Repository(store, M), tmp_path / "here"))
         assert [(r["session_id"], r["deleted_locally_at"]) for r in listed] == [(SID, None)], head
         assert listed[0]["project"] == "/home/u/lib"  # where it is now, as Claude's list
     compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1))
