@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -301,3 +302,29 @@ def _error_xml(status: int) -> bytes:
     code = {500: "InternalError", 503: "ServiceUnavailable"}.get(status, "InternalError")
     return (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
             f"<Message>injected by the test proxy</Message></Error>").encode()
+
+
+def kill9_at_put(proxy: FaultProxy, settings: Settings, command: str, direct: Store,
+                 key: str, stored: bool, log: Path) -> None:
+    """Run ``syncd -v COMMAND`` and SIGKILL it while the proxy holds its PUT of ``key``:
+    after the store took the object (``stored``: its answer is held back) or before
+    (never forwarded). The held request is let go once the process is dead."""
+    proxy.hold = lambda method, path: method == "PUT" and path.split("?")[0].endswith(
+        "/" + key)
+    proxy.hold_forwards = stored
+    env = {**os.environ, **cli_env(settings)}
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "syncd", "-v", command], env=env,
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        if not proxy.held.wait(60):
+            raise AssertionError(f"{key} was never uploaded: {log.read_text()}")
+        assert (direct.head(key) is not None) == stored
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proxy.release.set()  # a held request that was not forwarded never is
+        proxy.hold = None

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions
 from syncd.restore.restorer import restore as restore_backup
 from syncd.store.layout import segment_key
-from tests.faultkit import MACHINE, FaultProxy, cli, cli_env, make_settings, store_of, tree
+from tests.faultkit import MACHINE, FaultProxy, cli, kill9_at_put, make_settings, store_of, tree
 from tests.faultkit import restore as restore_now
 from tests.helpers import tree_bytes, write
 from tests.readers import read_index
@@ -70,26 +67,8 @@ def test_kill9_at_the_write_of_a_copy(tmp_path: Path, seaweed: Seaweed, bucket: 
     first = read_index(direct, segment_key(MACHINE, 0)).time
 
     change(s.source, case)
-    held = "/seg/" + f"{1:016x}"
-    proxy.hold = lambda method, path: method == "PUT" and path.split("?")[0].endswith(held)
-    proxy.hold_forwards = stored
-    env = {**os.environ, **cli_env(s)}
-    log = tmp_path / "sync.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "syncd", "-v", "sync"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
-    try:
-        if not proxy.held.wait(60):
-            raise AssertionError(f"segment 1 was never uploaded: {log.read_text()}")
-        assert (direct.head(segment_key(MACHINE, 1)) is not None) == stored
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(10) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proxy.release.set()
-    proxy.hold = None
+    kill9_at_put(proxy, s, "sync", direct, segment_key(MACHINE, 1), stored,
+                 tmp_path / "sync.log")
 
     again = s.model_copy(update={"s3_endpoint_url": seaweed.endpoint})
     r = cli(again, "sync")

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +11,6 @@ import pytest
 
 import syncd.store
 from syncd.backup.state import State
-from syncd.config import Settings
 from syncd.service.status import status
 from syncd.store import S3Store
 from syncd.store.layout import segment_key
@@ -28,7 +23,7 @@ from tests.faultkit import (
     FaultProxy,
     assert_shipped_once,
     cli,
-    cli_env,
+    kill9_at_put,
     line,
     make_settings,
     restore,
@@ -101,13 +96,6 @@ def test_store_outage_daemon_catches_up(tmp_path: Path, seaweed: Seaweed, bucket
     assert_shipped_once(store_of(s, seaweed.endpoint), want)
 
 
-def _daemon_proc(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **cli_env(settings)}
-    with open(log, "wb") as f:
-        return subprocess.Popen([sys.executable, "-m", "syncd", "-v", "run"], env=env,
-                                stdout=f, stderr=subprocess.STDOUT)
-
-
 @pytest.mark.parametrize("stored", [True, False], ids=["after-put", "before-put"])
 def test_kill9_in_the_middle_of_a_flush(tmp_path: Path, seaweed: Seaweed, bucket: str,
                                          proxy: FaultProxy, stored: bool) -> None:
@@ -119,24 +107,9 @@ def test_kill9_in_the_middle_of_a_flush(tmp_path: Path, seaweed: Seaweed, bucket
     files = [f"projects/-home-u-p{i}/s{i}.jsonl".encode() for i in range(6)]
     for i, rel in enumerate(files):
         write(s.source, rel, b"".join(line(i * 1000 + j, 6000) for j in range(120)))
-    held = "/seg/" + f"{2:016x}"
-    proxy.hold = lambda method, path: method == "PUT" and path.split("?")[0].endswith(held)
-    proxy.hold_forwards = stored
     direct = store_of(s, seaweed.endpoint)
-
-    log = tmp_path / "daemon.log"
-    proc = _daemon_proc(s, log)
-    try:
-        if not proxy.held.wait(30):
-            raise AssertionError(f"segment 2 was never uploaded: {log.read_text()}")
-        assert (direct.head(segment_key(MACHINE, 2)) is not None) == stored
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(10) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proxy.release.set()  # a held request that was not forwarded never is
+    kill9_at_put(proxy, s, "run", direct, segment_key(MACHINE, 2), stored,
+                 tmp_path / "daemon.log")
     state = State(s.state_file, readonly=True)
     try:
         assert state.next_seq == 2  # killed after PUT of seg 2 began, before its commit
