@@ -799,6 +799,10 @@ class Shipper:
             # Not an append: a cut tail (the CLI withdrew a row) ships as a copy of the
             # bytes before the cut, when they are what was shipped (``marks``).
             cut = cut_point(fd, st.st_size, prev.marks)
+            # Nothing withdrawn (the marks match to the end): not a cut unless the append
+            # check agrees, as its tail sees bytes that the last lines' marks may not.
+            if cut == prev.offset and check_hash(fd, cut) != prev.check_hash:
+                cut = None
             if cut is not None:
                 return gen, cut, f"cut at {cut} of {prev.offset} bytes ({reason})", \
                     (prev.path, prev.gen)
