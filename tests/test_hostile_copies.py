@@ -5,8 +5,11 @@ shipper proof (a cut, a move, an adopted segment) is attacked here."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+from syncd.backup.ship import ship_with_restart
+from syncd.format.segment import Copy, SegmentWriter
 from syncd.repository import Repository
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
@@ -14,7 +17,7 @@ from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
-from tests.test_copies import APP, SID
+from tests.test_copies import APP, SID, cut_tail, rows
 from tests.test_points import restored
 
 
@@ -47,4 +50,61 @@ def test_a_rewrite_the_marks_do_not_see_is_no_cut(tmp_path: Path) -> None:
     ship_all(sh, src)
     ix = read_index(store, segment_key(M, 1))
     assert ix.copies == []
+    assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
+
+
+OTHER = f"projects/-home-u-app/{'0' * 8}-1111-4222-8333-444444444444.jsonl"
+
+
+def test_an_adopted_segment_s_copy_is_trusted_only_when_the_state_proves_it(
+        tmp_path: Path) -> None:
+    """A segment planted at this machine's next seq (its name, that seq: what a run that
+    stopped between upload and commit leaves) with a copy: the first bytes of generation 2
+    of APP are those of another transcript. Adopting an extent checks the local bytes
+    against its sha256; before the fix a copy was taken on its word: the state said APP's
+    bytes were shipped, they never were, and a restore gave the other file's bytes."""
+    store, clock = MemoryStore(), Clock()
+    src = tmp_path / "src"
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    write(src, APP, short_rows(0, 200))
+    write(src, OTHER, short_rows(500, 600))
+    ship_all(sh, src)
+    seq = sh.state.next_seq
+    w = SegmentWriter(M, seq, clock.t + 1)
+    n = len(short_rows(500, 600))
+    w.add_copy(Copy(APP.encode(), 2, 0, OTHER.encode(), 1, 0, n, 0o644, 0, "planted"))
+    store.put(segment_key(M, seq), w.finish())
+    clock.t += 5
+    write(src, APP, short_rows(200, 201), "ab")
+    ship_with_restart(sh, [APP.encode()])
+    clock.t += 5
+    write(src, APP, short_rows(201, 202), "ab")
+    ship_with_restart(sh, [APP.encode()])
+    assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
+
+
+def test_a_segment_with_a_cut_that_a_run_left_uncommitted_is_adopted_whole(
+        tmp_path: Path) -> None:
+    """The other side of the proof: the shipper's own copy (a cut), put in the store by a
+    run that stopped before its commit, is adopted as shipped (its marks prove it), so the
+    next flush continues that generation."""
+    store, clock = MemoryStore(), Clock()
+    src = tmp_path / "src"
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    f = write(src, APP, rows(0, 60))
+    ship_all(sh, src)
+    sh.state.close()
+    shutil.copy(tmp_path / "st.db", tmp_path / "old.db")
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    clock.t += 5
+    cut_tail(f, 55, rows(100, 101))
+    ship_all(sh, src)
+    [c] = read_index(store, segment_key(M, 1)).copies
+    sh.state.close()
+    # The state as that run left it: segment 1 uploaded, never committed.
+    late = make_shipper(src, store, tmp_path / "old.db", clock)
+    clock.t += 5
+    write(src, APP, rows(101, 102), "ab")
+    ship_with_restart(late, [APP.encode()])
+    assert [x.gen for x in read_index(store, segment_key(M, 2)).extents] == [c.gen]
     assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
