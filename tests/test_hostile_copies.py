@@ -4,16 +4,13 @@ shipper proof (a cut, a move, an adopted segment) is attacked here."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 from syncd.backup.ship import ship_with_restart
 from syncd.format.segment import Copy, SegmentWriter
-from syncd.repository import Repository
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
-from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
