@@ -4,17 +4,26 @@ shipper proof (a cut, a move, an adopted segment) is attacked here."""
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
+import pytest
+
+from syncd.archive.compact import CompactOptions, compact
 from syncd.backup.ship import ship_with_restart
-from syncd.format.segment import Copy, SegmentWriter
+from syncd.format import points as pointfmt
+from syncd.format.delta import KIND
+from syncd.format.points import Change, Locator, Point
+from syncd.format.segment import Copy, Extent, SegmentWriter
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
+from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
 from tests.test_copies import APP, SID, cut_tail, rows
+from tests.test_hostile_deltas import delta_key, work_budget, world
 from tests.test_points import restored
 
 
@@ -105,3 +114,60 @@ def test_a_segment_with_a_cut_that_a_run_left_uncommitted_is_adopted_whole(
     ship_with_restart(late, [APP.encode()])
     assert [x.gen for x in read_index(store, segment_key(M, 2)).extents] == [c.gen]
     assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
+
+
+# -- the reader's bounds: work ---------------------------------------------------------
+
+
+def _x(path: bytes, gen: int, start: int, end: int, off: int = 16) -> Extent:
+    return Extent(path, gen, start, end, off, 10, "0" * 64, 0o600, 0)
+
+
+def test_many_copies_of_one_many_framed_generation_cost_work_in_proportion(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """3000 copies, each of the last byte of a generation of 3000 frames: each copy found
+    its bytes by walking the source's frames from byte 0 again (9 million steps here; a
+    store of 60 000-frame sources and a million copies made it hours), and went on doing
+    so once PARTS_MAX was reached. The walk is made once per source."""
+    n = 3000
+    src, walked = b"projects/-a/x.jsonl", [0]
+    real = Locator._chain
+
+    def counted(self: Locator, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
+        got = real(self, path, gen, size)
+        walked[0] += len(got)
+        return got
+
+    monkeypatch.setattr(Locator, "_chain", counted)
+    loc = Locator()
+    loc.add_all(("k", _x(src, 1, i, i + 1, 16 + i)) for i in range(n))
+    targets = [f"projects/-c{i}/x.jsonl".encode() for i in range(n)]
+    loc.add_copies(Copy(t, 1, 0, src, 1, n - 1, n, 0, 0) for t in targets)
+    got = [loc.extents(t, 1, 1) for t in targets]
+    assert all(len(g) == 1 and g[0][1].skip == 0 and g[0][1].start == 0 for g in got)
+    assert walked[0] <= 4 * n, f"{walked[0]} extents walked for {n} copies"
+
+
+def test_a_delta_of_many_copies_of_one_generation_loads_in_linear_time(
+        tmp_path: Path) -> None:
+    """The copies' side of test_hostile_deltas' linear-time check: 20 000 copies of one
+    generation (it has no frames of its own) and one point naming it 20 000 times. Each
+    change asked the generation's mode (and, once, whether anything holds its start) by
+    looking at all its copies: 400 million steps."""
+    w = world(tmp_path, 3)
+    compact(w.repo, CompactOptions(acknowledged=w.acked, now=w.clock.t))
+    b = load_backup(w.repo)
+    src = next(p for p, f in b.files.items() if f.size > 100)
+    path, n, t = b"projects/-home-u-app/x.jsonl", 20_000, w.clock.t + 1
+    wr = SegmentWriter(M, 3, t)
+    rnd = random.Random(7)  # (as varied as a writer's: identical ones compress too well)
+    for i in range(n):
+        wr.add_copy(Copy(path, 7, n - 1 - i, src, b.files[src].gen, 0, 1, 0o600,
+                         rnd.getrandbits(60)))
+    wr.index.extra = {"kind": KIND, "lo": 3, "hi": 3,
+                      **pointfmt.encode([Point(3, t, [Change(path, 7, n)] * n)])}
+    w.store.objects[delta_key(3, 3)] = wr.finish()
+    with work_budget(100 * n):  # (a copy entry alone costs ~50 calls to parse)
+        b = load_backup(w.repo)
+    assert b.errors == [] and b.files[path].size == n
+    assert len(b.files[path].extents) == n
