@@ -25,10 +25,21 @@ from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
+from tests.hostile import sid
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
 from tests.test_copies import APP, SID, cut_tail, rows
-from tests.test_hostile_deltas import delta_key, work_budget, world
+from tests.test_hostile_deltas import delta_key, work_budget
+from tests.test_hostile_deltas import world as delta_world
+from tests.test_hostile_store import (
+    NEVER,
+    OUTSIDE_INCLUDE,
+    TRAVERSAL,
+    World,
+    listed,
+    sane,
+)
+from tests.test_hostile_store import restored as restored_from
 from tests.test_points import restored
 
 
@@ -159,7 +170,7 @@ def test_a_delta_of_many_copies_of_one_generation_loads_in_linear_time(
     generation (it has no frames of its own) and one point naming it 20 000 times. Each
     change asked the generation's mode (and, once, whether anything holds its start) by
     looking at all its copies: 400 million steps."""
-    w = world(tmp_path, 3)
+    w = delta_world(tmp_path, 3)
     compact(w.repo, CompactOptions(acknowledged=w.acked, now=w.clock.t))
     b = load_backup(w.repo)
     src = next(p for p, f in b.files.items() if f.size > 100)
@@ -243,3 +254,41 @@ def test_many_parts_of_one_damaged_frame_fail_at_once(
     assert decoded[0] <= 4, decoded[0]
     assert any(os.fsdecode(b) in e and "not restored" in e for e in r.errors), r.errors
     assert not (tmp_path / "out" / os.fsdecode(b)).exists()
+
+
+# -- names: a copy's target and source are names from a store --------------------------
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path, sealed=False)
+
+
+def test_copies_to_unsafe_or_excluded_names_write_nothing_there(world: World) -> None:
+    """One segment of copies of a good transcript's bytes to every name the data tests
+    refuse (traversal, NUL, absolute, the never list, outside the include set), and one
+    copy from an unsafe source name: nothing is written outside the target or to a refused
+    name, each is named, and the machine's good files are restored."""
+    m = world.good("desk")["desk"]
+    src = next(p for p in m.files if p.endswith(".jsonl") and p.startswith("projects/"))
+    names = [p.format(tmp=world.tmp) for p, _ in TRAVERSAL.values()] + NEVER + \
+        sorted(OUTSIDE_INCLUDE)
+    key = segment_key("desk", 2)
+    w = world.craft.writer("desk", 2, key)
+    for name in names:
+        w.add_copy(Copy(name.encode(), 1, 0, src.encode(), 1, 0, 40, 0o600, 0))
+    fresh = f"projects/-srv-desk-app/{sid('desk', 9)}.jsonl"
+    w.add_copy(Copy(fresh.encode(), 1, 0, b"../../etc/passwd", 1, 0, 40, 0o600, 0))
+    world.craft.finish(key, w)
+    before = world.others()
+    r = world.syncd("restore", "--machine", "desk")
+    sane(r)
+    assert not world.outside(before, world.source), r.describe()
+    for name in NEVER + sorted(OUTSIDE_INCLUDE):
+        assert not (world.source / name).exists(), f"{name} was written\n{r.describe()}"
+        listed(r, name)
+    for _, named in TRAVERSAL.values():
+        assert named in r.out + r.err, f"{named} is not named\n{r.describe()}"
+    # The copy from a name no object holds: its bytes are a gap, said, not written.
+    assert not (world.source / fresh).exists() and fresh in r.out + r.err, r.describe()
+    restored_from(world.source, m)
