@@ -14,23 +14,28 @@ import pytest
 
 from syncd.archive.compact import CompactOptions, compact
 from syncd.backup.ship import ship_with_restart
+from syncd.claude import project_folder
 from syncd.format import points as pointfmt
-from syncd.format import segment
+from syncd.format import segment, snapshot
 from syncd.format.delta import KIND
 from syncd.format.points import Change, Locator, Point
 from syncd.format.segment import Copy, Extent, SegmentWriter
+from syncd.format.snapshot import Entry
 from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
-from tests.hostile import sid
+from tests.hostile import Craft, Piece, sid, transcript
+from tests.hostile import line as hline
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
 from tests.test_copies import APP, SID, cut_tail, rows
+from tests.test_follow import Machine
 from tests.test_hostile_deltas import delta_key, work_budget
 from tests.test_hostile_deltas import world as delta_world
+from tests.test_hostile_follow import CWD, DESK, craft, evil_line, own_session
 from tests.test_hostile_store import (
     NEVER,
     OUTSIDE_INCLUDE,
@@ -292,3 +297,103 @@ def test_copies_to_unsafe_or_excluded_names_write_nothing_there(world: World) ->
     # The copy from a name no object holds: its bytes are a gap, said, not written.
     assert not (world.source / fresh).exists() and fresh in r.out + r.err, r.describe()
     restored_from(world.source, m)
+
+
+# -- manifests: parts ------------------------------------------------------------------
+
+BAD_PARTS: dict[str, Any] = {
+    "skip beyond its frame": [[90, 100]],
+    "a frame larger than FRAME_MAX": [[0, 1 << 40]],
+    "a frame smaller than the part": [[0, 3]],
+    "a skip with no frame": [[5, 0]],
+    "one part too many": [None, [0, 100]],
+    "none for an extent": [],
+    "not a pair": [[7]],
+    "a number": [5],
+    "negative": [[-1, 100]],
+    "a string": ["ab"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PARTS))
+def test_a_manifest_s_bad_parts_lose_that_file_or_group_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """A manifest whose entry for one file has a ``parts`` list no writer makes: that file
+    (or, when the group does not parse, that group) is lost and said; the other group's
+    files restore with their bytes, nothing is allocated by the claim."""
+    c = Craft(tmp_path / "store")
+    good, bad = "projects/-srv-a/good.jsonl", "projects/-srv-b/bad.jsonl"
+    data = random.Random(5).randbytes(100)
+    c.machine_json(M)
+    _, entries = c.pack(M, 0, 1, [Piece(good, data), Piece(bad, data)])
+
+    real = snapshot._entry_doc
+
+    def tampered(e: Entry, objects: dict[str, int]) -> dict[str, Any]:
+        d = real(e, objects)
+        if e.path == bad.encode():
+            d["parts"] = BAD_PARTS[case]
+        return d
+
+    monkeypatch.setattr(snapshot, "_entry_doc", tampered)
+    c.manifest(M, 1, entries)
+    monkeypatch.undo()
+    out = tmp_path / "out"
+    r = restore(Repository(c.store, M), RestoreOptions(target=out, local_machine=M))
+    assert (out / good).read_bytes() == data
+    assert not (out / bad).exists()
+    assert any("bad.jsonl" in e or "-srv-b" in e for e in r.errors), r.errors
+
+
+# -- follow: a followed machine's segments hold copies ---------------------------------
+
+
+@pytest.fixture
+def laptop(tmp_path: Path) -> Machine:
+    return Machine(tmp_path, "laptop", "/users/bob", follow=[DESK])
+
+
+def test_a_followed_machine_s_copies_add_nothing_to_a_session_of_this_machine(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """desk's segment: an evil line, then copies of it into the laptop's own session (its
+    transcript and files beside it, under desk's folder), copies in a cycle, a copy whose
+    claimed size is a petabyte, and a copy of the laptop's own file (bytes of another
+    machine's prefix: desk's view has none). The laptop's session stays as it is, no file
+    is added to it; desk's new session imports with desk's bytes only."""
+    c = craft(laptop)
+    s, mine = own_session(laptop, monkeypatch)
+    before = tree_bytes(laptop.settings.source)
+    own_rel = os.fsencode(mine.relative_to(laptop.settings.source))
+    main = transcript(CWD, s).encode()
+    side = main[: -len(b".jsonl")]
+    evil = evil_line(s, CWD)
+    stash = f"projects/{project_folder(CWD)}/evil.txt".encode()
+    d = sid(DESK, 7)
+    theirs = transcript(CWD, d).encode()
+    theirs_data = hline(d, CWD, 0) + hline(d, CWD, 1)
+    key = segment_key(DESK, 0)
+    w = c.writer(DESK, 0, key)
+    w.add_data(stash, 1, 0, evil, mode=0o600, mtime_ns=0)
+    w.add_data(theirs, 1, 0, theirs_data, mode=0o600, mtime_ns=0)
+    n = len(evil)
+    for target in (main, side + b"/subagents/agent-a1b2c3d.jsonl",
+                   side + b"/tool-results/toolu_01evil.txt", f"todos/{s}-agent-{s}.json".encode()):
+        w.add_copy(Copy(target, 1, 0, stash, 1, 0, n, 0o600, 0))
+    cyc = [f"projects/{project_folder(CWD)}/{sid(DESK, i)}.jsonl".encode() for i in (8, 9)]
+    w.add_copy(Copy(cyc[0], 1, 0, cyc[1], 1, 0, 100, 0o600, 0))
+    w.add_copy(Copy(cyc[1], 1, 0, cyc[0], 1, 0, 100, 0o600, 0))
+    w.add_copy(Copy(f"projects/{project_folder(CWD)}/{sid(DESK, 10)}.jsonl".encode(), 1,
+                    1 << 49, stash, 1, 0, n, 0o600, 0))
+    w.add_copy(Copy(f"projects/{project_folder(CWD)}/{sid(DESK, 11)}.jsonl".encode(), 1, 0,
+                    own_rel, 1, 0, len(before[own_rel]), 0o600, 0))
+    w.add_session(theirs, 1, {"cwd": CWD})
+    c.finish(key, w)
+    laptop.poll(monkeypatch)
+    after = tree_bytes(laptop.settings.source)
+    assert after[own_rel] == before[own_rel]
+    added = sorted(p for p in set(after) - set(before) if s.encode() in p)
+    assert added == [], f"desk's copies were added to the laptop's session {s}: {added}"
+    got = [data for p, data in after.items() if d.encode() in p]  # (its cwd remapped)
+    assert len(got) == 1 and got[0].count(b"\n") == 2, sorted(after)
+    assert not any(evil in data or before[own_rel] in data
+                   for p, data in after.items() if p not in before), sorted(after)
