@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from syncd.archive.compact import CompactOptions, compact
+from syncd.backup import state as state_mod
 from syncd.backup.ship import ship_with_restart
+from syncd.backup.state import FileState, State
 from syncd.claude import project_folder
 from syncd.format import points as pointfmt
 from syncd.format import segment, snapshot
@@ -27,7 +30,7 @@ from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
-from tests.hostile import Craft, Piece, sid, transcript
+from tests.hostile import T0, Craft, Piece, sid, transcript
 from tests.hostile import line as hline
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
@@ -397,3 +400,90 @@ def test_a_followed_machine_s_copies_add_nothing_to_a_session_of_this_machine(
     assert len(got) == 1 and got[0].count(b"\n") == 2, sorted(after)
     assert not any(evil in data or before[own_rel] in data
                    for p, data in after.items() if p not in before), sorted(after)
+
+
+# -- moved_away: a planted transcript elsewhere ----------------------------------------
+
+
+def test_a_planted_live_transcript_elsewhere_hides_a_deleted_session_from_later_points_only(
+        tmp_path: Path) -> None:
+    """A session deleted here (its transcript in folder A, a tombstone), then a planted
+    segment with a live transcript of the same session id in folder B: a restore as of now
+    takes the session for moved to B (A's copy is not brought back); one as of any point
+    before the plant still brings A's back. Accepted: whoever can write a segment of this
+    prefix can as well write a generation of A's file with other bytes; the plant changes
+    no earlier point, and the planted transcript is restored and listed, not hidden."""
+    c = Craft(tmp_path / "store")
+    c.machine_json(M)
+    s = sid(M, 1)
+    a, b = f"projects/-srv-a/{s}.jsonl", f"projects/-srv-b/{s}.jsonl"
+    data = hline(s, "/srv/a", 0)
+    c.segment(M, 0, [Piece(a, data)])
+    c.segment(M, 1, tombstones=[(a, 1)])
+    c.segment(M, 2, [Piece(b, b"planted\n")])
+    repo = Repository(c.store, M)
+    for at, want in ((T0 + 1.5, {a: data}), (None, {b: b"planted\n"})):
+        out = tmp_path / f"out-{at}"
+        restore(repo, RestoreOptions(target=out, at=at, local_machine=M))
+        assert {os.fsdecode(p): v for p, v in tree_bytes(out).items()} == want, at
+
+
+# -- the state's marks column ----------------------------------------------------------
+
+
+def _old_state(path: Path) -> None:
+    """A state as a version before the marks column left it: one file row."""
+    old = state_mod.SCHEMA.replace(
+        "    deleted_at REAL,         -- set when the file left the tree (tombstone shipped)\n"
+        "    marks BLOB               -- a transcript's last line ends shipped (``Marks``: cuts)\n",
+        "    deleted_at REAL\n")
+    assert "marks" not in old.split("CREATE TABLE IF NOT EXISTS catalog")[0]
+    db = sqlite3.connect(path)
+    db.executescript(old)
+    db.execute("INSERT INTO files VALUES (?, 1, 10, 1, 2, 3, 420, ?, NULL)",
+               (APP.encode(), b"h" * 32))
+    db.commit()
+    db.close()
+
+
+def test_an_old_state_reads_before_and_after_its_writer_adds_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    _old_state(path)
+    reader = State(path, readonly=True)  # (a status command, the daemon not yet started)
+    try:
+        row = reader.get(APP.encode())
+        assert row is not None and (row.offset, row.marks) == (10, None)
+        writer = State(path)
+        writer.commit(1, [row.but(offset=20, marks=b"m")])
+        got = reader.get(APP.encode())
+        assert got is not None and got.offset == 20  # (its marks: unread, it opened before)
+        again = State(path, readonly=True)
+        assert (again.get(APP.encode()) or row).marks == b"m"
+        again.close()
+        writer.close()
+    finally:
+        reader.close()
+
+
+def test_two_writers_opening_an_old_state_at_once_both_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon and a restore (its provenance records) open a state of a version before
+    the column at the same moment: both see no column, one adds it. Before the fix the
+    other's ALTER failed ("duplicate column name") and it could not open the state."""
+    path = tmp_path / "state.db"
+    _old_state(path)
+    first = State(path)  # adds the column
+    real = State._has_marks
+    seen = [False]
+
+    def raced(self: State) -> bool:
+        if not seen[0]:  # the second writer looked before the first one's ALTER
+            seen[0] = True
+            return False
+        return real(self)
+
+    monkeypatch.setattr(State, "_has_marks", raced)
+    second = State(path)
+    assert (second.get(APP.encode()) or FileState(b"", 0, 0, 0, 0, 0, 0, None)).offset == 10
+    second.close()
+    first.close()
