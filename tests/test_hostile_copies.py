@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from syncd.archive.compact import CompactOptions, compact
+from syncd.archive.prune import prune
+from syncd.archive.retention import Policy
 from syncd.backup import state as state_mod
 from syncd.backup.ship import ship_with_restart
 from syncd.backup.state import FileState, State
@@ -34,7 +36,7 @@ from tests.hostile import T0, Craft, Piece, sid, transcript
 from tests.hostile import line as hline
 from tests.readers import read_index
 from tests.test_compact import Clock, M, make_shipper, ship_all
-from tests.test_copies import APP, SID, cut_tail, rows
+from tests.test_copies import APP, LIB, SID, cut_tail, rows
 from tests.test_follow import Machine
 from tests.test_hostile_deltas import delta_key, work_budget
 from tests.test_hostile_deltas import world as delta_world
@@ -487,3 +489,37 @@ def test_two_writers_opening_an_old_state_at_once_both_open(
     assert (second.get(APP.encode()) or FileState(b"", 0, 0, 0, 0, 0, 0, None)).offset == 10
     second.close()
     first.close()
+
+
+def test_a_move_is_not_matched_to_a_file_deleted_longer_ago_than_a_revival(
+        tmp_path: Path) -> None:
+    """A transcript deleted 200 days ago (its tombstone expired, compaction and prune then
+    dropped its generation), and now a file of the same session in another folder that
+    begins with its bytes (a copy the user put back): before the fix it shipped as a move,
+    a copy of a generation the store no longer holds, and its first bytes were in no
+    backup. As ``_restored_as_shipped``, a deletion older than ``revive_within`` is no
+    source."""
+    store, clock = MemoryStore(), Clock()
+    src = tmp_path / "src"
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    data = rows(0, 40)
+    f = write(src, APP, data)
+    ship_all(sh, src)
+    f.unlink()
+    clock.t += 5
+    ship_all(sh, src, APP)
+    clock.t += 200 * 86400
+    repo = Repository(store, M)
+    assert compact(repo, CompactOptions(now=clock.t, max_chain=0)).expired == [APP]
+    write(src, OTHER, short_rows(0, 3))  # a later snapshot, whose points do not name APP
+    clock.t += 5
+    ship_all(sh, src)
+    compact(repo, CompactOptions(now=clock.t, max_chain=0))
+    pr = prune(repo, Policy(keep_last=1), opts=CompactOptions(now=clock.t))
+    assert pr.errors == [], pr
+    assert APP.encode() not in load_backup(repo, at=clock.t).files
+    write(src, LIB, data + rows(40, 41))
+    clock.t += 5
+    ship_all(sh, src)
+    assert read_index(store, segment_key(M, sh.state.next_seq - 1)).copies == []
+    assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)

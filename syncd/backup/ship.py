@@ -843,6 +843,9 @@ class Shipper:
             if row.path == rel or row.check_hash in (None, LOST) or not row.offset or \
                     row.offset > st.st_size or row.path.split(b"/", 2)[2] != parts[2]:
                 continue
+            if row.deleted_at is not None and \
+                    self.clock() - row.deleted_at >= self.revive_within:
+                continue  # (as a revival: compaction may have expired its bytes since)
             if (best is None or row.offset > best.offset) and \
                     check_hash(fd, row.offset) == row.check_hash:
                 best = row
