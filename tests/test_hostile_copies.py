@@ -31,7 +31,7 @@ from syncd.restore.restorer import RestoreOptions, restore
 from syncd.store import MemoryStore
 from syncd.store.layout import segment_key
 from syncd.view import load_backup
-from tests.helpers import tree_bytes, write
+from tests.helpers import kept_after, tree_bytes, write
 from tests.hostile import T0, Craft, Piece, sid, transcript
 from tests.hostile import line as hline
 from tests.readers import read_index
@@ -523,3 +523,61 @@ def test_a_move_is_not_matched_to_a_file_deleted_longer_ago_than_a_revival(
     ship_all(sh, src)
     assert read_index(store, segment_key(M, sh.state.next_seq - 1)).copies == []
     assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
+
+
+# -- which bytes win -------------------------------------------------------------------
+
+
+def test_copies_and_data_at_the_same_offsets_restore_the_same_checked_bytes_every_time(
+        tmp_path: Path) -> None:
+    """A generation given three times over: its own frame, a copy of another file over the
+    same bytes, and a copy of a third one over its second half. Each byte restored is one
+    of those frames' (each checked), and the same before and after compaction."""
+    store = MemoryStore()
+    x, y, z = (random.Random(i).randbytes(100) for i in range(3))
+    a, b, c = (f"projects/-a/{n}.jsonl".encode() for n in "abc")
+    w = SegmentWriter(M, 0, 1_750_000_000.0)
+    w.add_data(a, 1, 0, x, mode=0o600, mtime_ns=0)
+    w.add_data(b, 1, 0, y, mode=0o600, mtime_ns=0)
+    store.put(segment_key(M, 0), w.finish())
+    w = SegmentWriter(M, 1, 1_750_000_001.0)
+    copies = [Copy(c, 1, 0, a, 1, 0, 100, 0o600, 0), Copy(c, 1, 50, b, 1, 0, 50, 0o600, 0)]
+    for cp in copies:
+        w.add_copy(cp)
+    w.add_data(c, 1, 0, z, mode=0o600, mtime_ns=0)
+    store.put(segment_key(M, 1), w.finish())
+    got = restored(store, 1_750_000_002.0, tmp_path / "one")[c]
+    assert len(got) == 100
+    assert all(got[i] in (x[i], z[i]) + ((y[i - 50],) if i >= 50 else ()) for i in range(100))
+    assert restored(store, 1_750_000_002.0, tmp_path / "two")[c] == got
+    rep = compact(Repository(store, M), CompactOptions(now=1_750_000_003.0, max_chain=0))
+    assert rep.errors == [], rep
+    assert restored(store, 1_750_000_002.0, tmp_path / "after")[c] == got
+
+
+# -- the reader's bounds: memory -------------------------------------------------------
+
+
+def test_doubling_copies_make_at_most_parts_max_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """44 copies: each file is the one before it twice over, from one 4 MiB frame on. 22
+    doublings would be 4 million parts (a 16 TiB file claimed by a store of kilobytes):
+    they stop at PARTS_MAX, and what the locator keeps is in proportion to that bound
+    (measured: ~540 bytes a part, so 560 MB at the 2**20 of PARTS_MAX; here 2**14)."""
+    monkeypatch.setattr(pointfmt, "PARTS_MAX", 1 << 14)
+    kept: list[Locator] = []
+
+    def build() -> None:
+        loc = Locator()
+        a = b"projects/-a/a.jsonl"
+        loc.add("k", _x(a, 1, 0, 4 << 20))
+        prev, size = a, 4 << 20
+        for k in range(22):
+            p = f"projects/-a/b{k}.jsonl".encode()
+            loc.add_copies([Copy(p, 1, 0, prev, 1, 0, size, 0, 0),
+                            Copy(p, 1, size, prev, 1, 0, size, 0, 0)])
+            prev, size = p, 2 * size
+        loc.extents(prev, 1, size)
+        kept.append(loc)
+
+    held = kept_after(build)
+    assert held < (1 << 14) * 1000, held
