@@ -9,7 +9,9 @@ without reading the store, and ships the cut as a copy of the bytes before it.
 
 The proof has the strength of the append check (``ship.check_hash``): the head and the
 lines near the cut are compared, the bytes between them are taken to be unchanged, as
-Claude only ever cuts near the end or rewrites the file whole.
+Claude only ever cuts near the end or rewrites the file whole. The marked lines may
+cover less than that check's 64 KiB tail (short lines): a "cut" at the whole shipped
+length, which withdrew nothing, is taken only when the append check agrees.
 """
 
 from __future__ import annotations

@@ -830,7 +830,8 @@ class Shipper:
         """The file this new one was moved from (Claude's ``/cd`` and worktree moves take
         a session's files to another project folder): a file of the same session, at the
         same place under another project folder, whose shipped bytes this one begins with
-        (checked by hash, not by name)."""
+        (checked by hash, not by name), and not deleted longer ago than a revival may be
+        (compaction may have expired its generation since)."""
         parts = rel.split(b"/", 2)
         if session_of_any(rel) is None or len(parts) != 3:
             return None
