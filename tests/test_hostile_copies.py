@@ -115,11 +115,13 @@ def test_an_adopted_segment_s_copy_is_trusted_only_when_the_state_proves_it(
     assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
 
 
-def test_a_segment_with_a_cut_that_a_run_left_uncommitted_is_adopted_whole(
-        tmp_path: Path) -> None:
-    """The other side of the proof: the shipper's own copy (a cut), put in the store by a
-    run that stopped before its commit, is adopted as shipped (its marks prove it), so the
-    next flush continues that generation."""
+@pytest.mark.parametrize("how", ["cut", "move", "rename over"])
+def test_a_segment_with_a_copy_that_a_run_left_uncommitted_is_adopted_whole(
+        tmp_path: Path, how: str) -> None:
+    """The other side of the proof: the shipper's own copy (a cut, a move, a file renamed
+    over its original), put in the store by a run that stopped before its commit, is
+    adopted as shipped (the marks, or the check hash of its source, prove it), so the next
+    flush continues that generation."""
     store, clock = MemoryStore(), Clock()
     src = tmp_path / "src"
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
@@ -129,15 +131,24 @@ def test_a_segment_with_a_cut_that_a_run_left_uncommitted_is_adopted_whole(
     shutil.copy(tmp_path / "st.db", tmp_path / "old.db")
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
     clock.t += 5
-    cut_tail(f, 55, rows(100, 101))
-    ship_all(sh, src)
+    gone: list[str] = []
+    if how == "cut":
+        cut_tail(f, 55, rows(100, 101))
+    elif how == "move":
+        os.makedirs(src / "projects/-home-u-lib")
+        os.rename(f, src / LIB)
+        f, gone = src / LIB, [APP]
+    else:
+        tmp = write(src, APP + ".compact.tmp.1a2b", f.read_bytes() + rows(60, 61))
+        tmp.rename(f)
+    ship_all(sh, src, *gone)
     [c] = read_index(store, segment_key(M, 1)).copies
     sh.state.close()
     # The state as that run left it: segment 1 uploaded, never committed.
     late = make_shipper(src, store, tmp_path / "old.db", clock)
     clock.t += 5
-    write(src, APP, rows(101, 102), "ab")
-    ship_with_restart(late, [APP.encode()])
+    write(src, os.fsdecode(c.path), rows(101, 102), "ab")
+    ship_with_restart(late, [c.path, *(g.encode() for g in gone)])
     assert [x.gen for x in read_index(store, segment_key(M, 2)).extents] == [c.gen]
     assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
 
