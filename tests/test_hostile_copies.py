@@ -592,3 +592,18 @@ def test_doubling_copies_make_at_most_parts_max_parts(monkeypatch: pytest.Monkey
 
     held = kept_after(build)
     assert held < (1 << 14) * 1000, held
+
+
+def test_a_chain_of_fifty_thousand_copies_resolves_without_recursion_in_linear_work() -> None:
+    """Each generation a copy of the one before (a cut of a cut of a cut...), 50 000 deep,
+    with a cycle back to the middle of the chain at its end: no recursion limit, work in
+    proportion to the chain, and the top holds the bottom's frame."""
+    n = 50_000
+    loc = Locator()
+    a = b"projects/-a/x.jsonl"
+    loc.add("k", _x(a, 1, 0, 100))
+    loc.add_copies(Copy(a, g + 1, 0, a, g, 0, 100, 0, 0) for g in range(1, n))
+    loc.add_copies([Copy(a, n // 2, 0, a, n - 1, 0, 100, 0, 0)])  # the cycle
+    with work_budget(60 * n):
+        got = loc.extents(a, n - 1, 100)
+    assert [(k, x.start, x.end, x.frame) for k, x in got] == [("k", 0, 100, 100)]
