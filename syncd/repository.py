@@ -10,6 +10,7 @@ object.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -32,6 +33,7 @@ from syncd.format.segment import (
     TAIL_READ,
     TRAILER,
     Extent,
+    LastFrame,
     SegmentIndex,
     check_extent,
     check_header,
@@ -277,6 +279,7 @@ class Repository:
                 on_error(e, err)
                 continue
             good.append(e)
+        last = LastFrame()
         for run, whole in windows(good):
             lo, blob = 0, b""
             if whole:
@@ -286,15 +289,21 @@ class Repository:
                     check_header(blob, where, sealed=cipher is not None)
             for e in run:
                 try:
-                    if not whole:
-                        lo, blob = e.off, self.store.get(key, e.off, e.clen)
-                    data = extent_bytes(blob, lo, e, where, cipher, self.frame_dictionary(key, e))
+                    data = last.bytes_of(e, functools.partial(
+                        self._frame_bytes, key, where, cipher, (lo, blob) if whole else None))
                 except FormatError as err:
                     if on_error is None:
                         raise
                     on_error(e, err)
                     continue
                 yield e, data
+
+    def _frame_bytes(self, key: str, where: str, cipher: ObjectCipher | None,
+                     window: tuple[int, bytes] | None, x: Extent) -> bytes:
+        """The checked bytes of ``x`` from ``window`` (its offset in the object, its bytes),
+        or (None) from a GET of its frame alone."""
+        lo, blob = window or (x.off, self.store.get(key, x.off, x.clen))
+        return extent_bytes(blob, lo, x, where, cipher, self.frame_dictionary(key, x))
 
     def frame_dictionary(self, key: str, ext: Extent) -> zstandard.ZstdCompressionDict | None:
         """The trained dictionary ``ext``'s frame needs (None when it needs none)."""

@@ -21,6 +21,7 @@ from syncd.format.segment import (
     PACK_KIND,
     THREADS,
     Extent,
+    LastFrame,
     SegmentWriter,
     check_extent,
     decode_extent,
@@ -50,16 +51,21 @@ class Spool:
             private_dir(where)
         self._dir = tempfile.TemporaryDirectory(prefix="syncd-compact-", dir=where)
         self._files: dict[str, tuple[int, int]] = {}  # key -> (fd, bytes copied)
+        self._last = LastFrame()  # (one frame held, whichever object it is of)
 
     def read(self, key: str, x: Extent) -> bytes:
         where = self.repo.where(key)
         check_extent(x, where)
-        fd = self._copy(key, x.off + x.clen)
-        frame = os.pread(fd, x.clen, x.off)
-        if len(frame) != x.clen:
-            raise FormatError(f"{where}: extent of {x.path!r} lies outside the object")
-        return decode_extent(frame, x, where, self.repo.cipher(key),
-                             self.repo.frame_dictionary(key, x))
+
+        def decode(x: Extent) -> bytes:
+            fd = self._copy(key, x.off + x.clen)
+            frame = os.pread(fd, x.clen, x.off)
+            if len(frame) != x.clen:
+                raise FormatError(f"{where}: extent of {x.path!r} lies outside the object")
+            return decode_extent(frame, x, where, self.repo.cipher(key),
+                                 self.repo.frame_dictionary(key, x))
+
+        return self._last.bytes_of(x, decode)
 
     def _copy(self, key: str, upto: int) -> int:
         """The spool file of ``key``, holding at least its first ``upto`` bytes."""

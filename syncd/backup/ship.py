@@ -385,15 +385,18 @@ class Shipper:
             return True
         ends: dict[bytes, tuple[int, int, int, int]] = {}
         held: dict[bytes, list[Extent]] = {}
+        copied: dict[bytes, list[Copy]] = {}
         for c in ix.copies:  # a cut with nothing after it is a copy alone
             ends[c.path] = (c.gen, c.stop, c.mode, c.mtime_ns)
             held.setdefault(c.path, [])
+            copied.setdefault(c.path, []).append(c)
         for e in ix.extents:
             ends[e.path] = (e.gen, e.end, e.mode, e.mtime_ns)
             held.setdefault(e.path, []).append(e)
         updates: list[FileState] = []
         for path, (gen, end, mode, mtime_ns) in ends.items():
-            updates.append(self._adopted_state(path, gen, end, mode, mtime_ns, held[path]))
+            updates.append(self._adopted_state(path, gen, end, mode, mtime_ns, held[path],
+                                               copied.get(path, ())))
         for t in ix.tombstones:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
@@ -483,10 +486,12 @@ class Shipper:
                     "the store", view.last_seq, len(updates))
 
     def _adopted_state(self, path: bytes, gen: int, end: int, mode: int,
-                       mtime_ns: int, extents: Iterable[Extent] = ()) -> FileState:
+                       mtime_ns: int, extents: Iterable[Extent] = (),
+                       copies: Iterable[Copy] = ()) -> FileState:
         # Trust the local file as the segment's source only if its bytes still match
-        # (those of ``extents``, when given: the segment's own bytes of it); otherwise a
-        # zero inode forces a fresh generation on the next flush.
+        # (those of ``extents``, when given: the segment's own bytes of it, and those
+        # ``copies`` name, as the state proves them); otherwise a zero inode forces a
+        # fresh generation on the next flush.
         full = os.path.join(self.root, path)
         try:
             fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -497,12 +502,25 @@ class Shipper:
             prev = self.state.get(path)
             if st.st_size >= end and (prev is None or prev.gen <= gen) and all(
                     hashlib.sha256(os.pread(fd, x.end - x.start, x.start)).hexdigest()
-                    == x.sha256 for x in extents):
+                    == x.sha256 for x in extents) and \
+                    all(self._proven(fd, st, c) for c in copies):
                 return FileState(path, gen, end, st.st_dev, st.st_ino, st.st_mtime_ns,
                                  st.st_mode & 0o7777, check_hash(fd, end))
             return FileState(path, gen, end, 0, 0, mtime_ns, mode, None)
         finally:
             os.close(fd)
+
+    def _proven(self, fd: int, st: os.stat_result, c: Copy) -> bool:
+        """Whether the open local file begins with the bytes copy ``c`` names, by the
+        proofs the shipper writes copies on (a cut's marks, a move's check hash)."""
+        row = self.state.get(c.src)
+        if (c.at, c.start) != (0, 0) or row is None or row.gen != c.src_gen or \
+                row.check_hash in (None, LOST) or not 0 < c.end <= min(row.offset, st.st_size):
+            return False
+        if c.end == row.offset and check_hash(fd, c.end) == row.check_hash:
+            return True
+        cut = cut_point(fd, st.st_size, row.marks) if c.src == c.path else None
+        return cut is not None and c.end <= cut
 
     # -- shipping -----------------------------------------------------------
     def ship(self, paths: Iterable[bytes]) -> FlushResult:
@@ -847,6 +865,10 @@ class Shipper:
         # before the cut, when they are what was shipped (``marks``); a file rewritten
         # further back, as a patch of the generation before it.
         cut = cut_point(fd, st.st_size, prev.marks)
+        # Nothing withdrawn (the marks match to the end): not a cut unless the append
+        # check agrees too (defence in depth: the marks cover at least its tail).
+        if cut == prev.offset and check_hash(fd, cut) != prev.check_hash:
+            cut = None
         if cut is not None:
             self._copied[rel] = (prev.path, prev.gen)
             return gen, cut, f"cut at {cut} of {prev.offset} bytes ({reason})", [
@@ -913,7 +935,8 @@ class Shipper:
         """The file this new one was moved from (Claude's ``/cd`` and worktree moves take
         a session's files to another project folder): a file of the same session, at the
         same place under another project folder, whose shipped bytes this one begins with
-        (checked by hash, not by name)."""
+        (checked by hash, not by name), and not deleted longer ago than a revival may be
+        (compaction may have expired its generation since)."""
         parts = rel.split(b"/", 2)
         if session_of_any(rel) is None or len(parts) != 3:
             return None
@@ -926,6 +949,9 @@ class Shipper:
             if row.path == rel or row.check_hash in (None, LOST) or not row.offset or \
                     row.offset > st.st_size or row.path.split(b"/", 2)[2] != parts[2]:
                 continue
+            if row.deleted_at is not None and \
+                    self.clock() - row.deleted_at >= self.revive_within:
+                continue  # (as a revival: compaction may have expired its bytes since)
             if (best is None or row.offset > best.offset) and \
                     check_hash(fd, row.offset) == row.check_hash:
                 best = row

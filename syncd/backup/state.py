@@ -180,8 +180,13 @@ class State:
                 # In one transaction: a reader never meets some of the tables only.
                 self._db.executescript(f"BEGIN;\n{SCHEMA}\nCOMMIT;")
                 if not self._has_marks():  # a state from before the column
-                    with self._db:
-                        self._db.execute("ALTER TABLE files ADD COLUMN marks BLOB")
+                    try:
+                        with self._db:
+                            self._db.execute("ALTER TABLE files ADD COLUMN marks BLOB")
+                    except sqlite3.OperationalError:
+                        # Another process opening it (the daemon, a restore) added it since.
+                        if not self._has_marks():
+                            raise
             # A reader of a state from before the marks column (its writer not yet run).
             self._select = _COLUMNS if self._has_marks() else \
                 _COLUMNS.replace(", marks", ", NULL")

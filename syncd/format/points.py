@@ -12,6 +12,7 @@ generation in whatever objects hold them (a newer manifest's packs, a delta, a s
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,6 +197,12 @@ class Locator:
         self._by: dict[tuple[bytes, int], dict[int, dict[int, tuple[str, Extent]]]] = {}
         self._furthest: dict[tuple[bytes, int], Extent] = {}
         self._copies: dict[tuple[bytes, int], list[Copy]] = {}
+        # Of the generations with copies: the furthest one, and those with one at 0
+        # (asked once per change of a point: a store may name thousands of copies).
+        self._copy_far: dict[tuple[bytes, int], Copy] = {}
+        self._copy_at0: set[tuple[bytes, int]] = set()
+        # A copy's source, walked once: its chain and where each extent of it starts.
+        self._walked: dict[tuple[bytes, int], tuple[list[int], list[tuple[str, Extent]]]] = {}
         self._parts = 0
 
     def add(self, key: str, x: Extent) -> None:
@@ -205,6 +212,8 @@ class Locator:
         far = self._furthest.get(k)
         if far is None or far.end < x.end:
             self._furthest[k] = x
+        if self._walked:
+            self._walked.pop(k, None)
 
     def add_all(self, items: Iterable[tuple[str, Extent]]) -> None:
         for key, x in items:
@@ -213,19 +222,24 @@ class Locator:
     def add_copies(self, copies: Iterable[Copy]) -> None:
         for c in copies:
             if c.end > c.start:  # (a writer never copies nothing)
-                self._copies.setdefault((c.path, c.gen), []).append(c)
+                k = (c.path, c.gen)
+                self._copies.setdefault(k, []).append(c)
+                far = self._copy_far.get(k)
+                if far is None or far.stop < c.stop:
+                    self._copy_far[k] = c
+                if c.at == 0:
+                    self._copy_at0.add(k)
 
     def holds(self, path: bytes, gen: int) -> bool:
         """Whether an object holds the start (byte 0) of a generation."""
-        return 0 in self._by.get((path, gen), {}) or any(
-            c.at == 0 for c in self._copies.get((path, gen), ()))
+        return 0 in self._by.get((path, gen), {}) or (path, gen) in self._copy_at0
 
     def mode_of(self, path: bytes, gen: int) -> tuple[int, int] | None:
         """(mode, mtime_ns) of a generation, from its furthest extent (None: unknown)."""
         x = self._furthest.get((path, gen))
         if x is not None:
             return x.mode, x.mtime_ns
-        c = max(self._copies.get((path, gen), ()), key=lambda c: c.stop, default=None)
+        c = self._copy_far.get((path, gen))
         return None if c is None else (c.mode, c.mtime_ns)
 
     def extents(self, path: bytes, gen: int, size: int) -> list[tuple[str, Extent]]:
@@ -253,7 +267,20 @@ class Locator:
             todo.extend(((c.src, c.src_gen), None) for c in copies)
 
     def _place(self, c: Copy) -> None:
-        for key, x in self._chain(c.src, c.src_gen, c.end):
+        if self._parts >= PARTS_MAX:
+            return
+        k = (c.src, c.src_gen)
+        walked = self._walked.get(k)
+        if walked is None:
+            # The source as far as it reaches (any chain holding [start, end) holds the
+            # same bytes), once for all its copies.
+            far = self._furthest.get(k)
+            chain = self._chain(c.src, c.src_gen, 0 if far is None else far.end)
+            walked = self._walked[k] = ([x.start for _, x in chain], chain)
+        starts, chain = walked
+        for key, x in chain[max(0, bisect.bisect_right(starts, c.start) - 1):]:
+            if x.start >= c.end:
+                break
             lo, hi = max(x.start, c.start), min(x.end, c.end)
             if lo >= hi:
                 continue

@@ -22,7 +22,7 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -727,6 +727,34 @@ def decode_extent(frame: bytes, ext: Extent, where: str,
     if hashlib.sha256(data).hexdigest() != ext.sha256:
         raise FormatError(f"{where}: checksum mismatch for {ext.path!r} [{ext.start},{ext.end})")
     return data[ext.skip : ext.skip + ext.end - ext.start] if ext.frame else data
+
+
+class LastFrame:
+    """The raw bytes of the last frame decoded whole for a part of it (``Extent.frame``):
+    the parts of one frame that follow it are cut from them. A store's copies can make a
+    file of a million parts of one 4 MiB frame, each of which would decompress and hash
+    the whole frame again."""
+
+    def __init__(self) -> None:
+        self._ident: tuple[int, int, str, str | None, int] | None = None
+        self._data = b""
+        self._error: FormatError | None = None  # (a damaged frame fails its parts at once)
+
+    def bytes_of(self, ext: Extent, decode: Callable[[Extent], bytes]) -> bytes:
+        """The bytes of ``ext`` (checked by ``check_extent`` already), ``decode`` making
+        those of an extent."""
+        if not ext.frame:
+            return decode(ext)
+        ident = (ext.off, ext.clen, ext.sha256, ext.dict_id, ext.frame)
+        if ident != self._ident:
+            self._ident, self._data, self._error = ident, b"", None
+            try:
+                self._data = decode(replace(ext, start=0, end=ext.frame, skip=0, frame=0))
+            except FormatError as e:
+                self._error = e
+        if self._error is not None:
+            raise self._error
+        return self._data[ext.skip : ext.skip + ext.end - ext.start]
 
 
 def parse_segment(blob: bytes, where: str, cipher: ObjectCipher | None = None) -> SegmentIndex:

@@ -784,9 +784,9 @@ def _history_of(h: Entry, sids: set[str]) -> Entry:
 
 # -- fetching --------------------------------------------------------------------
 
-# Windows fetched at once. Each holds at most one window (SPAN) and one frame in memory,
-# whatever the store holds; their GETs overlap, and zstd and sha256, which let go of the
-# GIL, run on every core.
+# Windows fetched at once. Each holds at most one window (SPAN) and two frames in memory
+# (one decoded, one that parts of it are cut from), whatever the store holds; their GETs
+# overlap, and zstd and sha256, which let go of the GIL, run on every core.
 FETCHERS = 2
 
 
