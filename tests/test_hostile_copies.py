@@ -18,7 +18,7 @@ from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
 from syncd.backup import state as state_mod
 from syncd.backup.ship import ship_with_restart
-from syncd.backup.state import FileState, State
+from syncd.backup.state import State
 from syncd.claude import project_folder
 from syncd.format import points as pointfmt
 from syncd.format import segment, snapshot
@@ -443,16 +443,13 @@ def test_a_planted_live_transcript_elsewhere_hides_a_deleted_session_from_later_
         assert {os.fsdecode(p): v for p, v in tree_bytes(out).items()} == want, at
 
 
-# -- the state's marks column ----------------------------------------------------------
+# -- the state's marks table ---------------------------------------------------------
 
 
 def _old_state(path: Path) -> None:
-    """A state as a version before the marks column left it: one file row."""
-    old = state_mod.SCHEMA.replace(
-        "    deleted_at REAL,         -- set when the file left the tree (tombstone shipped)\n"
-        "    marks BLOB               -- a transcript's last line ends shipped (``Marks``: cuts)\n",
-        "    deleted_at REAL\n")
-    assert "marks" not in old.split("CREATE TABLE IF NOT EXISTS catalog")[0]
+    """A state as a version before marks left it: the files table, one row."""
+    old = state_mod.SCHEMA.split("-- A transcript's last shipped line ends")[0]
+    assert "marks" not in old
     db = sqlite3.connect(path)
     db.executescript(old)
     db.execute("INSERT INTO files VALUES (?, 1, 10, 1, 2, 3, 420, ?, NULL)",
@@ -461,7 +458,7 @@ def _old_state(path: Path) -> None:
     db.close()
 
 
-def test_an_old_state_reads_before_and_after_its_writer_adds_the_column(tmp_path: Path) -> None:
+def test_an_old_state_reads_before_and_after_its_writer_adds_marks(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     _old_state(path)
     reader = State(path, readonly=True)  # (a status command, the daemon not yet started)
@@ -480,28 +477,26 @@ def test_an_old_state_reads_before_and_after_its_writer_adds_the_column(tmp_path
         reader.close()
 
 
-def test_two_writers_opening_an_old_state_at_once_both_open(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The daemon and a restore (its provenance records) open a state of a version before
-    the column at the same moment: both see no column, one adds it. Before the fix the
-    other's ALTER failed ("duplicate column name") and it could not open the state."""
+def test_a_version_before_marks_still_writes_a_state_this_one_opened(tmp_path: Path) -> None:
+    """An older daemon still running while this version opened its state (an upgrade
+    before the restart), or run again after it (a downgrade): its rows go in as before,
+    and marks written for another offset of a file are not taken for its new one."""
     path = tmp_path / "state.db"
     _old_state(path)
-    first = State(path)  # adds the column
-    real = State._has_marks
-    seen = [False]
-
-    def raced(self: State) -> bool:
-        if not seen[0]:  # the second writer looked before the first one's ALTER
-            seen[0] = True
-            return False
-        return real(self)
-
-    monkeypatch.setattr(State, "_has_marks", raced)
-    second = State(path)
-    assert (second.get(APP.encode()) or FileState(b"", 0, 0, 0, 0, 0, 0, None)).offset == 10
-    second.close()
-    first.close()
+    new = State(path)
+    row = new.get(APP.encode())
+    assert row is not None
+    new.commit(1, [row.but(offset=20, marks=b"m")])
+    new.close()
+    db = sqlite3.connect(path)  # what the older version's commit does
+    db.execute("INSERT OR REPLACE INTO files VALUES (?, 1, 30, 1, 2, 3, 420, ?, NULL)",
+               (APP.encode(), b"h" * 32))
+    db.commit()
+    db.close()
+    again = State(path)
+    got = again.get(APP.encode())
+    assert got is not None and (got.offset, got.marks) == (30, None)
+    again.close()
 
 
 def test_a_move_is_not_matched_to_a_file_deleted_longer_ago_than_a_revival(

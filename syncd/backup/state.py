@@ -33,8 +33,16 @@ CREATE TABLE IF NOT EXISTS files (
     mtime_ns INTEGER NOT NULL,
     mode INTEGER NOT NULL,
     check_hash BLOB,         -- sha256 of the shipped head and tail (rewrite detection)
-    deleted_at REAL,         -- set when the file left the tree (tombstone shipped)
-    marks BLOB               -- a transcript's last line ends shipped (``Marks``: cuts)
+    deleted_at REAL          -- set when the file left the tree (tombstone shipped)
+);
+-- A transcript's last shipped line ends and their hashes (``backup.marks``: cuts), for
+-- the generation and offset its files row has (a table of its own: a state stays
+-- readable and writable by the versions before it).
+CREATE TABLE IF NOT EXISTS marks (
+    path BLOB PRIMARY KEY,
+    gen INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    marks BLOB NOT NULL
 );
 -- Each session's catalog as its shipped lines named it (Session.fold's rules), for the
 -- machine's head.
@@ -79,7 +87,11 @@ CREATE TABLE IF NOT EXISTS origins (
     at REAL NOT NULL
 );
 """
-_COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at, marks"
+_COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
+# A files row with its marks, when they are of its generation and offset.
+_SELECT = ("SELECT f.path, f.gen, f.offset, f.dev, f.ino, f.mtime_ns, f.mode, f.check_hash, "
+           "f.deleted_at, m.marks FROM files AS f LEFT JOIN marks AS m ON m.path = f.path "
+           "AND m.gen = f.gen AND m.offset = f.offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,17 +191,10 @@ class State:
                 self._db.execute("PRAGMA cache_size=-512")
                 # In one transaction: a reader never meets some of the tables only.
                 self._db.executescript(f"BEGIN;\n{SCHEMA}\nCOMMIT;")
-                if not self._has_marks():  # a state from before the column
-                    try:
-                        with self._db:
-                            self._db.execute("ALTER TABLE files ADD COLUMN marks BLOB")
-                    except sqlite3.OperationalError:
-                        # Another process opening it (the daemon, a restore) added it since.
-                        if not self._has_marks():
-                            raise
-            # A reader of a state from before the marks column (its writer not yet run).
-            self._select = _COLUMNS if self._has_marks() else \
-                _COLUMNS.replace(", marks", ", NULL")
+            # A reader of a state its writer's older version made has no marks to read.
+            self._select = _SELECT if self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE name='marks'").fetchone() else \
+                f"SELECT f.{_COLUMNS.replace(', ', ', f.')}, NULL FROM files AS f"
         except sqlite3.Error as e:
             raise StateError(f"state database {path}: {e}") from e
         except OSError as e:
@@ -197,9 +202,6 @@ class State:
 
     def close(self) -> None:
         self._db.close()
-
-    def _has_marks(self) -> bool:
-        return any(r[1] == "marks" for r in self._db.execute("PRAGMA table_info(files)"))
 
     # -- meta ---------------------------------------------------------------
     def meta(self, key: str, default: str | None = None) -> str | None:
@@ -226,19 +228,19 @@ class State:
     # Rows are read from SQLite when asked for, not held in memory: a daemon tracking
     # 10 000 files would keep ~4.5 MB of them for the hourly scan that reads each once.
     def get(self, path: bytes) -> FileState | None:
-        rows = self._read(f"SELECT {self._select} FROM files WHERE path=?", (path,))
+        rows = self._read(f"{self._select} WHERE f.path=?", (path,))
         return FileState(*rows[0]) if rows else None
 
     def files(self) -> Iterator[FileState]:
-        return (FileState(*r) for r in self._read(f"SELECT {self._select} FROM files"))
+        return (FileState(*r) for r in self._read(self._select))
 
     def same_place(self, rest: bytes) -> list[FileState]:
         """The files at ``projects/<any folder>/<rest>`` (a session's files, wherever it
         was moved)."""
         tail = b"/" + rest
         return [FileState(*r) for r in self._read(
-            f"SELECT {self._select} FROM files WHERE path >= CAST('projects/' AS BLOB) AND "
-            "path < CAST('projects0' AS BLOB) AND substr(path, ?) = ?", (-len(tail), tail))]
+            f"{self._select} WHERE f.path >= CAST('projects/' AS BLOB) AND "
+            "f.path < CAST('projects0' AS BLOB) AND substr(f.path, ?) = ?", (-len(tail), tail))]
 
     def __len__(self) -> int:
         n: int = self._read("SELECT count(*) FROM files")[0][0]
@@ -406,9 +408,14 @@ class State:
                     meta = [*meta, ("head_due", "now")]
                 self._db.executemany(
                     f"INSERT OR REPLACE INTO files ({_COLUMNS}) VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(f.path, f.gen, f.offset, f.dev, f.ino, f.mtime_ns, f.mode, f.check_hash,
-                      f.deleted_at, f.marks) for f in rows])
+                      f.deleted_at) for f in rows])
+                self._db.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?, ?)",
+                                     [(f.path, f.gen, f.offset, f.marks) for f in rows
+                                      if f.marks is not None])
+                self._db.executemany("DELETE FROM marks WHERE path=?",
+                                     [(f.path,) for f in rows if f.marks is None])
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
         except sqlite3.Error as e:
             raise StateError(f"state database {self.path}: {e}") from e
