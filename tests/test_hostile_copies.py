@@ -217,7 +217,7 @@ def test_a_file_of_many_parts_of_one_frame_decodes_that_frame_once(
     """300 copies of one byte each of a 4 MiB frame: a file of 300 bytes that a restore (and
     a compaction) made by decompressing and hashing the whole frame once per byte. Ten
     doubling copies (a copy of a file twice, of that twice...) make 1024 such parts, and
-    PARTS_MAX (2**20) of them asked 4 TiB of decompression of a store of kilobytes. A
+    PARTS_MAX of them asked 4 TiB of decompression of a store of kilobytes. A
     frame's parts that follow one another are cut from it, decoded once."""
     store = MemoryStore()
     big = random.Random(3).randbytes(4 << 20)
@@ -570,7 +570,7 @@ def test_doubling_copies_make_at_most_parts_max_parts(monkeypatch: pytest.Monkey
     """44 copies: each file is the one before it twice over, from one 4 MiB frame on. 22
     doublings would be 4 million parts (a 16 TiB file claimed by a store of kilobytes):
     they stop at PARTS_MAX, and what the locator keeps is in proportion to that bound
-    (measured: ~540 bytes a part, so 560 MB at the 2**20 of PARTS_MAX; here 2**14)."""
+    (measured: ~540 bytes a part, so ~140 MB at the 2**18 of PARTS_MAX; here 2**14)."""
     monkeypatch.setattr(pointfmt, "PARTS_MAX", 1 << 14)
     kept: list[Locator] = []
 

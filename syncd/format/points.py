@@ -21,9 +21,11 @@ from syncd.format.catalog import FIELD_MAX, Session, session_of
 from syncd.format.segment import Copy, Extent, SegmentIndex, decode_path, encode_path, when
 from syncd.format.snapshot import Entry
 
-# A reader makes at most this many parts of frames out of copies (each a few hundred
-# bytes held): a store naming more copies of bigger files leaves the rest as gaps.
-PARTS_MAX = 1 << 20
+# A reader makes at most this many parts of frames out of copies (each about 540 bytes
+# held: ~140 MB at most): a store naming more copies of bigger files (copies of copies
+# double what they name) leaves the rest as gaps. A writer's chain of cuts between two
+# manifests makes a few thousand.
+PARTS_MAX = 1 << 18
 
 # A reader's limit on the points of one object (a writer folds at most 4096 segments
 # into one delta, a point per segment).
