@@ -200,7 +200,9 @@ class Bench(BenchBase):
         data = p.read_bytes()
         starts = line_starts(data)
         at = min(starts, key=lambda s: abs(len(data) - self.args.tail_kb * KB - s))
-        new = self.corpus.session(rng, self.big.sid, self.big.cwd, len(data) - at)
+        # Lines are long (tool results): the cut falls at the line start nearest the
+        # tail's size, and at least that many new bytes follow it.
+        new = self.corpus.session(rng, self.big.sid, self.big.cwd, self.args.tail_kb * KB)
         rewrite_in_place(p, data[:at] + new, at)
         return Change(len(new), f"cut at {at} ({fmt_b(len(data) - at)} before the end), "
                                 f"{fmt_b(len(new))} written from there in place")
@@ -371,7 +373,7 @@ class Bench(BenchBase):
             ch, now = self.ship("today", case, change)
             _, old = self.ship("baseline", case, change)
             dmn = self.ship_daemon(case, change)
-            rs = ("", 0.0)
+            rs: tuple[int, float] = (0, 0.0)
             if self.peers:
                 log(f"{case} [restic] ...")
                 rs = self.restic_growth(case, change)
