@@ -199,13 +199,15 @@ class Bench(BenchBase):
         p = root / self.big.rel
         data = p.read_bytes()
         starts = line_starts(data)
-        at = min(starts, key=lambda s: abs(len(data) - self.args.tail_kb * KB - s))
+        tail = self.args.tail_kb * KB
+        at = min(starts, key=lambda s: abs(len(data) - tail - s))
         # Lines are long (tool results): the cut falls at the line start nearest the
-        # tail's size, and at least that many new bytes follow it.
-        new = self.corpus.session(rng, self.big.sid, self.big.cwd, self.args.tail_kb * KB)
+        # tail's size before the end, and new lines of about that size follow it.
+        new = fill(self.corpus.session(rng, self.big.sid, self.big.cwd, 20 * tail),
+                   tail)
         rewrite_in_place(p, data[:at] + new, at)
         return Change(len(new), f"cut at {at} ({fmt_b(len(data) - at)} before the end), "
-                                f"{fmt_b(len(new))} written from there in place")
+                                f"{fmt_b(len(new))} of new lines written from there in place")
 
     def middle_row(self, root: Path, rng: random.Random) -> Change:
         p = root / self.big.rel
@@ -454,6 +456,17 @@ class Bench(BenchBase):
         head = ("figure", "today", "baseline", "restic", "target", "met")
         rows = [r if len(r) == len(head) else (r[0], "", "", "", "", "") for r in self.rows]
         return render_table(head, rows, self.notes)
+
+
+def fill(pool: bytes, size: int) -> bytes:
+    """Whole lines of ``pool``, in order, that fit in ``size`` bytes (skipping longer ones)."""
+    out: list[bytes] = []
+    left = size
+    for line in pool.splitlines(keepends=True):
+        if len(line) <= left:
+            out.append(line)
+            left -= len(line)
+    return b"".join(out)
 
 
 def wait_for(seg: Path, d: subprocess.Popen[bytes], err: Path, deadline: float) -> None:
