@@ -436,8 +436,11 @@ class Bench(BenchBase):
                             for c in ("today", "baseline")), "",
                           ">= 0.9 x baseline", "yes" if med["today"] >= 0.9 * med["baseline"]
                           else "NO"))
-        self.rows.append(("  CPU s / peak RSS (first run)",
-                          *(f"{runs[c][0].cpu:.1f} / {runs[c][0].maxrss / MB:.0f} MB"
+        self.rows.append(("  CPU s, median (min-max) / peak RSS, first run",
+                          *(f"{statistics.median(r.cpu for r in runs[c]):.2f} "
+                            f"({min(r.cpu for r in runs[c]):.2f}-"
+                            f"{max(r.cpu for r in runs[c]):.2f}) / "
+                            f"{runs[c][0].maxrss / MB:.0f} MB"
                             for c in ("today", "baseline")), "", "", ""))
 
     def run_all(self) -> None:
@@ -447,7 +450,8 @@ class Bench(BenchBase):
         self.notes.append(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}; "
                           "other work on the machine skews times")
         self.build()
-        self.cases()
+        if not self.args.skip_cases:
+            self.cases()
         if not self.args.skip_seed:
             self.seed_speed()
         self.notes.append(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
@@ -505,6 +509,7 @@ def main() -> int:
     ap.add_argument("--tail-kb", type=int, default=30, help="the cut tail's size (30)")
     ap.add_argument("--repeat", type=int, default=None, help="seed runs per code (3)")
     ap.add_argument("--skip-seed", action="store_true", help="no seed-speed figure")
+    ap.add_argument("--skip-cases", action="store_true", help="the seed-speed figure only")
     ap.add_argument("--baseline", type=Path, default=REPO.parent / "old-main",
                     help="the baseline checkout (default ../old-main)")
     args = ap.parse_args()
