@@ -127,7 +127,10 @@ def test_a_segment_with_a_copy_that_a_run_left_uncommitted_is_adopted_whole(
     store, clock = MemoryStore(), Clock()
     src = tmp_path / "src"
     sh = make_shipper(src, store, tmp_path / "st.db", clock)
-    f = write(src, APP, rows(0, 60))
+    f = write(src, APP, rows(0, 59))
+    ship_all(sh, src)
+    clock.t += 5
+    write(src, APP, rows(59, 60), "ab")  # a second flush: the marks a cut is proven by
     ship_all(sh, src)
     sh.state.close()
     shutil.copy(tmp_path / "st.db", tmp_path / "old.db")
@@ -144,14 +147,14 @@ def test_a_segment_with_a_copy_that_a_run_left_uncommitted_is_adopted_whole(
         tmp = write(src, APP + ".compact.tmp.1a2b", f.read_bytes() + rows(60, 61))
         tmp.rename(f)
     ship_all(sh, src, *gone)
-    [c] = read_index(store, segment_key(M, 1)).copies
+    [c] = read_index(store, segment_key(M, 2)).copies
     sh.state.close()
     # The state as that run left it: segment 1 uploaded, never committed.
     late = make_shipper(src, store, tmp_path / "old.db", clock)
     clock.t += 5
     write(src, os.fsdecode(c.path), rows(101, 102), "ab")
     ship_with_restart(late, [c.path, *(g.encode() for g in gone)])
-    assert [x.gen for x in read_index(store, segment_key(M, 2)).extents] == [c.gen]
+    assert [x.gen for x in read_index(store, segment_key(M, 3)).extents] == [c.gen]
     assert restored(store, clock.t, tmp_path / "out") == tree_bytes(src)
 
 

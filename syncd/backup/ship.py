@@ -686,6 +686,9 @@ class Shipper:
             return batch
         gen, start, reason, copies = self._position(rel, fd, st, prev)
         end = st.st_size
+        # A transcript's marks (to tell a cut later), from its second flush on: a seed
+        # spends nothing on them, and a file cut before it grew again is a patch.
+        marked = prev is not None and rel.endswith(b".jsonl")
         # Bytes an import from a followed machine wrote: shipped once, marked as such
         # (that machine never imports them back); this machine's own bytes after them.
         label, imported_to = (None, start) if reason == REVIVED else \
@@ -718,7 +721,7 @@ class Shipper:
             batch.writer.add_copy(replace(pending.popleft(), reason=reason))
             in_batch, reason = True, None
         if in_batch and pos >= end:
-            batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+            batch.updates[rel] = self._shipped(rel, fd, st, gen, pos, marked)
             if scanner is not None:
                 self._catalog(batch, rel, gen, {})
             return batch
@@ -730,7 +733,7 @@ class Shipper:
                                   reason=reason)
             in_batch, reason = True, None
             if pos >= end:
-                batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+                batch.updates[rel] = self._shipped(rel, fd, st, gen, pos, marked)
                 return batch
         data = b""
         while True:
@@ -747,7 +750,7 @@ class Shipper:
             if batch.writer.raw_bytes and batch.writer.raw_bytes + want > self.segment_max:
                 # Bounded memory: this segment is full, the rest goes in the next one.
                 if in_batch:
-                    batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+                    batch.updates[rel] = self._shipped(rel, fd, st, gen, pos, marked)
                 batch = self._next_segment(batch, result)
                 in_batch = False
             data = os.pread(fd, want, pos) if want else b""
@@ -766,7 +769,7 @@ class Shipper:
                 break
             if pos >= end:
                 break
-        batch.updates[rel] = self._shipped(rel, fd, st, gen, pos)
+        batch.updates[rel] = self._shipped(rel, fd, st, gen, pos, marked)
         after = os.fstat(fd)
         if after.st_size != end or after.st_mtime_ns != st.st_mtime_ns:
             result.requeue.add(rel)
@@ -796,11 +799,13 @@ class Shipper:
         return (merged_from(rec.source) if rec.merged else imported_from(rec.source)), rec.size
 
     @staticmethod
-    def _shipped(rel: bytes, fd: int, st: os.stat_result, gen: int, pos: int) -> FileState:
-        """The state row once bytes [0, pos) of this generation are in the store."""
+    def _shipped(rel: bytes, fd: int, st: os.stat_result, gen: int, pos: int,
+                 marked: bool = False) -> FileState:
+        """The state row once bytes [0, pos) of this generation are in the store;
+        ``marked``: with the marks of its last lines (``backup.marks``)."""
         return FileState(rel, gen, pos, st.st_dev, st.st_ino, st.st_mtime_ns,
                          st.st_mode & 0o7777, check_hash(fd, pos),
-                         marks=marks_of(fd, pos) if rel.endswith(b".jsonl") else None)
+                         marks=marks_of(fd, pos) if marked else None)
 
     def _catalog(self, batch: _Batch, rel: bytes, gen: int, fields: dict[str, str]) -> None:
         sid = session_of(rel)
