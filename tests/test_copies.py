@@ -498,3 +498,22 @@ def test_real_transcripts_cut_patched_and_moved(tmp_path: Path, samples: Path) -
     s.check_every_point(tmp_path / "out")
     compact(Repository(store, M), CompactOptions(max_chain=0, now=s.clock.t + 1))
     s.check_every_point(tmp_path / "compacted")
+
+
+def test_a_row_removed_further_back_than_claude_cuts_is_a_patch_not_a_cut(
+        tmp_path: Path) -> None:
+    """The marks reach a row 90 KB back: as a cut, everything after it would ship again;
+    further back than Claude cuts (64 KiB), the patch is taken and copies that too."""
+    store = MemoryStore()
+    s = Story(tmp_path, store)
+    f = write(s.src, APP, rows(0, 79))  # ~110 KB: the marks span all of it
+    s.flush()
+    write(s.src, APP, rows(79, 80), "ab")  # a second flush: the marks
+    s.flush()
+    data = f.read_bytes()
+    f.write_bytes(data.replace(row(5), b"", 1))
+    stored = s.flush()
+    cs = copies_of(store, 2)
+    assert len(cs) == 2 and "patched" in (cs[0].reason or "")
+    assert stored < 4096
+    s.check_every_point(tmp_path / "out")

@@ -76,3 +76,20 @@ def test_a_title_file_that_is_not_claudes_or_has_no_session_names_nothing(
     write(s.source, f"projects/-home-u-app/{C}/custom-title.json", _title_file("Orphan"))
     sync_once(s)
     assert _titles(tmp_path) == {A: "hello there"}
+
+
+def test_the_title_files_title_outlives_a_rewrite_of_the_transcript(tmp_path: Path) -> None:
+    """Claude rewrites a transcript whole (a patch: a new generation whose catalog is read
+    from the file afresh): the title from custom-title.json stays."""
+    s = settings(tmp_path)
+    rows = b"".join(line(A, "/home/u/app", i, f"prompt {i} " + "x" * 900) for i in range(120))
+    write(s.source, PA, rows)
+    write(s.source, TA, _title_file("Named by the user"))
+    sync_once(s)
+    write(s.source, PA, line(A, "/home/u/app", 120, "more"), mode="ab")
+    sync_once(s)
+    data = (s.source / PA).read_bytes()
+    early = data.splitlines(keepends=True)[5]
+    (s.source / PA).write_bytes(data.replace(early, b"", 1))  # a row far back: a patch
+    sync_once(s)
+    assert _titles(tmp_path) == {A: "Named by the user"}

@@ -96,6 +96,9 @@ CHECK_TAIL = 64 << 10
 # runs of about PATCH_RUN raw bytes.
 PATCH_MIN = 64 << 10
 PATCH_RUN = 16 << 20
+# Claude cuts a withdrawn row within its file's last 64 KiB; a "cut" further back is a
+# rewrite, whose patch also keeps what follows the change.
+CUT_BACK = 64 << 10
 
 
 def check_hash(fd: int, length: int) -> bytes:
@@ -783,7 +786,12 @@ class Shipper:
             whole = MetaScanner(at_line_start=True)
             for chunk in file_chunks(fd, pos):
                 whole.feed(chunk)
-            self._catalog(batch, rel, gen, whole.finish())
+            fields = whole.finish()
+            known = self.state.catalog_of(rel)
+            if known is not None and "custom_title" in known[1] and "custom_title" not in fields:
+                # A title the user gave (its own file, custom-title.json) outlives a rewrite.
+                fields["custom_title"] = known[1]["custom_title"]
+            self._catalog(batch, rel, gen, fields)
         elif start == 0 and len(data) == end:
             self._title_file(batch, rel, data)
         return batch
@@ -874,16 +882,18 @@ class Shipper:
         # check agrees too (defence in depth: the marks cover at least its tail).
         if cut == prev.offset and check_hash(fd, cut) != prev.check_hash:
             cut = None
+        # (Further back than Claude cuts, a patch is tried first: it copies what follows.)
+        runs = None if cut is not None and prev.offset - cut <= CUT_BACK else \
+            self._patch(rel, fd, st, prev)
+        if runs:
+            return gen, 0, f"patched: {reason}", [
+                Copy(rel, gen, at, prev.path, prev.gen, old, old + n, st.st_mode & 0o7777,
+                     st.st_mtime_ns) for at, old, n in runs]
         if cut is not None:
             self._copied[rel] = (prev.path, prev.gen)
             return gen, cut, f"cut at {cut} of {prev.offset} bytes ({reason})", [
                 Copy(rel, gen, 0, prev.path, prev.gen, 0, cut, st.st_mode & 0o7777,
                      st.st_mtime_ns)]
-        runs = self._patch(rel, fd, st, prev)
-        if runs:
-            return gen, 0, f"patched: {reason}", [
-                Copy(rel, gen, at, prev.path, prev.gen, old, old + n, st.st_mode & 0o7777,
-                     st.st_mtime_ns) for at, old, n in runs]
         return gen, start, reason, []
 
     def _moved(self, rel: bytes, fd: int, st: os.stat_result, gen: int
