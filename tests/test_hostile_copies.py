@@ -607,3 +607,33 @@ def test_a_chain_of_fifty_thousand_copies_resolves_without_recursion_in_linear_w
     with work_budget(60 * n):
         got = loc.extents(a, n - 1, 100)
     assert [(k, x.start, x.end, x.frame) for k, x in got] == [("k", 0, 100, 100)]
+
+
+def test_a_file_made_of_copies_of_copies_is_refused_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store whose files double by copies of copies claims terabytes from one frame: a
+    restore refuses those files with one line each (never the whole restore for want of
+    disk), writes the others, and writes what a doubling names within the bound."""
+    from syncd.restore import restorer
+    monkeypatch.setattr(restorer, "OVERCLAIM_SLACK", 1 << 20)  # (the test writes little)
+    w = SegmentWriter(M, 0, T0)
+    frame = random.Random(9).randbytes(64 << 10)
+    a, ok = b"projects/-a/a.jsonl", b"projects/-a/ok.jsonl"
+    w.add_data(a, 1, 0, frame, mode=0o600, mtime_ns=0)
+    w.add_data(ok, 1, 0, b'{"ok":1}\n', mode=0o600, mtime_ns=0)
+    prev, size = a, len(frame)
+    for k in range(22):
+        p = f"projects/-a/b{k}.jsonl".encode()
+        w.add_copy(Copy(p, 1, 0, prev, 1, 0, size, 0o600, 0))
+        w.add_copy(Copy(p, 1, size, prev, 1, 0, size, 0o600, 0))
+        prev, size = p, 2 * size
+    store = MemoryStore()
+    store.put(segment_key(M, 0), w.finish())
+    out = tmp_path / "out"
+    r = restore(Repository(store, M), RestoreOptions(target=out, local_machine=M))
+    got = tree_bytes(out)
+    assert got[ok] == b'{"ok":1}\n' and got[a] == frame
+    assert got[b"projects/-a/b0.jsonl"] == frame * 2
+    assert got[b"projects/-a/b3.jsonl"] == frame * 16  # 1 MiB: within 16 x 64 KiB + 1 MiB
+    refused = [e for e in r.errors if "named over and over" in e]
+    assert b"projects/-a/b21.jsonl" not in got and len(refused) >= 10, r.errors

@@ -271,6 +271,15 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
                             f"at or before {format_time(opts.at)}")
     files, history_sids = _select(backup, opts, report, step.without)
     for path in sorted(files):
+        claim = _overclaim(files[path])
+        if claim is not None:
+            # Copies of copies (a store's doing, never a writer's) name the same frames
+            # over and over: that file alone is refused, the rest restores.
+            del files[path]
+            report.errors.append(f"refusing {path!r} from the store: {claim}")
+            report.actions.append(Action("refuse", os.fsdecode(path), os.fsdecode(path),
+                                         claim))
+            continue
         why = _refusal(path, remap, backup, opts)
         if why is not None:
             # Listed, never written: what lands in the Claude tree is this machine's call.
@@ -750,6 +759,26 @@ def _session_files(chosen: list[Session]) -> Callable[[bytes], bool]:
     paths = {p for s in chosen for p in (s.path, *siblings(s.path))}
     starts = tuple(prefixes)
     return lambda p: p in paths or p.startswith(starts)
+
+
+# A file whose extents reach more than this many times the raw bytes of the distinct
+# frames they are parts of, plus OVERCLAIM_SLACK, is no writer's: a writer's copies name
+# each shipped byte about once (a patch of a file of repeated lines a few times), and no
+# transcript comes near the slack.
+OVERCLAIM_RATIO = 16
+OVERCLAIM_SLACK = 64 << 20
+
+
+def _overclaim(f: Entry) -> str | None:
+    """Why ``f``'s bytes are refused unfetched (None: they are not)."""
+    reach = sum(x.end - x.start for _, x in f.extents)
+    if reach <= OVERCLAIM_SLACK:
+        return None
+    distinct = sum({(k, x.off): x.raw for k, x in f.extents}.values())
+    if reach <= OVERCLAIM_RATIO * distinct + OVERCLAIM_SLACK:
+        return None
+    return (f"its copies claim {reach} bytes made of {distinct} bytes of frames, named over "
+            "and over (no writer makes that)")
 
 
 def _select(backup: Backup, opts: RestoreOptions, report: RestoreReport,
