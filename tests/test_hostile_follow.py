@@ -106,14 +106,14 @@ def test_a_size_past_what_the_state_holds_is_one_line_and_the_rest_imports(
     assert set(got) == {f"{s1}.jsonl".encode(), f"{s2}.jsonl".encode()}
 
 
-def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
+def test_a_session_of_one_frame_named_over_and_over_is_one_line_and_never_fetched(
         laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """s1's next bytes claim 1.6 GB: 400 extents of 4 MiB, all the same frame (what copies
+    of copies also come to): refused alone in one line whatever the disk holds, the
+    session as it was; the other session arrives."""
     c, s1, s2 = followed(laptop, monkeypatch)
-    s3 = sid(DESK, 3)
-    # s1's next bytes claim 1.6 GB: 400 extents of 4 MiB, all the same small frame.
     key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0)),
-                              Piece(transcript(CWD, s3), line(s3, CWD, 0)),
                               Piece(transcript(CWD, s1), b"x" * 100,
                                     start=len(line(s1, CWD, 0)))])
 
@@ -124,10 +124,36 @@ def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
                             "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, 400)]
 
     c.rewrite(key, claim)
-    # A disk with 1 GB free.
+    laptop.poll(monkeypatch)
+    assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
+    assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
+    said = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and s1 in said[0] and "named over and over" in said[0], said
+
+
+def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
+        laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, s1, s2 = followed(laptop, monkeypatch)
+    s3 = sid(DESK, 3)
+    # s1's next bytes claim 100 MiB: 25 extents of 4 MiB, all the same small frame (not
+    # so many that it is refused as copies of copies would be, below).
+    key = c.segment(DESK, 1, [Piece(transcript(CWD, s2), line(s2, CWD, 0)),
+                              Piece(transcript(CWD, s3), line(s3, CWD, 0)),
+                              Piece(transcript(CWD, s1), b"x" * 100,
+                                    start=len(line(s1, CWD, 0)))])
+
+    def claim(doc: dict[str, Any]) -> None:
+        e = next(x for x in doc["entries"] if x["op"] == "data" and s1 in json.dumps(x))
+        e["end"] = e["start"] + FRAME_MAX
+        doc["entries"] += [{**e, "start": e["start"] + i * FRAME_MAX,
+                            "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, 25)]
+
+    c.rewrite(key, claim)
+    # A disk with 64 MiB free.
     real = os.statvfs
     monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
-        (4096, 4096, 1 << 20, 1 << 18, 1 << 18, 1000, 1000, 1000, 0, 255)
+        (4096, 4096, 1 << 20, 1 << 14, 1 << 14, 1000, 1000, 1000, 0, 255)
         if os.fspath(p) == str(laptop.settings.source) else real(p)))
     laptop.poll(monkeypatch)
     assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
