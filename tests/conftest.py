@@ -10,6 +10,7 @@ import pytest
 
 from tests.claude_fixtures import Claude, install_claude
 from tests.counting import Counts, patch_open_store
+from tests.faultkit import FaultProxy
 from tests.seaweed import Seaweed, start_seaweed
 
 SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "claude-samples"
@@ -36,6 +37,16 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seaweed]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def proxy(seaweed: Seaweed) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the session's SeaweedFS."""
+    p = FaultProxy(seaweed.endpoint).start()
+    try:
+        yield p
+    finally:
+        p.stop()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +24,6 @@ from tests.test_copies import SID, rows
 
 APP = f"projects/-home-u-app/{SID}.jsonl"
 LIB = f"projects/-home-u-lib/{SID}.jsonl"
-
-
-@pytest.fixture
-def proxy(seaweed: Seaweed) -> Iterator[FaultProxy]:
-    p = FaultProxy(seaweed.endpoint).start()
-    try:
-        yield p
-    finally:
-        p.stop()
 
 
 def change(src: Path, case: str) -> None:

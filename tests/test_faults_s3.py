@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,16 +32,6 @@ from tests.faultkit import (
 )
 from tests.helpers import running, shipped, wait_for
 from tests.seaweed import Seaweed
-
-
-@pytest.fixture
-def proxy(seaweed: Seaweed) -> Iterator[FaultProxy]:
-    p = FaultProxy(seaweed.endpoint).start()
-    try:
-        yield p
-    finally:
-        p.stop()
-
 
 CAUSE = {"503": "ServiceUnavailable", "500": "InternalError", "hang": "timeout",
          "lost-answer": "InternalError"}

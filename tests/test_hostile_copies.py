@@ -215,22 +215,25 @@ def test_a_delta_of_many_copies_of_one_generation_loads_in_linear_time(
     assert len(b.files[path].extents) == n
 
 
-def test_a_file_of_many_parts_of_one_frame_decodes_that_frame_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """300 copies of one byte each of a 4 MiB frame: a file of 300 bytes that a restore (and
-    a compaction) made by decompressing and hashing the whole frame once per byte. Ten
-    doubling copies (a copy of a file twice, of that twice...) make 1024 such parts, and
-    PARTS_MAX of them asked 4 TiB of decompression of a store of kilobytes. A
-    frame's parts that follow one another are cut from it, decoded once."""
+PARTS_OF = b"projects/-a/big.jsonl"
+PARTS = b"projects/-a/parts.jsonl"
+
+
+def _parts_of_one_frame(big: bytes, offsets: list[int]) -> tuple[MemoryStore, str]:
+    """A store whose segment 0 holds ``big`` as one frame of PARTS_OF, and PARTS: byte i of
+    it is byte ``offsets[i]`` of that frame, each a copy of its own."""
     store = MemoryStore()
-    big = random.Random(3).randbytes(4 << 20)
-    a, b = b"projects/-a/big.jsonl", b"projects/-a/parts.jsonl"
     w = SegmentWriter(M, 0, 1_750_000_000.0)
-    w.add_data(a, 1, 0, big, mode=0o600, mtime_ns=0)
-    n = 300
-    for i in range(n):
-        w.add_copy(Copy(b, 1, i, a, 1, i * 7919, i * 7919 + 1, 0o600, 0))
-    store.put(segment_key(M, 0), w.finish())
+    w.add_data(PARTS_OF, 1, 0, big, mode=0o600, mtime_ns=0)
+    for i, at in enumerate(offsets):
+        w.add_copy(Copy(PARTS, 1, i, PARTS_OF, 1, at, at + 1, 0o600, 0))
+    key = segment_key(M, 0)
+    store.put(key, w.finish())
+    return store, key
+
+
+def _decompressions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter (its one item) of the zstd frames decompressed from now on."""
     decoded = [0]
     real = segment.decompress_exact
 
@@ -239,8 +242,22 @@ def test_a_file_of_many_parts_of_one_frame_decodes_that_frame_once(
         return real(frame, size, where, dctx)
 
     monkeypatch.setattr(segment, "decompress_exact", counted)
+    return decoded
+
+
+def test_a_file_of_many_parts_of_one_frame_decodes_that_frame_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 copies of one byte each of a 4 MiB frame: a file of 300 bytes that a restore (and
+    a compaction) made by decompressing and hashing the whole frame once per byte. Ten
+    doubling copies (a copy of a file twice, of that twice...) make 1024 such parts, and
+    PARTS_MAX of them asked 4 TiB of decompression of a store of kilobytes. A
+    frame's parts that follow one another are cut from it, decoded once."""
+    big = random.Random(3).randbytes(4 << 20)
+    n = 300
+    store, _ = _parts_of_one_frame(big, [i * 7919 for i in range(n)])
+    decoded = _decompressions(monkeypatch)
     got = restored(store, 1_750_000_001.0, tmp_path / "out")
-    assert got[b] == bytes(big[i * 7919] for i in range(n))
+    assert got[PARTS] == bytes(big[i * 7919] for i in range(n))
     assert decoded[0] <= 4, f"the frame was decompressed {decoded[0]} times"
     decoded[0] = 0
     rep = compact(Repository(store, M), CompactOptions(now=1_750_000_002.0))
@@ -253,33 +270,18 @@ def test_many_parts_of_one_damaged_frame_fail_at_once(
     """The same parts, their frame damaged (its sha256 is not what the index says): each
     part fails (no byte of it is written), the frame is decompressed once, and the file is
     reported lost, not restored."""
-    store = MemoryStore()
-    big = random.Random(4).randbytes(1 << 20)
-    a, b = b"projects/-a/big.jsonl", b"projects/-a/parts.jsonl"
-    w = SegmentWriter(M, 0, 1_750_000_000.0)
-    w.add_data(a, 1, 0, big, mode=0o600, mtime_ns=0)
-    for i in range(300):
-        w.add_copy(Copy(b, 1, i, a, 1, i, i + 1, 0o600, 0))
-    key = segment_key(M, 0)
-    store.put(key, w.finish())
+    store, key = _parts_of_one_frame(random.Random(4).randbytes(1 << 20), list(range(300)))
     [x] = read_index(store, key).extents
     # One bit of the frame (a raw block: random bytes) flipped: its sha256 is not the
     # index's.
     bad = bytearray(store.objects[key])
     bad[x.off + x.clen - 5] ^= 1
     store.objects[key] = bytes(bad)
-    decoded = [0]
-    real = segment.decompress_exact
-
-    def counted(frame: bytes, size: int, where: str, dctx: Any = None) -> bytes:
-        decoded[0] += 1
-        return real(frame, size, where, dctx)
-
-    monkeypatch.setattr(segment, "decompress_exact", counted)
+    decoded = _decompressions(monkeypatch)
     r = restore(Repository(store, M), RestoreOptions(target=tmp_path / "out", local_machine=M))
     assert decoded[0] <= 4, decoded[0]
-    assert any(os.fsdecode(b) in e and "not restored" in e for e in r.errors), r.errors
-    assert not (tmp_path / "out" / os.fsdecode(b)).exists()
+    assert any(os.fsdecode(PARTS) in e and "not restored" in e for e in r.errors), r.errors
+    assert not (tmp_path / "out" / os.fsdecode(PARTS)).exists()
 
 
 # -- names: a copy's target and source are names from a store --------------------------

@@ -106,6 +106,19 @@ def test_a_size_past_what_the_state_holds_is_one_line_and_the_rest_imports(
     assert set(got) == {f"{s1}.jsonl".encode(), f"{s2}.jsonl".encode()}
 
 
+def _one_frame_named(c: Craft, key: str, session: str, times: int) -> None:
+    """Rewrite segment ``key`` so that ``session``'s extent is ``times`` extents of 4 MiB,
+    each the same small frame: a claim of ``times`` x 4 MiB from a few bytes."""
+
+    def claim(doc: dict[str, Any]) -> None:
+        e = next(x for x in doc["entries"] if x["op"] == "data" and session in json.dumps(x))
+        e["end"] = e["start"] + FRAME_MAX
+        doc["entries"] += [{**e, "start": e["start"] + i * FRAME_MAX,
+                            "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, times)]
+
+    c.rewrite(key, claim)
+
+
 def test_a_session_of_one_frame_named_over_and_over_is_one_line_and_never_fetched(
         laptop: Machine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -117,13 +130,7 @@ def test_a_session_of_one_frame_named_over_and_over_is_one_line_and_never_fetche
                               Piece(transcript(CWD, s1), b"x" * 100,
                                     start=len(line(s1, CWD, 0)))])
 
-    def claim(doc: dict[str, Any]) -> None:
-        e = next(x for x in doc["entries"] if x["op"] == "data" and s1 in json.dumps(x))
-        e["end"] = e["start"] + FRAME_MAX
-        doc["entries"] += [{**e, "start": e["start"] + i * FRAME_MAX,
-                            "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, 400)]
-
-    c.rewrite(key, claim)
+    _one_frame_named(c, key, s1, 400)
     laptop.poll(monkeypatch)
     assert laptop.transcript("app", s2).read_bytes() == line(s2, laptop.cwd("app"), 0)
     assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0)
@@ -143,13 +150,7 @@ def test_a_session_no_disk_here_holds_is_one_line_and_the_others_import_once(
                               Piece(transcript(CWD, s1), b"x" * 100,
                                     start=len(line(s1, CWD, 0)))])
 
-    def claim(doc: dict[str, Any]) -> None:
-        e = next(x for x in doc["entries"] if x["op"] == "data" and s1 in json.dumps(x))
-        e["end"] = e["start"] + FRAME_MAX
-        doc["entries"] += [{**e, "start": e["start"] + i * FRAME_MAX,
-                            "end": e["start"] + (i + 1) * FRAME_MAX} for i in range(1, 25)]
-
-    c.rewrite(key, claim)
+    _one_frame_named(c, key, s1, 25)
     # A disk with 64 MiB free.
     real = os.statvfs
     monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result(
