@@ -257,15 +257,19 @@ class Bench(BenchBase):
 
     # -- measuring ----------------------------------------------------------
 
-    def ship(self, code: str, case: str, change: Callable[[Path, random.Random], Change]
-             ) -> tuple[Change, Shipped]:
-        name = f"{case}-{code}"
+    def seeded(self, code: str, name: str, what: str) -> tuple[Path, dict[str, str], Path]:
+        """A copy of the pristine tree synced once by ``code``: its root, env and store."""
         root = self.work / f"tree-{name}"
         shutil.copytree(self.pristine, root)
         env = self.env(code, root, name)
-        store = self.work / f"store-{name}"
-        log(f"{case} [{code}]: seed ...")
+        log(f"{what}: seed ...")
         self.cli(code, ["sync"], env, f"{name}-seed")
+        return root, env, self.work / f"store-{name}"
+
+    def ship(self, code: str, case: str, change: Callable[[Path, random.Random], Change]
+             ) -> tuple[Change, Shipped]:
+        name = f"{case}-{code}"
+        root, env, store = self.seeded(code, name, f"{case} [{code}]")
         ch = change(root, random.Random(f"{self.args.seed}:{case}"))
         n0, s0 = store_stats(store)
         r = self.cli(code, ["sync"], env, f"{name}-sync")
@@ -287,12 +291,7 @@ class Bench(BenchBase):
         """The same change made while ``syncd run`` (today's) is up after the seed: the
         daemon's own flush ships it (time: from the change to its segment in the store)."""
         code, name = "today", f"{case}-daemon"
-        root = self.work / f"tree-{name}"
-        shutil.copytree(self.pristine, root)
-        env = self.env(code, root, name)
-        store = self.work / f"store-{name}"
-        log(f"{case} [today, daemon]: seed ...")
-        self.cli(code, ["sync"], env, f"{name}-seed")
+        root, env, store = self.seeded(code, name, f"{case} [today, daemon]")
         st = json.loads(subprocess.run([self.py, "-m", "syncd", "status", "--json"], env=env,
                                        check=True, capture_output=True, text=True).stdout)
         seg = store / layout.segment_key(MACHINE, int(st["next_seq"]))

@@ -953,11 +953,12 @@ class Shipper:
         (checked by hash, not by name), and not deleted longer ago than a revival may be
         (compaction may have expired its generation since)."""
         parts = rel.split(b"/", 2)
-        if session_of_any(rel) is None or len(parts) != 3:
+        sid = session_of_any(rel)
+        if sid is None or len(parts) != 3:
             return None
         if self._sessions is None:  # once per flush, only when a session file is new
             self._sessions = self.state.known_sessions()
-        if session_of_any(rel) not in self._sessions:
+        if sid not in self._sessions:
             return None
         best = None
         for row in self.state.same_place(parts[2]):
