@@ -80,7 +80,7 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
 # prune's verdict on each snapshot: kept, forgotten, or left for the next run.
 VERDICT_COLUMNS = (Column("VERDICT"), Column("SNAPSHOT"), Column("SEQ", right=True),
-                   Column("WHY", wrap=True))
+                   Column("WHY", cut="end"))
 
 
 @click.command("prune", short_help="Delete the snapshots the retention policy lets go.")

@@ -17,8 +17,9 @@ from syncd.archive.retention import retention_groups
 from syncd.backup.ship import open_provenance
 from syncd.backup.state import State
 from syncd.claude import Selection
-from syncd.cli.table import Column, Table
+from syncd.cli.table import Column, Table, wide_option
 from syncd.cli.util import (
+    MIN_PREFIX,
     chosen_source,
     echo_json,
     echo_json_rows,
@@ -61,21 +62,25 @@ def _size(n: int) -> str:
 
 
 # `machines` and `sessions` without --json: the first column marks this machine; paths and
-# titles come last, so that awk's fields before them are the same in every row.
+# titles come last, so that awk's fields before them are the same in every row. On a
+# narrow terminal the counts go first, then the host; a session's size, then LOCAL.
 MACHINE_COLUMNS = (
-    Column(""), Column("MACHINE"), Column("HOST", wrap=True), Column("LAST BACKUP"),
-    Column("SNAPSHOTS", right=True), Column("DELTAS", right=True), Column("PACKS", right=True),
-    Column("SEGMENTS", right=True), Column("STORED", right=True), Column("SESSIONS", right=True),
-    Column("HOME", wrap=True))
+    Column(""), Column("MACHINE", cut="end"), Column("HOST", cut="end", drop=2),
+    Column("LAST BACKUP"), Column("SNAPSHOTS", right=True, drop=3),
+    Column("DELTAS", right=True, drop=6), Column("PACKS", right=True, drop=5),
+    Column("SEGMENTS", right=True, drop=4), Column("STORED", right=True, drop=1),
+    Column("SESSIONS", right=True), Column("HOME", cut="path"))
 SESSION_COLUMNS = (
-    Column("SESSION"), Column("LAST ACTIVITY"), Column("LOCAL"), Column("SIZE", right=True),
-    Column("MACHINE"), Column("PROJECT", wrap=True), Column("TITLE", wrap=True))
+    Column("SESSION", short=MIN_PREFIX), Column("LAST ACTIVITY"), Column("LOCAL", drop=1),
+    Column("SIZE", right=True, drop=2), Column("MACHINE", cut="end"),
+    Column("PROJECT", cut="path"), Column("TITLE", cut="end"))
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@wide_option
 @click.pass_context
-def machines(ctx: click.Context, as_json: bool) -> None:
+def machines(ctx: click.Context, as_json: bool, wide: bool) -> None:
     """The machines that have a backup in the store."""
     settings = settings_of(ctx)
     repo = repository_of(settings)
@@ -91,7 +96,7 @@ def machines(ctx: click.Context, as_json: bool) -> None:
             _text(r.get("hostname")), _when(r.get("last_backup")), _count(r.get("snapshots")),
             _count(r.get("deltas")), _count(r.get("packs")), _count(r.get("segments")),
             _size(r["stored_bytes"]) if r.get("stored_bytes") is not None else "-",
-            _count(r.get("sessions")), _text(r.get("home")))).echo()
+            _count(r.get("sessions")), _text(r.get("home")))).echo(wide=wide)
     seen.save()
     _problems(problems)
 
@@ -100,10 +105,11 @@ def machines(ctx: click.Context, as_json: bool) -> None:
 @click.option("--machine", default=None, help="Only this machine's sessions.")
 @click.option("--project", default=None, help="Only sessions of this project path (or below).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@wide_option
 @source_option
 @click.pass_context
 def sessions(ctx: click.Context, machine: str | None, project: str | None,
-             as_json: bool) -> None:
+             as_json: bool, wide: bool) -> None:
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
     settings = settings_of(ctx)
     repo = repository_of(settings)
@@ -117,22 +123,24 @@ def sessions(ctx: click.Context, machine: str | None, project: str | None,
         Table(SESSION_COLUMNS, rows, lambda r: (
             _text(r["session_id"]), _text(r["last_activity"])[:16],
             r["here"], _size(r["size"]), _text(r["machine"]),
-            _text(r["project"]), _text(r["title"] or "")[:60])).echo()
+            _text(r["project"]), _text(r["title"] or ""))).echo(wide=wide)
     seen.save()
     _problems(problems)
 
 
 POINT_COLUMNS = (
-    Column("TIME (UTC)"), Column("KIND"), Column("SEQ", right=True), Column("ADDED", right=True),
-    Column("KEPT AS"), Column("SESSIONS", wrap=True))
+    Column("TIME (UTC)"), Column("KIND"), Column("SEQ", right=True),
+    Column("ADDED", right=True, drop=1), Column("KEPT AS", cut="end"),
+    Column("SESSIONS", cut="end"))
 
 
 @click.command()
 @click.option("--machine", default=None, help="Another machine's points (default: this one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@wide_option
 @source_option
 @click.pass_context
-def snapshots(ctx: click.Context, machine: str | None, as_json: bool) -> None:
+def snapshots(ctx: click.Context, machine: str | None, as_json: bool, wide: bool) -> None:
     """The points in time a restore can reach, newest first: every flush within the
     retention window, then the compacted snapshots the policy keeps. `restore --at`
     takes any time printed here."""
@@ -149,7 +157,7 @@ def snapshots(ctx: click.Context, machine: str | None, as_json: bool) -> None:
         Table(POINT_COLUMNS, newest_first, lambda p: (
             format_time(p.time), p.kind, str(p.seq), "-" if p.added is None else _size(p.added),
             groups[p.seq], " ".join(_text(s)[:8] for s in p.sessions[:6])
-            + (f" +{len(p.sessions) - 6}" if len(p.sessions) > 6 else ""))).echo()
+            + (f" +{len(p.sessions) - 6}" if len(p.sessions) > 6 else ""))).echo(wide=wide)
     _problems(problems)
 
 

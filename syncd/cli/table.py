@@ -1,13 +1,20 @@
-"""A table a command prints (machines, sessions, prune's verdicts): a header row, then
-one row per item.
+"""A table a command prints (machines, sessions, snapshots, prune's verdicts): a header
+row, then one row per item.
 
-On a terminal rich draws it. Otherwise (a pipe, a file, a test) it is plain text: columns
+On a terminal rich draws it, fitted to the terminal's width with one line per row: ids
+shown by their first characters (enough to tell them apart, as the commands take them),
+free text cut with an ellipsis (a path in its middle, keeping its head and last
+components; a title or a name at its end), and the least useful columns left out when
+even that is too wide. ``--wide`` shows every value whole (the terminal folds the lines).
+Otherwise (a pipe, a file, a test) it is plain text with every value whole: columns
 padded with spaces, no box drawing, one line per row, so that grep, awk and cut still
 work.
 
 Cells come from the store: every one is made printable here, whatever its caller did (an
-escape sequence must not drive the reader's terminal), and rich gets them as ``Text``,
-never as markup (a title ``[link=…]x[/link]`` is printed as written).
+escape sequence must not drive the reader's terminal, a newline must not start a row),
+and rich gets them as ``Text``, never as markup (a title ``[link=…]x[/link]`` is printed
+as written). Widths are terminal cells (rich's ``cell_len``: a CJK character or an emoji
+takes two).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import sys
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TextIO, TypeVar
 
 import click
 
@@ -29,8 +36,12 @@ R = TypeVar("R")
 
 # Between two columns.
 GAP = "  "
-# A column of free text is never made narrower than this to fit a terminal.
-MIN_TEXT = 12
+# On a terminal, a column of free text is cut no narrower than this (or its header) while
+# columns can still be left out; then down to its header's width.
+MIN_TEXT = 10
+ELLIPSIS = "…"
+
+Cut = Literal["end", "path"]
 
 
 @dataclass(frozen=True)
@@ -38,15 +49,131 @@ class Column:
     header: str
     # Numbers and sizes are right-aligned.
     right: bool = False
-    # Free text (a title, a path) that rich may wrap on a narrow terminal; the other
-    # columns (ids, names, times, numbers) are kept whole on one line.
-    wrap: bool = False
+    # On a terminal, free text too long for its column is cut: "end" (a title, a name:
+    # its start kept), "path" (its head and last components kept, the middle left out).
+    # The other columns (ids, times, numbers) are kept whole.
+    cut: Cut | None = None
+    # An id shown on a terminal by its first ``short`` characters, more where two rows'
+    # ids begin alike (0: whole).
+    short: int = 0
+    # Left out on a terminal too narrow for the table, highest first (0: never).
+    drop: int = 0
 
 
 def width(text: str) -> int:
     """Terminal cells ``text`` takes: wide (CJK, emoji) characters two, combining ones none."""
     return sum(0 if unicodedata.combining(c) else
                2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _cells(text: str) -> int:
+    from rich.cells import cell_len
+    return cell_len(text)
+
+
+def _head(text: str, room: int) -> str:
+    """The longest start of ``text`` that takes at most ``room`` cells."""
+    lo, hi = 0, len(text)
+    while lo < hi:  # cell_len of a longer start is (all but always) no smaller
+        mid = (lo + hi + 1) // 2
+        if _cells(text[:mid]) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+def _tail(text: str, room: int) -> str:
+    """The longest end of ``text`` that takes at most ``room`` cells."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _cells(text[len(text) - mid:]) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[len(text) - lo:]
+
+
+def cut_end(text: str, room: int) -> str:
+    """``text`` in at most ``room`` cells: its start and an ellipsis when it is longer."""
+    if _cells(text) <= room:
+        return text
+    return _head(text, room - 1) + ELLIPSIS if room > 0 else ""
+
+
+def cut_path(text: str, room: int) -> str:
+    """A path in at most ``room`` cells: its head, an ellipsis, and as many of its last
+    components as leave the head its first component (or a few cells of it); a last
+    component too long for that is cut in its middle."""
+    if _cells(text) <= room:
+        return text
+    if room < 3:
+        return cut_end(text, room)
+    parts = text.split("/")
+    # The head's first component: "/home" of "/home/a/b", "~" of "~/b".
+    first = "/" + parts[1] if parts[0] == "" and len(parts) > 1 else parts[0]
+    least = min(_cells(first), 6)
+    for k in range(len(parts) - 1, 0, -1):
+        tail = "/" + "/".join(parts[-k:])
+        left = room - 1 - _cells(tail)
+        if left >= least:
+            return _head(text, left) + ELLIPSIS + tail
+    # No last component fits whole beside the head: both ends, the larger half the end's.
+    # (The head takes what a wide character at the end's cut left over.)
+    tail = _tail(text, room - 1 - (room - 1) // 2)
+    return _head(text, room - 1 - _cells(tail)) + ELLIPSIS + tail
+
+
+def cut(text: str, room: int, how: Cut) -> str:
+    return cut_path(text, room) if how == "path" else cut_end(text, room)
+
+
+def short_ids(ids: Sequence[str], least: int) -> dict[str, str]:
+    """Each id by its first ``least`` characters, or as many more as tell it from the
+    others (the same id twice, say a session on two machines, is one)."""
+    ordered = sorted(set(ids))
+    out = {}
+    for i, sid in enumerate(ordered):
+        n = least
+        for other in ordered[max(i - 1, 0):i] + ordered[i + 1:i + 2]:
+            same = next((j for j, (a, b) in enumerate(zip(sid, other, strict=False))
+                         if a != b), min(len(sid), len(other)))
+            n = max(n, same + 1)
+        out[sid] = sid[:n]
+    return out
+
+
+def fit(columns: Sequence[Column], natural: Sequence[int], total: int
+        ) -> tuple[list[int], list[int]]:
+    """The columns kept and their widths for a terminal ``total`` cells wide: whole
+    columns at their natural width, the columns that may be cut sharing what is left (the
+    widest cut first, down to ``MIN_TEXT``); columns left out (``drop``, highest first)
+    while even that is too wide, then the cut ones narrowed to their headers. Too narrow
+    still: the widths of that, wider than ``total``."""
+    floor = [natural[i] if c.cut is None else min(natural[i], max(MIN_TEXT, _cells(c.header)))
+             for i, c in enumerate(columns)]
+
+    def need(kept: list[int], floors: Sequence[int]) -> int:
+        return sum(floors[i] for i in kept) + len(GAP) * (len(kept) - 1)
+
+    kept = list(range(len(columns)))
+    for i in sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: -columns[i].drop):
+        if need(kept, floor) <= total:
+            break
+        kept.remove(i)
+    if need(kept, floor) > total:
+        floor = [natural[i] if c.cut is None else min(natural[i], _cells(c.header))
+                 for i, c in enumerate(columns)]
+    widths = {i: floor[i] for i in kept}
+    cuts = [i for i in kept if columns[i].cut is not None]
+    # What is left goes a cell at a time to the narrowest cut column short of its own.
+    for _ in range(total - need(kept, floor)):
+        short = [i for i in cuts if widths[i] < natural[i]]
+        if not short:
+            break
+        widths[min(short, key=lambda i: widths[i])] += 1
+    return kept, [widths[i] for i in kept]
 
 
 class Table(Generic[R]):
@@ -82,43 +209,46 @@ class Table(Generic[R]):
             parts.append(pad + cell if col.right else cell + pad)
         return GAP.join(parts).rstrip()
 
-    def render(self, console: Console) -> None:
-        """The table drawn by rich on ``console``. The columns that do not wrap are kept
-        whole; the free text shares the room left, wrapped within it. A terminal too
-        narrow for that gets lines as long as they must be (rich alone would squeeze
-        columns to nothing)."""
+    def render(self, console: Console, *, wide: bool = False) -> None:
+        """The table drawn by rich on ``console``, fitted to its width (see ``fit``), one
+        line per row; ``wide``: every value whole, the lines as long as they must be."""
         from rich import box
         from rich.table import Table as RichTable
         from rich.text import Text
 
         rows = [self.cells(row) for row in self.rows]
-        natural = [max([width(c.header), *(width(r[i]) for r in rows)])
+        if not wide:
+            for i, c in enumerate(self.columns):
+                if c.short:
+                    shown = short_ids([r[i] for r in rows], c.short)
+                    for r in rows:
+                        r[i] = shown[r[i]]
+        natural = [max([_cells(c.header), *(_cells(r[i]) for r in rows)])
                    for i, c in enumerate(self.columns)]
-        free = [i for i, c in enumerate(self.columns) if c.wrap]
-        floor = {i: min(natural[i], MIN_TEXT) for i in free}
-        fixed = len(GAP) * (len(self.columns) - 1) + sum(
-            w for i, w in enumerate(natural) if i not in free)
-        total = max(console.width, fixed + sum(floor.values()))
-        room, wanted = total - fixed, sum(natural[i] for i in free)
-        limit = {i: max(floor[i], room * natural[i] // wanted)
-                 for i in free} if wanted > room else {}
+        if wide:
+            kept, widths = list(range(len(self.columns))), natural
+        else:
+            kept, widths = fit(self.columns, natural, console.width)
         # One space after each column and one for the rule between two: GAP's width.
         t = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                       padding=(0, 1, 0, 0), header_style="bold")
-        for i, c in enumerate(self.columns):
-            # Folded if it must be, never cut with an ellipsis: a session id is copied
-            # from here.
+        for i, w in zip(kept, widths, strict=True):
+            c = self.columns[i]
+            # Cut here already: rich only pads (crop: never a fold to a second line).
             t.add_column(Text(c.header), justify="right" if c.right else "left",
-                         no_wrap=not c.wrap, overflow="fold", max_width=limit.get(i))
+                         width=w, no_wrap=True, overflow="crop")
         for r in rows:
-            t.add_row(*(Text(cell) for cell in r))
-        console.width = total  # print's own width is capped at the console's
-        console.print(t)
+            t.add_row(*(Text(r[i] if (how := self.columns[i].cut) is None else
+                             cut(r[i], w, how)) for i, w in zip(kept, widths, strict=True)))
+        # print's own width is capped at the console's.
+        console.width = sum(widths) + len(GAP) * (len(widths) - 1)
+        console.print(t, crop=False, soft_wrap=False)
 
     def echo(self, stream: TextIO | None = None, *, terminal: bool | None = None,
-             columns: int | None = None) -> None:
+             columns: int | None = None, wide: bool = False) -> None:
         """Print the table to ``stream`` (stdout): drawn by rich when it is a terminal
-        (or ``terminal``; ``columns`` wide, default the terminal's), else plain."""
+        (or ``terminal``; ``columns`` wide, default the terminal's; ``wide``: every value
+        whole), else plain."""
         if terminal is None:
             terminal = (stream or sys.stdout).isatty()
         if not terminal:
@@ -129,4 +259,11 @@ class Table(Generic[R]):
         from rich.console import Console
 
         self.render(Console(file=stream, force_terminal=True, width=columns, markup=False,
-                            emoji=False, highlight=False))
+                            emoji=False, highlight=False), wide=wide)
+
+
+def wide_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--wide``: on a terminal, every value whole (whole ids, paths and titles)."""
+    return click.option("--wide", is_flag=True,
+                        help="On a terminal, show every value whole (lines may be longer "
+                             "than the terminal; piped output always is whole).")(fn)
