@@ -124,6 +124,11 @@ class LookupFailed(SyncdError):
     """A lookup that cannot be answered as asked (an unknown or ambiguous session)."""
 
 
+class AmbiguousSession(LookupFailed, UsageError):
+    """A session named by a prefix several sessions share, or held by several machines
+    when none was named: the user must say more (exit 2)."""
+
+
 class CompactError(SyncdError):
     """Compaction could not run; the message names the object or the reason."""
 
@@ -142,9 +147,9 @@ def exit_code(e: SyncdError) -> int:
 
 
 __all__ = [
-    "AlreadyExists", "BackupError", "BadPassphrase", "CompactError", "ConfigError",
-    "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld", "LeaseLost",
-    "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
+    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "CompactError",
+    "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
+    "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
     "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError", "StateError",
     "StoreError", "SyncError", "SyncStopped", "SyncdError", "TransientError", "UsageError",
     "exit_code",

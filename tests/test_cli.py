@@ -209,7 +209,7 @@ def test_sync_and_init_make_a_new_local_store(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "says"), [
     (("restore", "--at", "notatime"), "syncd: --at: cannot read time 'notatime'"),
     (("restore", "--at", "2026-13-45"), "syncd: --at: cannot read time"),
-    (("restore", "--session", "deadbeef"), "syncd: --session: 'deadbeef' is not a session id"),
+    (("restore", "--session", "deadbee"), "syncd: --session: 'deadbee' is not a session id"),
     (("restore", "--session", SID + "0"), "is not a session id"),
     (("resume", "deadbee"), "syncd: SESSION_ID: 'deadbee' is not a session id"),
     (("resume", "deadbeef;echo INJECTED"), "is not a session id"),

@@ -107,7 +107,7 @@ def test_resume_finds_a_session_on_the_last_machine_reading_heads_only(
 def test_a_prefix_matching_several_sessions_or_a_session_on_two_machines_is_ambiguous(
         team: MemoryStore, tmp_path: Path) -> None:
     repo, _ = counted(team)
-    with pytest.raises(LookupFailed, match="matches several sessions"):
+    with pytest.raises(LookupFailed, match=r"^session 00000003 matches 3 sessions: 00000003-0"):
         find_session(repo, sid(3, 0)[:8])
     store = copy_of(team)
     # m201 continued m003's session (an import, a copy of the tree): both heads list it.

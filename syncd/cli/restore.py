@@ -19,7 +19,6 @@ from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.cli.table import Column, Table, wide_option
 from syncd.cli.util import (
-    MIN_PREFIX,
     chosen_source,
     echo_json,
     echo_json_rows,
@@ -37,9 +36,17 @@ from syncd.follow.quiet import Quiet, as_imported
 from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import Here, here, locate_session, machine_rows, session_rows
+from syncd.restore.listing import (
+    Here,
+    here,
+    locate_session,
+    machine_rows,
+    resolve_sessions,
+    session_rows,
+)
 from syncd.restore.remap import Rule, config_rules, local_target
 from syncd.restore.restorer import ASKED, RestoreOptions, RestoreReport, restore
+from syncd.restore.sessionref import MIN_PREFIX
 from syncd.seen import Seen
 from syncd.timeline import timeline
 from syncd.untrusted import printable
@@ -344,7 +351,8 @@ def _report(report: RestoreReport, as_json: bool, dry_run: bool) -> None:
 @click.option("--machine", default=None,
               help="Machine whose backup to restore (default: this one).")
 @click.option("--session", "sessions_", multiple=True, callback=session_ids,
-              help="Only this session (repeatable).")
+              metavar="ID", help="Only this session (repeatable): its id or its first 8 "
+                                 "characters or more, as `sessions` shows it.")
 @click.option("--project", "projects", multiple=True,
               help="Only this project's sessions (repeatable).")
 @click.option("--at", default=None, callback=time_option,
@@ -388,6 +396,8 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     repo = repository_of(settings, machine)
     opts.seen = Seen(settings.state_dir, repo.url)
     notes: list[str] = []
+    # A prefix (as `sessions` shows ids) becomes the one id it names, before the restore.
+    opts.sessions = resolve_sessions(repo, sessions_, notes, opts.seen)
     with meter("restoring") as m, _provenance(settings, opts, notes):
         opts.progress = m
         report = restore(repo, opts)

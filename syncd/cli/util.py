@@ -17,6 +17,7 @@ from syncd.backup.state import remembered_key
 from syncd.config import Settings, load_settings, parse_duration, parse_time
 from syncd.errors import ConfigError, NoSuchStore, RestoreError, UsageError
 from syncd.repository import Repository
+from syncd.restore.sessionref import MIN_PREFIX
 from syncd.security.keys import open_crypto
 from syncd.store import RetryStore, open_store
 
@@ -108,7 +109,6 @@ def repository_of(settings: Settings, machine: str | None = None) -> Repository:
 # Claude's session ids are UUIDs (8-4-4-4-12 hex digits).
 _UUID = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 _HEX = frozenset("0123456789abcdefABCDEF")
-MIN_PREFIX = 8
 
 
 def _uuid_prefix(text: str) -> bool:
@@ -118,12 +118,9 @@ def _uuid_prefix(text: str) -> bool:
 
 def session_ids(ctx: click.Context, param: click.Parameter,
                 value: tuple[str, ...]) -> tuple[str, ...]:
-    """``--session``: whole session ids."""
-    for sid in value:
-        if len(sid) != len(_UUID) or not _uuid_prefix(sid):
-            raise bad_value(param, f"{sid!r} is not a session id (a UUID, as in "
-                                   "`syncd sessions`)")
-    return value
+    """``--session``, repeatable: each a session id or its first 8 characters or more
+    (resolved against the machine's sessions before the restore: ``sessionref``)."""
+    return tuple(session_prefix(ctx, param, sid) for sid in value)
 
 
 def session_prefix(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -23,6 +23,7 @@ from syncd.format.points import apply, apply_catalog, point_of
 from syncd.format.segment import SegmentIndex
 from syncd.format.snapshot import Entry
 from syncd.repository import Repository
+from syncd.restore.sessionref import matching, one
 from syncd.seen import Seen
 from syncd.store import layout
 from syncd.view import Backup, load_backup, moved_away
@@ -419,9 +420,10 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
                  problems: list[str] | None = None, seen: Seen | None = None
                  ) -> tuple[str, str]:
     """``(machine, session id)`` of the one session ``session_id`` names (its id, or a
-    prefix of 8 characters or more), from the machines' heads read concurrently (a
-    machine without one: from its backup). ``LookupFailed`` when none has it, when it
-    names several sessions, or when several machines have it."""
+    prefix of 8 characters or more: ``sessionref``), from the machines' heads read
+    concurrently (a machine without one: from its backup). ``LookupFailed`` when none
+    has it; ``AmbiguousSession`` when it names several sessions, or when several
+    machines have it."""
     where, copies = locate_session(repo, session_id, machine, problems, seen)
     return where, copies[0].session_id
 
@@ -431,15 +433,37 @@ def locate_session(repo: Repository, session_id: str, machine: str | None = None
                    ) -> tuple[str, list[Session]]:
     """``find_session``, with the session as the machine lists it (twice when that
     machine holds it in two project folders)."""
+    [(where, copies)] = _located(repo, [session_id], machine, problems, seen)
+    return where, copies
+
+
+def resolve_sessions(repo: Repository, refs: Iterable[str], problems: list[str] | None = None,
+                     seen: Seen | None = None) -> tuple[str, ...]:
+    """The ids of the sessions of ``repo``'s machine that ``refs`` name (``restore
+    --session``): whole ids as they are (the restore says when its backup lacks one),
+    prefixes resolved against its head (its backup when that lacks them), all at once."""
+    refs = list(refs)
+    short = [r for r in refs if not is_session_id(r)]
+    found = dict(zip(short, _located(repo, short, repo.machine, problems, seen),
+                     strict=True)) if short else {}
+    return tuple(dict.fromkeys(
+        found[r][1][0].session_id if r in found else r.lower() for r in refs))
+
+
+def _located(repo: Repository, refs: list[str], machine: str | None,
+             problems: list[str] | None, seen: Seen | None
+             ) -> list[tuple[str, list[Session]]]:
+    """For each of ``refs``, the machine of the one session it names and that session as
+    the machine lists it (see ``find_session``), the machines read once for all."""
     said = problems if problems is not None else []
     names = [machine] if machine else repo.machines()
-    found: list[tuple[str, Session]] = []
+    found: dict[str, list[tuple[str, Session]]] = {r: [] for r in refs}
     for name, (sessions, _, lines) in _each_machine(names, lambda m, most: _sessions_of(
             repo.for_machine(m), machine is not None, seen, most)):
         said += lines
-        found += [(name, s) for s in sessions if s.session_id == session_id
-                  or (s.session_id.startswith(session_id) and len(session_id) >= 8)]
-    if not found and machine is not None:
+        for r in refs:
+            found[r] += matching(r, ((name, s) for s in sessions))
+    if machine is not None and not all(found.values()):
         # Its head may lag (a session made minutes ago whose head write failed): one
         # machine's backup is cheap to ask.
         try:
@@ -447,20 +471,19 @@ def locate_session(repo: Repository, session_id: str, machine: str | None = None
         except NoBackup:
             pass
         else:
-            found = [(machine, s) for s in b.sessions.values() if s.session_id == session_id
-                     or (s.session_id.startswith(session_id) and len(session_id) >= 8)]
-    if not found:
-        where = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
-                                         else "") if names else "no machines"
-        late = "" if machine or not names else "; a session begun in the last few " \
-            "minutes may not be listed yet: name its machine with --machine"
-        raise LookupFailed(f"session {session_id} is in no backup ({where}){late}")
-    ids = {s.session_id for _, s in found}
-    if len(ids) > 1:
-        raise LookupFailed(f"{session_id} matches several sessions: {', '.join(sorted(ids))}")
-    if len({m for m, _ in found}) > 1:  # one machine's two folders: its restore picks
-        listing = ", ".join(f"{m} (last activity {s.fields.get('last_activity', '?')})"
-                            for m, s in found)
-        raise LookupFailed(f"session {session_id} is in several machines' backups: {listing}; "
-                           "pick one with --machine")
-    return found[0][0], [s for _, s in found]
+            for r in refs:
+                if not found[r]:
+                    found[r] = matching(r, ((machine, s) for s in b.sessions.values()))
+    out = []
+    for r in refs:
+        if not found[r]:
+            where = ", ".join(names[:10]) + (f" and {len(names) - 10} more"
+                                             if len(names) > 10 else "") \
+                if names else "no machines"
+            late = "" if machine or not names else "; a session begun in the last few " \
+                "minutes may not be listed yet: name its machine with --machine"
+            raise LookupFailed(f"session {r} is in no backup ({where}){late}")
+        sid = one(r, found[r], machine is not None)
+        copies = [(m, s) for m, s in found[r] if s.session_id == sid]
+        out.append((copies[0][0], [s for _, s in copies]))
+    return out
