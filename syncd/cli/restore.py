@@ -70,9 +70,10 @@ def _size(n: int) -> str:
 
 # `machines` and `sessions` without --json: the first column marks this machine; paths and
 # titles come last, so that awk's fields before them are the same in every row. On a
-# narrow terminal the counts go first, then the host; a session's size, then LOCAL.
+# narrow terminal the counts go first, then the host (a machine id is kept whole before
+# them, up to 28 characters: it is what --machine takes); a session's size, then LOCAL.
 MACHINE_COLUMNS = (
-    Column(""), Column("MACHINE", cut="end"), Column("HOST", cut="end", drop=2),
+    Column(""), Column("MACHINE", cut="end", least=28), Column("HOST", cut="end", drop=2),
     Column("LAST BACKUP"), Column("SNAPSHOTS", right=True, drop=3),
     Column("DELTAS", right=True, drop=6), Column("PACKS", right=True, drop=5),
     Column("SEGMENTS", right=True, drop=4), Column("STORED", right=True, drop=1),
@@ -80,7 +81,7 @@ MACHINE_COLUMNS = (
 SESSION_COLUMNS = (
     Column("SESSION", short=MIN_PREFIX), Column("LAST ACTIVITY"), Column("LOCAL", drop=1),
     Column("SIZE", right=True, drop=2), Column("MACHINE", cut="end"),
-    Column("PROJECT", cut="path"), Column("TITLE", cut="end"))
+    Column("PROJECT", cut="path", least=12), Column("TITLE", cut="end", least=16))
 
 
 @click.command()

@@ -53,6 +53,9 @@ class Column:
     # its start kept), "path" (its head and last components kept, the middle left out).
     # The other columns (ids, times, numbers) are kept whole.
     cut: Cut | None = None
+    # Cut no narrower than this while columns can still be left out (a name people type,
+    # such as a machine id, may ask for more than free text).
+    least: int = MIN_TEXT
     # An id shown on a terminal by its first ``short`` characters, more where two rows'
     # ids begin alike (0: whole).
     short: int = 0
@@ -104,8 +107,9 @@ def cut_end(text: str, room: int) -> str:
 
 def cut_path(text: str, room: int) -> str:
     """A path in at most ``room`` cells: its head, an ellipsis, and as many of its last
-    components as leave the head its first component (or a few cells of it); a last
-    component too long for that is cut in its middle."""
+    components as leave the head its first component (or a few cells of it), the last
+    one whole whatever is left of the head; a last component too long for that is cut
+    in its middle (the path's two ends)."""
     if _cells(text) <= room:
         return text
     if room < 3:
@@ -117,7 +121,8 @@ def cut_path(text: str, room: int) -> str:
     for k in range(len(parts) - 1, 0, -1):
         tail = "/" + "/".join(parts[-k:])
         left = room - 1 - _cells(tail)
-        if left >= least:
+        # The last component whole wins over the head's first.
+        if left >= (least if k > 1 else 0):
             return _head(text, left) + ELLIPSIS + tail
     # No last component fits whole beside the head: both ends, the larger half the end's.
     # (The head takes what a wide character at the end's cut left over.)
@@ -148,10 +153,10 @@ def fit(columns: Sequence[Column], natural: Sequence[int], total: int
         ) -> tuple[list[int], list[int]]:
     """The columns kept and their widths for a terminal ``total`` cells wide: whole
     columns at their natural width, the columns that may be cut sharing what is left (the
-    widest cut first, down to ``MIN_TEXT``); columns left out (``drop``, highest first)
+    widest cut first, down to their ``least``); columns left out (``drop``, highest first)
     while even that is too wide, then the cut ones narrowed to their headers. Too narrow
     still: the widths of that, wider than ``total``."""
-    floor = [natural[i] if c.cut is None else min(natural[i], max(MIN_TEXT, _cells(c.header)))
+    floor = [natural[i] if c.cut is None else min(natural[i], max(c.least, _cells(c.header)))
              for i, c in enumerate(columns)]
 
     def need(kept: list[int], floors: Sequence[int]) -> int:
