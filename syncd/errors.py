@@ -125,8 +125,8 @@ class LookupFailed(SyncdError):
 
 
 class AmbiguousSession(LookupFailed, UsageError):
-    """A session named by a prefix several sessions share, or held by several machines
-    when none was named: the user must say more (exit 2)."""
+    """A session named by a prefix several sessions share: the user must say more of
+    its id (exit 2)."""
 
 
 class CompactError(SyncdError):

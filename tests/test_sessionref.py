@@ -2,7 +2,8 @@
 that takes a session id (`restore --session`, `resume`) takes a unique prefix of 8
 characters or more, resolved against the sessions of the machine(s) in question; an
 ambiguous one is one line naming the matches (id, machine, project), exit 2; an unknown
-one says so, exit 1. Against a file:// store, through the command line."""
+one says so, exit 1, as does one session on two machines when none is named. Against a
+file:// store, through the command line."""
 
 from __future__ import annotations
 
@@ -109,8 +110,8 @@ def test_an_ambiguous_prefix_names_every_match_in_one_line(env: dict[str, str]) 
     assert line.startswith("syncd: session 0f8e4c2a matches 2 sessions: "
                            f"{ALIKE1} (desk, /home/alice/code/parser), "
                            f"{ALIKE1} (laptop, /home/bob/parser), {ALIKE2} (desk, "), line
-    # One session that two machines hold: which one is asked for.
-    line = one_line(syncd(env, "resume", ALIKE1[:12]), 2)
+    # One session that two machines hold: which one is asked for (exit 1, as before).
+    line = one_line(syncd(env, "resume", ALIKE1[:12]), 1)
     assert line.startswith(f"syncd: session {ALIKE1[:12]} is in several machines' backups: "
                            "desk (last activity "), line
     assert line.endswith("; pick one with --machine"), line

@@ -151,6 +151,19 @@ def test_a_hostile_title_is_one_literal_line_that_fits(columns: int) -> None:
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
 
 
+def test_prunes_verdicts_fit_with_their_reasons_cut_at_the_end() -> None:
+    from syncd.cli.archive import VERDICT_COLUMNS
+    why = "hourly 2026-11-30T10, daily 2026-11-30, weekly 2026-W48, monthly 2026-11, last 3"
+    rows = [("keep", "2026-11-30 10:00", "12", why), ("forget", "2026-11-29 09:00", "11", "-")]
+    lines = rich_lines(Table(VERDICT_COLUMNS, rows, lambda r: r), 60)
+    assert len(lines) == 4 and all(cell_len(line) <= 60 for line in lines), lines
+    assert lines[2].startswith("keep     2026-11-30 10:00   12  hourly") and \
+        lines[2].endswith("…")
+    buf = io.StringIO()
+    Table(VERDICT_COLUMNS, rows, lambda r: r).echo(buf, terminal=True, columns=60, wide=True)
+    assert why in buf.getvalue()
+
+
 # -- machines and sessions ------------------------------------------------------------------
 
 def transcript(sid: str, cwd: str, prompt: str, title: str | None) -> bytes:

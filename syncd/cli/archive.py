@@ -16,7 +16,7 @@ from syncd.archive.options import (
 )
 from syncd.archive.prune import prune
 from syncd.archive.verify import verify
-from syncd.cli.table import Column, Table
+from syncd.cli.table import Column, Table, wide_option
 from syncd.cli.util import (
     duration_option,
     echo_json,
@@ -87,9 +87,10 @@ VERDICT_COLUMNS = (Column("VERDICT"), Column("SNAPSHOT"), Column("SEQ", right=Tr
 @click.option("--dry-run", is_flag=True,
               help="Print what would be deleted and why each kept snapshot is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@wide_option
 @source_option
 @click.pass_context
-def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool, wide: bool) -> None:
     """Delete snapshots the retention policy does not keep, then reclaim their data.
 
     The policy comes from the config (keep_within, keep_last, keep_hourly, keep_daily,
@@ -113,7 +114,7 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         Table(VERDICT_COLUMNS, r.verdicts, lambda v: (
             "keep" if v.keep else "forget" if v.snap.key in r.forgotten else "later",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(v.snap.time)), str(v.snap.seq),
-            ", ".join(v.reasons) or "-")).echo()
+            ", ".join(v.reasons) or "-")).echo(wide=wide)
     if r.deferred:
         click.echo(f"{len(r.deferred)} more to forget next run (prune_max_share "
                    f"{settings.prune_max_share:g})")

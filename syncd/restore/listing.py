@@ -422,8 +422,8 @@ def find_session(repo: Repository, session_id: str, machine: str | None = None,
     """``(machine, session id)`` of the one session ``session_id`` names (its id, or a
     prefix of 8 characters or more: ``sessionref``), from the machines' heads read
     concurrently (a machine without one: from its backup). ``LookupFailed`` when none
-    has it; ``AmbiguousSession`` when it names several sessions, or when several
-    machines have it."""
+    has it or several machines do; ``AmbiguousSession`` when it names several
+    sessions."""
     where, copies = locate_session(repo, session_id, machine, problems, seen)
     return where, copies[0].session_id
 

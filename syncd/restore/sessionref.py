@@ -4,8 +4,9 @@
 The one place that says what such a name matches among the sessions of the machine(s)
 in question, so that every command taking one (`restore --session`, `resume`) accepts
 and refuses the same: a name that matches no session says so; one that matches several
-is one line naming each (id, machine, project) and a usage error (exit 2), as is a
-session several machines hold when no machine was named. The sessions come from the
+is one line naming each (id, machine, project) and a usage error (exit 2); a session
+several machines hold, when no machine was named, is one line naming them (exit 1, as
+before prefixes: the store, not the name, holds two). The sessions come from the
 listing (``syncd.restore.listing``): machines' heads, or their backups.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from syncd.errors import AmbiguousSession
+from syncd.errors import AmbiguousSession, LookupFailed
 from syncd.format.catalog import Session
 from syncd.untrusted import printable
 
@@ -59,6 +60,6 @@ def one(ref: str, found: list[tuple[str, Session]], machine_named: bool) -> str:
     if len(machines) > 1 and not machine_named:
         last = {m: s.fields.get("last_activity", "?") for m, s in found}
         shown = [f"{printable(m)} (last activity {printable(last[m])})" for m in machines]
-        raise AmbiguousSession(f"session {ref} is in several machines' backups: "
+        raise LookupFailed(f"session {ref} is in several machines' backups: "
                                f"{_listed(shown)}; pick one with --machine")
     return ids[0]
