@@ -68,4 +68,6 @@ def loads(data: bytes | str,
 def printable(text: str) -> str:
     """``text`` with each character that is not printable (a control character, an escape,
     a bidirectional override) replaced by ``?``."""
+    if text.isprintable():  # most are: one pass in C, not one call per character
+        return text
     return "".join(c if c.isprintable() else "?" for c in text)

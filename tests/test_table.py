@@ -21,7 +21,17 @@ import pytest
 from rich.cells import cell_len
 
 from syncd.claude import project_folder
-from syncd.cli.table import Column, Table, cut, cut_end, cut_path, fit, short_ids, width
+from syncd.cli.table import (
+    Column,
+    Table,
+    cells_upto,
+    cut,
+    cut_end,
+    cut_path,
+    fit,
+    short_ids,
+    width,
+)
 from syncd.store import LocalStore
 from syncd.untrusted import printable
 from tests.helpers import shipper, write
@@ -115,6 +125,11 @@ def test_paths_keep_their_head_and_last_components_titles_their_start() -> None:
             got = cut(text, room, how)  # type: ignore[arg-type]
             assert room - 1 <= cell_len(got) <= room and "…" in got, (text, room, how, got)
     assert cut_end("日本語", 4) == "日…" and cut_end("abc", 3) == "abc"
+    # What a hostile store may hold: thousands of zero-width marks, of components.
+    marks = "a" + "\u0301" * 4000 + "bcdef"
+    assert cut_end(marks, 4) == marks[:-3] + "…" and cells_upto(marks, 80) == 6
+    deep = "/a" * 2000 + "/last"
+    assert cut_path(deep, 20) == "/a…/a/a/a/a/a/a/last" and cells_upto(deep, 80) == 81
 
 
 def test_ids_are_shown_by_as_many_characters_as_tell_them_apart() -> None:

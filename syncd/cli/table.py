@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TextIO, TypeVar
 
@@ -65,6 +65,8 @@ class Column:
 
 def width(text: str) -> int:
     """Terminal cells ``text`` takes: wide (CJK, emoji) characters two, combining ones none."""
+    if text.isascii():  # printable ASCII (cells are made printable): one cell each
+        return len(text)
     return sum(0 if unicodedata.combining(c) else
                2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
@@ -74,33 +76,49 @@ def _cells(text: str) -> int:
     return cell_len(text)
 
 
+def _end(chars: Iterable[str], room: int) -> int:
+    """How many of ``chars`` take at most ``room`` cells, summed a character at a time
+    (the scan stops there: a 4,096-character title costs what the column shows)."""
+    from rich.cells import get_character_cell_size
+    used = n = 0
+    for c in chars:
+        used += get_character_cell_size(c)
+        if used > room:
+            break
+        n += 1
+    return n
+
+
 def _head(text: str, room: int) -> str:
     """The longest start of ``text`` that takes at most ``room`` cells."""
-    lo, hi = 0, len(text)
-    while lo < hi:  # cell_len of a longer start is (all but always) no smaller
-        mid = (lo + hi + 1) // 2
-        if _cells(text[:mid]) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return text[:lo]
+    end = min(_end(text, room), len(text))
+    while end and _cells(text[:end]) > room:  # a cluster rich counts wider
+        end -= 1
+    return text[:end]
 
 
 def _tail(text: str, room: int) -> str:
     """The longest end of ``text`` that takes at most ``room`` cells."""
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _cells(text[len(text) - mid:]) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return text[len(text) - lo:]
+    n = min(_end(reversed(text), room), len(text))
+    while n and _cells(text[len(text) - n:]) > room:
+        n -= 1
+    return text[len(text) - n:]
+
+
+def _fits(text: str, room: int) -> bool:
+    return len(_head(text, room)) == len(text)
+
+
+def cells_upto(text: str, most: int) -> int:
+    """``text``'s cells, or ``most + 1`` when it takes more than ``most``."""
+    if len(text) <= most // 2:
+        return _cells(text)
+    return _cells(text) if _fits(text, most) else most + 1
 
 
 def cut_end(text: str, room: int) -> str:
     """``text`` in at most ``room`` cells: its start and an ellipsis when it is longer."""
-    if _cells(text) <= room:
+    if _fits(text, room):
         return text
     return _head(text, room - 1) + ELLIPSIS if room > 0 else ""
 
@@ -110,24 +128,31 @@ def cut_path(text: str, room: int) -> str:
     components as leave the head its first component (or a few cells of it), the last
     one whole whatever is left of the head; a last component too long for that is cut
     in its middle (the path's two ends)."""
-    if _cells(text) <= room:
+    if _fits(text, room):
         return text
     if room < 3:
         return cut_end(text, room)
     parts = text.split("/")
     # The head's first component: "/home" of "/home/a/b", "~" of "~/b".
     first = "/" + parts[1] if parts[0] == "" and len(parts) > 1 else parts[0]
-    least = min(_cells(first), 6)
-    for k in range(len(parts) - 1, 0, -1):
-        tail = "/" + "/".join(parts[-k:])
-        left = room - 1 - _cells(tail)
+    least = min(cells_upto(first, 6), 6)
+    best, used = 0, 0
+    # The last components, one more at a time while they fit ("/" joins no cluster).
+    for k in range(1, len(parts)):
+        used += cells_upto("/" + parts[-k], room)
+        left = room - 1 - used
+        if left < 0:
+            break
         # The last component whole wins over the head's first.
         if left >= (least if k > 1 else 0):
-            return _head(text, left) + ELLIPSIS + tail
+            best = k
+    if best:
+        tail = "/" + "/".join(parts[-best:])
+        return _head(text, room - 1 - _cells(tail)) + ELLIPSIS + tail
     # No last component fits whole beside the head: both ends, the larger half the end's.
     # (The head takes what a wide character at the end's cut left over.)
-    tail = _tail(text, room - 1 - (room - 1) // 2)
-    return _head(text, room - 1 - _cells(tail)) + ELLIPSIS + tail
+    end = _tail(text, room - 1 - (room - 1) // 2)
+    return _head(text, room - 1 - _cells(end)) + ELLIPSIS + end
 
 
 def cut(text: str, room: int, how: Cut) -> str:
@@ -228,7 +253,10 @@ class Table(Generic[R]):
                     shown = short_ids([r[i] for r in rows], c.short)
                     for r in rows:
                         r[i] = shown[r[i]]
-        natural = [max([_cells(c.header), *(_cells(r[i]) for r in rows)])
+        # A cut cell's width beyond the terminal's is not needed (nor measured).
+        most = sys.maxsize if wide else console.width
+        natural = [max([_cells(c.header), *(cells_upto(r[i], most if c.cut else sys.maxsize)
+                                             for r in rows)])
                    for i, c in enumerate(self.columns)]
         if wide:
             kept, widths = list(range(len(self.columns))), natural
