@@ -177,8 +177,8 @@ def short_ids(ids: Sequence[str], least: int) -> dict[str, str]:
 def fit(columns: Sequence[Column], natural: Sequence[int], total: int
         ) -> tuple[list[int], list[int]]:
     """The columns kept and their widths for a terminal ``total`` cells wide: whole
-    columns at their natural width, the columns that may be cut sharing what is left (the
-    widest cut first, down to their ``least``); columns left out (``drop``, highest first)
+    columns at their natural width, the columns that may be cut sharing what is left
+    evenly (none below its ``least``); columns left out (``drop``, highest first)
     while even that is too wide, then the cut ones narrowed to their headers. Too narrow
     still: the widths of that, wider than ``total``."""
     floor = [natural[i] if c.cut is None else min(natural[i], max(c.least, _cells(c.header)))
