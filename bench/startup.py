@@ -71,6 +71,7 @@ class Bench(BenchBase):
         self.res: Table = Table()  # type: ignore[assignment]
         self.rows, self.notes = self.res.rows, self.res.notes
         self.n = 0
+        self.last = work  # the last restore's target
 
     # -- environments -------------------------------------------------------
     def env(self, variant: str, **extra: str) -> dict[str, str]:
@@ -189,6 +190,15 @@ class Bench(BenchBase):
         log(f"{what}: {med:.3f}")
         return med
 
+    def restored(self, who: str, target: Path) -> None:
+        """Note what the last restore wrote: the session's files, or it restored nothing."""
+        files = [p for p in target.rglob("*") if p.is_file()]
+        if not any(p.name == f"{self.one[1]}.jsonl" and p.stat().st_size == self.one[0]
+                   for p in files):
+            raise RuntimeError(f"{who} did not restore session {self.one[1]} into {target}")
+        self.notes.append(f"{who} restored {len(files)} files, "
+                          f"{fmt_mb(sum(p.stat().st_size for p in files))}")
+
     def run_all(self) -> None:
         self.setup()
         self.notes.append(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}")
@@ -207,10 +217,12 @@ class Bench(BenchBase):
 
         def restore(v: str) -> tuple[list[str], dict[str, str]]:
             self.n += 1
+            self.last = self.work / f"one-{self.n}"
             return ([S, "restore", "--machine", MACHINE, "--session", sid, "--to",
-                     str(self.work / f"one-{self.n}")], self.restorer(v))
+                     str(self.last)], self.restorer(v))
 
         ours = self.figure("syncd restore --session (SeaweedFS, a new machine)", restore)
+        self.restored("syncd", self.last)
         if self.peers:
             self.restic_figure("restic version", [self.restic, "version"], False)
             self.restic_figure("restic snapshots (SeaweedFS)", [self.restic, "snapshots"],
@@ -219,13 +231,14 @@ class Bench(BenchBase):
 
             def restic_restore() -> list[str]:
                 self.n += 1
-                return [self.restic, "restore", "latest", "--target",
-                        str(self.work / f"restic-one-{self.n}"), "--include", base,
-                        "--include", base.removesuffix(".jsonl")]
+                self.last = self.work / f"restic-one-{self.n}"
+                return [self.restic, "restore", "latest", "--target", str(self.last),
+                        "--include", base, "--include", base.removesuffix(".jsonl")]
 
             self.once(restic_restore(), self.restic_env(True))
             runs = [self.once(restic_restore(), self.restic_env(True))
                     for _ in range(self.args.runs)]
+            self.restored("restic", self.last)
             walls = [w for w, _ in runs]
             theirs = statistics.median(walls)
             self.rows.append(("restic restore --include (the same session)", "", "",
