@@ -13,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
+from syncd.cli.main import cli
 from tests.helpers import write
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +64,22 @@ def test_help_and_bad_usage_import_only_click(tmp_path: Path, args: tuple[str, .
                                               code: int) -> None:
     mods = imported(_env(tmp_path), *args, code=code)
     assert sorted(mods & set(HEAVY)) == []
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name, cmd in group.commands.items():
+        out.append((*path, name))
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, (*path, name))
+    return out
+
+
+def test_every_command_s_help_imports_only_click(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    heavy = {cmd: sorted(imported(env, *cmd, "--help") & set(HEAVY))
+             for cmd in _commands(cli)}
+    assert len(heavy) >= 15 and {c: h for c, h in heavy.items() if h} == {}
 
 
 @pytest.fixture
