@@ -65,8 +65,11 @@ def _build(fut: Future[S3Client], endpoint_url: str | None, region: str | None,
             # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
             retries={"total_max_attempts": 1, "mode": "standard"},
             # As many connections kept as reads in flight (heads are read 32 at a
-            # time): beyond the default 10, each is opened and dropped per request.
-            max_pool_connections=32,
+            # time): beyond the default 10, each is opened and dropped per request. The
+            # client is shared by the process's stores: room for two such reads at once
+            # (a daemon's trees follow in parallel); a connection is opened only when
+            # needed.
+            max_pool_connections=64,
             connect_timeout=connect_timeout,
             read_timeout=timeout,
         )
