@@ -148,9 +148,11 @@ def test_a_reload_of_the_daemon_keeps_the_store_option(
         def run(self) -> None:
             pass
 
-    monkeypatch.setattr("syncd.cli.main.Daemon", Daemon)
-    for name in ("setup_logging", "set_level"):  # this process's logging stays as it is
-        monkeypatch.setattr(f"syncd.cli.main.{name}", lambda level: None)
+    # `run` imports the daemon and set_level when it runs: patched where they live.
+    monkeypatch.setattr("syncd.service.daemon.Daemon", Daemon)
+    # This process's logging stays as it is.
+    monkeypatch.setattr("syncd.cli.main.setup_logging", lambda level: None)
+    monkeypatch.setattr("syncd.service.log.set_level", lambda level: None)
     for k, v in env_of(tmp_path).items():
         monkeypatch.setenv(k, v)
     for k in os.environ:

@@ -25,6 +25,30 @@ def test_toml_then_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert s.machine_id == "laptop" and s.s3_endpoint_url == "http://127.0.0.1:9"
 
 
+def test_the_environment_as_pydantic_settings_read_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings reads SYNCD_* itself: a name in any case, a list or table as JSON, `follow`
+    as written, a table over the file's merged key by key, an argument over both; what
+    came from anywhere but a default counts as set."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('keep_daily = 3\n[remap]\n"/a" = "/file"\n"/b" = "/file"\n')
+    monkeypatch.setenv("syncd_Keep_Daily", "4")
+    monkeypatch.setenv("SYNCD_REMAP", '{"/b": "/env", "/c": "/env"}')
+    monkeypatch.setenv("SYNCD_INCLUDE", '["projects/**"]')
+    monkeypatch.setenv("SYNCD_FOLLOW", "desk, laptop")
+    monkeypatch.setenv("SYNCD_CATCHUP_CHILD", "0")
+    monkeypatch.setenv("SYNCD_NOT_A_KEY", "1")  # not a setting: not read
+    s = load_settings(cfg, keep_daily=5)
+    assert (s.keep_daily, s.include, s.follow, s.catchup_child) == (
+        5, ["projects/**"], ["desk", "laptop"], False)
+    assert s.remap == {"/a": "/file", "/b": "/env", "/c": "/env"}
+    assert {"keep_daily", "remap", "include", "follow", "catchup_child"} <= s.model_fields_set
+    assert "keep_hourly" not in s.model_fields_set
+    monkeypatch.setenv("SYNCD_REMAP", "/a=/b")
+    with pytest.raises(ConfigError, match=r"^\$SYNCD_REMAP: not valid JSON"):
+        load_settings(cfg)
+
+
 def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     for var in ("XDG_DATA_HOME", "XDG_STATE_HOME", "CLAUDE_CONFIG_DIR"):

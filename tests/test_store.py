@@ -268,3 +268,14 @@ def test_s3_reads_no_more_than_the_range_asks_whatever_the_endpoint_sends() -> N
     with pytest.raises(StoreError, match="answered a ranged GET with HTTP 200"):
         s.get("k", -10)
     assert fake.read == [10]
+
+
+def test_s3_stores_of_one_configuration_share_one_client() -> None:
+    """Building a client costs ~0.3 s of CPU: a process builds one per configuration,
+    however many stores it opens (the daemon's engine, follower and metrics)."""
+    a, b = S3Store("bucket"), S3Store("other", "some/prefix")
+    assert a._s3 is b._s3
+    shorter = S3Store("bucket", timeout=3.0)  # status's probe: a client of its own
+    assert shorter._s3 is not a._s3
+    assert S3Store("bucket", timeout=3.0)._s3 is shorter._s3
+    assert S3Store("bucket", endpoint_url="http://127.0.0.1:9")._s3 is not a._s3

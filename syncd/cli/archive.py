@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
-from syncd.archive.compact import CompactReport, compact
-from syncd.archive.options import (
-    acknowledged_seq,
-    compact_options,
-    ensure_dictionary,
-    policy_of,
-    record_job,
-)
-from syncd.archive.prune import prune
-from syncd.archive.verify import verify
 from syncd.cli.table import Column, Table, wide_option
 from syncd.cli.util import (
     duration_option,
@@ -25,6 +16,11 @@ from syncd.cli.util import (
     source_option,
 )
 from syncd.progress import meter
+
+if TYPE_CHECKING:
+    from syncd.archive.compact import CompactReport
+
+# What a command needs is imported inside it (see syncd.cli.main).
 
 
 def _mb(n: int) -> str:
@@ -56,6 +52,9 @@ def compact_cmd(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     Exit 0 when done (or nothing to do), 1 when it could not run or stopped partway
     (nothing is deleted then).
     """
+    from syncd.archive.compact import compact
+    from syncd.archive.options import compact_options, ensure_dictionary, record_job
+
     settings = settings_of(ctx)
     repo = repository_of(settings)
     opts = compact_options(settings, dry_run=dry_run)
@@ -98,6 +97,9 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool, wide: bool) -> N
     deleted; a policy that keeps nothing by itself is refused. Exit 0 done, 1 refused
     or failed.
     """
+    from syncd.archive.options import compact_options, policy_of, record_job
+    from syncd.archive.prune import prune
+
     settings = settings_of(ctx)
     repo = repository_of(settings)
     opts = compact_options(settings, dry_run=dry_run)
@@ -139,6 +141,9 @@ def verify_cmd(ctx: click.Context, machine: str | None, read_data: float,
 
     Exit 0 when no problem was found, 1 when any was (each printed on one line).
     """
+    from syncd.archive.options import acknowledged_seq, record_job
+    from syncd.archive.verify import verify
+
     settings = settings_of(ctx)
     repo = repository_of(settings, machine)
     mine = repo.machine == settings.machine_id

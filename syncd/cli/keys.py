@@ -5,15 +5,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from syncd.backup.state import remembered_key
 from syncd.cli.group import Group
 from syncd.cli.util import settings_of, store_of
-from syncd.config import Settings
 from syncd.errors import CryptoError
-from syncd.repository import Repository
 from syncd.security.crypto import Crypto, KeyFile
 from syncd.security.keys import (
     NEW_PASSPHRASE_ENV,
@@ -25,6 +23,11 @@ from syncd.security.keys import (
 )
 from syncd.store import Store, layout
 from syncd.store.check import check_store
+
+if TYPE_CHECKING:
+    from syncd.config import Settings
+
+# What a command needs is imported inside it (see syncd.cli.main).
 
 
 def _passphrase(path: Path | None, *, confirm: bool, env: str | None = None,
@@ -78,6 +81,8 @@ def key() -> None:
 
 def _unlock(store: Store, settings: Settings) -> Crypto:
     """The store's key, opened with the current passphrase; an error if it is plain."""
+    from syncd.backup.state import remembered_key
+
     crypto = open_crypto(store, settings.passphrase_file, prompt=True,
                          hint=remembered_key(settings.state_file))
     if crypto is None:
@@ -92,6 +97,8 @@ def _unlock(store: Store, settings: Settings) -> Crypto:
 @click.pass_context
 def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
     """Add a passphrase: unlock with the current one, wrap the master key with the new one."""
+    from syncd.repository import Repository
+
     settings = settings_of(ctx)
     store = store_of(settings)
     crypto = _unlock(store, settings)
@@ -106,6 +113,8 @@ def key_add(ctx: click.Context, new_passphrase_file: Path | None) -> None:
 @click.pass_context
 def key_remove(ctx: click.Context, key_id: str) -> None:
     """Remove a passphrase (never the last one, nor the one used to run this)."""
+    from syncd.repository import Repository
+
     settings = settings_of(ctx)
     store = store_of(settings)
     crypto = _unlock(store, settings)

@@ -8,35 +8,27 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from syncd.backup.engine import sync_once
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
-from syncd.config import Settings
-from syncd.errors import (
-    StoreError,
-    SyncdError,
-    SyncError,
-    SyncStopped,
-    UsageError,
-    exit_code,
-)
-from syncd.progress import meter
+from syncd.errors import StoreError, SyncdError, SyncError, SyncStopped, UsageError, exit_code
 from syncd.redact import redact
-from syncd.service.daemon import Daemon
-from syncd.service.log import set_level
 from syncd.service.log import setup as setup_logging
-from syncd.service.signals import stop_on_signals
-from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, health, status
-from syncd.service.trees import Trees
-from syncd.store import RetryStore, Store, open_store
 from syncd.version import __version__
+
+if TYPE_CHECKING:
+    from syncd.config import Settings
+    from syncd.store import Store
+
+# What a command needs is imported inside it: `syncd --help`, a command's help and bad
+# usage load click alone, not the config model, the S3 client, the watcher, the
+# scheduler or the codecs (a third of a second of start-up).
 
 EPILOG = """\b
 Environment:
@@ -86,6 +78,8 @@ def cli(ctx: click.Context, config: Path | None, store: str | None, verbose: boo
     # One line per event; under systemd with <N> priority prefixes for the journal.
     setup_logging(logging.INFO if verbose else logging.WARNING)
     if ctx.invoked_subcommand != "run":
+        from syncd.store.retry import RetryStore
+
         RetryStore.retry_log_level = logging.INFO
 
 
@@ -108,6 +102,10 @@ def run(ctx: click.Context, takeover: bool) -> None:
     start, and a daemon whose lease was taken over exits 1. With `sources`, every tree
     is backed up by its own daemon thread (--source: only that one).
     """
+    from syncd.service.daemon import Daemon
+    from syncd.service.log import set_level
+    from syncd.service.trees import Trees
+
     settings = settings_of(ctx)
     set_level(logging.DEBUG if ctx.obj["verbose"] else settings.log_level)
     # SIGHUP re-reads the config file and the environment; --store still wins.
@@ -125,6 +123,10 @@ def sync(ctx: click.Context, takeover: bool) -> None:
     """One pass: scan, ship everything pending, exit 0 once it is durable (holding the
     machine's lease meanwhile). With `sources`, every tree in turn (--source: one); a
     tree that fails does not keep the others from being synced."""
+    from syncd.backup.engine import sync_once
+    from syncd.progress import meter
+    from syncd.service.signals import stop_on_signals
+
     # Run by hand: an unreachable store fails it within seconds, not the daemon's minute.
     settings = interactive(settings_of(ctx))
     # SIGTERM and Ctrl-C end it at a segment boundary, as they end the daemon's flush.
@@ -164,6 +166,9 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     the daemon's metrics endpoint serves. With `sources`, the default tree's figures
     and then each other tree's (`sources` in the JSON); --source: that tree alone.
     """
+    from syncd.service.status import STORE_CHECK_TIMEOUT, format_status, health, status
+    from syncd.store import open_store
+
     settings = settings_of(ctx)
     try:
         # A local store that is not there is reported, not created.

@@ -9,14 +9,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from syncd.archive.options import policy_of
-from syncd.archive.retention import retention_groups
-from syncd.backup.ship import open_provenance
-from syncd.backup.state import State
-from syncd.claude import Selection
 from syncd.cli.table import Column, Table, wide_option
 from syncd.cli.util import (
     chosen_source,
@@ -30,26 +26,20 @@ from syncd.cli.util import (
     source_option,
     time_option,
 )
-from syncd.config import DEFAULT_SOURCE, SOURCE_JOIN, Settings, format_time
 from syncd.errors import RestoreError, StateError, UsageError
-from syncd.follow.quiet import Quiet, as_imported
-from syncd.format.catalog import MetaScanner, Session
 from syncd.progress import meter
 from syncd.redact import redact
-from syncd.restore.listing import (
-    Here,
-    here,
-    locate_session,
-    machine_rows,
-    resolve_sessions,
-    session_rows,
-)
-from syncd.restore.remap import Rule, config_rules, local_target
-from syncd.restore.restorer import ASKED, RestoreOptions, RestoreReport, restore
 from syncd.restore.sessionref import MIN_PREFIX
-from syncd.seen import Seen
-from syncd.timeline import timeline
 from syncd.untrusted import printable
+
+if TYPE_CHECKING:
+    from syncd.config import Settings
+    from syncd.format.catalog import Session
+    from syncd.restore.listing import Here
+    from syncd.restore.restorer import RestoreOptions, RestoreReport
+
+# What a command needs is imported inside it (see syncd.cli.main): its --help and bad
+# usage load none of it.
 
 
 def _when(t: float | None) -> str:
@@ -90,6 +80,9 @@ SESSION_COLUMNS = (
 @click.pass_context
 def machines(ctx: click.Context, as_json: bool, wide: bool) -> None:
     """The machines that have a backup in the store."""
+    from syncd.restore.listing import machine_rows
+    from syncd.seen import Seen
+
     settings = settings_of(ctx)
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
@@ -119,6 +112,9 @@ def machines(ctx: click.Context, as_json: bool, wide: bool) -> None:
 def sessions(ctx: click.Context, machine: str | None, project: str | None,
              as_json: bool, wide: bool) -> None:
     """Every backed-up session: title, project, machine, size, last activity, local or not."""
+    from syncd.restore.listing import session_rows
+    from syncd.seen import Seen
+
     settings = settings_of(ctx)
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
@@ -152,6 +148,11 @@ def snapshots(ctx: click.Context, machine: str | None, as_json: bool, wide: bool
     """The points in time a restore can reach, newest first: every flush within the
     retention window, then the compacted snapshots the policy keeps. `restore --at`
     takes any time printed here."""
+    from syncd.archive.options import policy_of
+    from syncd.archive.retention import retention_groups
+    from syncd.config import format_time
+    from syncd.timeline import timeline
+
     settings = settings_of(ctx)
     repo = repository_of(settings, machine)
     points, problems = timeline(repo)
@@ -184,6 +185,9 @@ def _followed_copy(settings: Settings, machine: str, copies: list[Session]) -> s
     """The project path of this machine's copy of ``copies``' one session when follow
     imported it from ``machine`` at least as far as that machine lists it, and it is
     still here; None: restore it."""
+    from syncd.backup.state import State
+    from syncd.format.catalog import MetaScanner
+
     if len(copies) != 1 or not ({"*", machine} & set(settings.follow)) or \
             not settings.state_file.exists():
         return None
@@ -218,6 +222,8 @@ READ_FOR_CWD = 256 << 10
 
 def imported_copies(settings: Settings) -> dict[tuple[str, bytes], tuple[int, int]]:
     """What follow imported here: (machine, its path) → (generation, size) of its copy."""
+    from syncd.backup.state import State
+
     if not settings.state_file.exists():
         return {}
     try:
@@ -243,6 +249,10 @@ def _problems(lines: list[str]) -> None:
 def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ...],
              projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
              worktrees: str, dry_run: bool) -> RestoreOptions:
+    from syncd.claude import Selection
+    from syncd.restore.remap import Rule, config_rules, local_target
+    from syncd.restore.restorer import ASKED, RestoreOptions
+
     rules = []
     for m in maps:
         old, sep, new = m.partition("=")
@@ -270,6 +280,9 @@ def _provenance(settings: Settings, opts: RestoreOptions,
     what of a local file it shipped (the merge asks), and ``leave`` keeps it off a
     transcript being written here, as follow does. A state that cannot take it costs
     bytes shipped again (a note), never the restore."""
+    from syncd.backup.ship import open_provenance
+    from syncd.follow.quiet import Quiet, as_imported
+
     if opts.local_root is None:  # --to DIR: not this machine's tree
         yield
         return
@@ -390,6 +403,10 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     replaced by an older or diverged copy (a config file, with --config, is replaced
     and the local one kept beside it).
     """
+    from syncd.restore.listing import resolve_sessions
+    from syncd.restore.restorer import restore
+    from syncd.seen import Seen
+
     settings = settings_of(ctx)
     opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
                     maps=maps, worktrees=worktrees, dry_run=dry_run)
@@ -422,6 +439,10 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
 def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple[str, ...],
            worktrees: str) -> None:
     """Restore one session from any machine's backup and print how to resume it."""
+    from syncd.restore.listing import locate_session
+    from syncd.restore.restorer import restore
+    from syncd.seen import Seen
+
     settings = settings_of(ctx)
     repo = repository_of(settings)
     seen = Seen(settings.state_dir, repo.url)
@@ -468,6 +489,8 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
 def _here(settings: Settings) -> Here:
     """What this machine has of the store's sessions: in its tree, or in any of its trees
     when there are several (a session is here in whichever holds it)."""
+    from syncd.restore.listing import Here, here
+
     if not settings.sources:
         return here(settings.source, imported_copies(settings))
     ids: set[str] = set()
@@ -483,6 +506,8 @@ def _here(settings: Settings) -> Here:
 def tree_of(settings: Settings, machine: str) -> str:
     """The tree a machine's sessions belong in: the one of that machine id, else the one
     whose name ends it (``<id>--<name>``), else the default."""
+    from syncd.config import DEFAULT_SOURCE, SOURCE_JOIN
+
     trees = settings.trees()
     for t in trees:
         if t.machine_id == machine:
@@ -495,6 +520,8 @@ def tree_of(settings: Settings, machine: str) -> str:
 
 def _config_dir(settings: Settings) -> Path | None:
     """The CLAUDE_CONFIG_DIR Claude must be given to see a tree other than the default."""
+    from syncd.config import DEFAULT_SOURCE
+
     return None if settings.tree == DEFAULT_SOURCE else settings.source
 
 

@@ -9,17 +9,20 @@ import re
 import shlex
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from syncd.backup.state import remembered_key
-from syncd.config import Settings, load_settings, parse_duration, parse_time
 from syncd.errors import ConfigError, NoSuchStore, RestoreError, UsageError
-from syncd.repository import Repository
 from syncd.restore.sessionref import MIN_PREFIX
-from syncd.security.keys import open_crypto
-from syncd.store import RetryStore, open_store
+
+if TYPE_CHECKING:
+    from syncd.config import Settings
+    from syncd.repository import Repository
+    from syncd.store import RetryStore
+
+# The config model, the store and the repository are imported by the functions that use
+# them: a command's --help, and bad usage, never load them.
 
 # A command run by hand against a store it cannot reach fails within ~10 s (the daemon
 # keeps settings.store_retry_deadline): no retry starts after the deadline, and the last
@@ -38,6 +41,8 @@ def bad_value(param: click.Parameter, why: str) -> UsageError:
 def settings_of(ctx: click.Context, **overrides: Any) -> Settings:
     """The settings every command runs with: the config file, overlaid by ``SYNCD_*``
     variables, overlaid by the global options (``--store``) and ``overrides``."""
+    from syncd.config import load_settings
+
     config, store = ctx.obj["config"], ctx.obj.get("store")
     given = {k: v for k, v in {"store": store, **overrides}.items() if v is not None}
     try:
@@ -84,6 +89,8 @@ def interactive(settings: Settings) -> Settings:
 def store_of(settings: Settings, *, create: bool = False) -> RetryStore:
     """The store with the interactive budget. A missing local store is created only for
     ``create`` (commands that start a backup); for the others it is bad configuration."""
+    from syncd.store import open_store
+
     try:
         return open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
                           region=settings.s3_region,
@@ -98,6 +105,10 @@ def store_of(settings: Settings, *, create: bool = False) -> RetryStore:
 def repository_of(settings: Settings, machine: str | None = None) -> Repository:
     """A machine's repository (default this one's), the store unlocked when it is
     encrypted (prompting on a terminal); fails closed."""
+    from syncd.backup.state import remembered_key
+    from syncd.repository import Repository
+    from syncd.security.keys import open_crypto
+
     store = store_of(settings)
     crypto = open_crypto(store, settings.passphrase_file, prompt=True,
                          hint=remembered_key(settings.state_file))
@@ -142,9 +153,21 @@ def _parsed(parse: Callable[[str], float]) -> Callable[
     return callback
 
 
+def _parse_time(text: str) -> float:
+    from syncd.config import parse_time
+
+    return parse_time(text)
+
+
+def _parse_duration(text: str) -> float:
+    from syncd.config import parse_duration
+
+    return parse_duration(text)
+
+
 # ``--at``: a point in time (epoch seconds); ``--max-duration``: seconds.
-time_option = _parsed(parse_time)
-duration_option = _parsed(parse_duration)
+time_option = _parsed(_parse_time)
+duration_option = _parsed(_parse_duration)
 
 
 # A lone surrogate (a store's string, or a title Claude Code cut inside a UTF-16 pair)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from syncd.backup.state import State
-from syncd.repository import Repository
-from syncd.restore.listing import last_backups
+if TYPE_CHECKING:
+    from syncd.backup.state import State
+    from syncd.repository import Repository
 
 log = logging.getLogger("syncd.follow")
 
@@ -44,6 +44,9 @@ class Choice:
 def choose(repo: Repository, others: list[str], named: int, cap: int, now: float) -> Choice:
     """Of ``others``, the ``cap - named`` backed up last (one head GET each, 32 at a time;
     a machine without a head that reads ranks last, in name order)."""
+    # Imported here: ``syncd status`` reads ``recorded`` without the listing's codecs.
+    from syncd.restore.listing import last_backups
+
     room = max(0, cap - named)
     ranked: list[tuple[bool, float, str]] = []
     refused = []

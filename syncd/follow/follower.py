@@ -21,7 +21,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from syncd.backup.ship import check_hash, imported_from, merged_from, shipped_bytes
@@ -30,6 +30,7 @@ from syncd.claude import Selection, tree_writable
 from syncd.config import Settings
 from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
 from syncd.follow.choice import choose, record
+from syncd.follow.cursor import META, Cursor, cursors
 from syncd.follow.quiet import Quiet, intact
 from syncd.format.catalog import session_of, session_of_any
 from syncd.format.segment import SegmentIndex, index_bytes
@@ -66,8 +67,6 @@ FOLLOW_ALL_MAX = 64
 RETRY_MAX = 120
 # Conflict copies (for ``syncd status``) and sessions to retry remembered per machine.
 KEPT = 50
-# The state's meta key holding every followed machine's cursor.
-META = "follow"
 # Actions recorded as looked at: a file written by the import; "skip": it already was;
 # "keep": the local copy holds all of it; "conflict": saved aside (none of the local
 # file's bytes is the other machine's then).
@@ -86,50 +85,6 @@ PROBLEM_MAX = 500
 STATE_INT_MAX = (1 << 63) - 1
 
 
-@dataclass
-class Cursor:
-    """How far this machine has followed another one."""
-
-    seq: int | None = None  # its last segment read (None: never imported)
-    last_import: float | None = None  # when a file was last written from it
-    last_check: float | None = None
-    imported: int = 0  # sessions written from it so far
-    waiting: list[str] = field(default_factory=list)  # sessions left until quiet
-    conflicts: list[str] = field(default_factory=list)  # conflict copies' paths
-    # The last poll's failure, if any; else an object of that machine refused while it
-    # stands (a segment it still lists, a conflict copy its last import could not save).
-    problem: str | None = None
-    # A first look that failed: polls since (it is looked at again every HEAD_EVERY).
-    misses: int = 0
-    # Sessions an import could not bring (their bytes not fetched), the newest last: tried
-    # again at the next poll, then after 2, 4 … more.
-    retry: list[str] = field(default_factory=list)
-    # Sessions its head lists that are missing here or behind (None: not reconciled yet).
-    missing: int | None = None
-    # The etag of its head when this machine was last reconciled with it.
-    head_etag: str = ""
-    # Sessions imported into a folder whose project path does not exist on this machine
-    # (there was no local copy to go with): listed, never moved.
-    elsewhere: list[str] = field(default_factory=list)
-
-
-def cursors(state: State) -> dict[str, Cursor]:
-    """Every followed machine's cursor as the state holds it."""
-    try:
-        doc = json.loads(state.meta(META) or "{}")
-    except ValueError:
-        return {}
-    out = {}
-    for machine, c in doc.items() if isinstance(doc, dict) else ():
-        try:
-            cur = Cursor(**c)
-        except TypeError:
-            continue  # written by another version: started over
-        if _sound(cur):  # else damaged: started over too
-            out[str(machine)] = cur
-    return out
-
-
 def first_look_due(settings: Settings, state: State) -> bool:
     """Whether a followed machine was never looked at here: its first import (every session
     it holds) is still to come. With ``"*"``: when none was."""
@@ -138,16 +93,6 @@ def first_look_due(settings: Settings, state: State) -> bool:
     seen = {m for m, c in cursors(state).items() if c.seq is not None}
     named = [m for m in settings.follow if m not in ("*", settings.machine_id)]
     return any(m not in seen for m in named) or ("*" in settings.follow and not seen)
-
-
-def _sound(c: Cursor) -> bool:
-    """Whether every field of a cursor read back from the state has its type."""
-    names = (c.waiting, c.conflicts, c.retry, c.elsewhere)
-    return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
-        (c.missing is None or type(c.missing) is int) and isinstance(c.head_etag, str) and \
-        type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \
-        all(t is None or type(t) in (int, float) for t in (c.last_import, c.last_check)) \
-        and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)
 
 
 class _Indexes:

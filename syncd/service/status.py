@@ -19,7 +19,7 @@ from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import StoreError
 from syncd.follow.choice import recorded
-from syncd.follow.follower import Cursor, cursors
+from syncd.follow.cursor import Cursor, cursors
 from syncd.format.catalog import session_of_any
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
@@ -19,6 +20,67 @@ _TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestT
                     "RequestTimeTooSkewed", "Throttling", "ThrottlingException"}
 
 
+# One client per process and configuration, shared by every store opened with it (a
+# botocore client is thread-safe): building one costs ~0.3 s of CPU, and a daemon opens
+# the store for its engine, its follower and its metrics. Keyed by process too: a forked
+# child must not share the parent's connections.
+_clients: dict[tuple[object, ...], Future[S3Client]] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(endpoint_url: str | None, region: str | None, timeout: float,
+            connect_timeout: float) -> Future[S3Client]:
+    """The client of this configuration: built once, in a thread of its own, the first
+    time a store asks for it (again only if that build failed)."""
+    key = (os.getpid(), endpoint_url, region, timeout, connect_timeout)
+    with _clients_lock:
+        got = _clients.get(key)
+        if got is not None and not (got.done() and got.exception() is not None):
+            return got
+        fut: Future[S3Client] = Future()
+        _clients[key] = fut
+    # Importing botocore and building a client takes ~0.4 s of start-up: a thread does
+    # it while the caller goes on (a first seed reads and compresses meanwhile), and the
+    # first request waits for it.
+    threading.Thread(target=_build, args=(fut, endpoint_url, region, timeout, connect_timeout),
+                     name="syncd-s3-client", daemon=True).start()
+    return fut
+
+
+def _build(fut: Future[S3Client], endpoint_url: str | None, region: str | None,
+           timeout: float, connect_timeout: float) -> None:
+    try:
+        # botocore is imported here, not at module load: the local store never pays for
+        # it. Not through boto3, whose import also brings s3transfer (~0.15 s of CPU at
+        # every start, for upload helpers syncd never calls); the client is the same.
+        import botocore.session
+        from botocore.config import Config
+
+        config = Config(
+            s3={"addressing_style": "path"},
+            # Non-AWS endpoints reject or mangle the SDK's default CRC trailers.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
+            # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            # As many connections kept as reads in flight (heads are read 32 at a
+            # time): beyond the default 10, each is opened and dropped per request. The
+            # client is shared by the process's stores: room for two such reads at once
+            # (a daemon's trees follow in parallel); a connection is opened only when
+            # needed.
+            max_pool_connections=64,
+            connect_timeout=connect_timeout,
+            read_timeout=timeout,
+        )
+        # A session of its own: a shared default session is not safe across threads.
+        fut.set_result(cast("S3Client", botocore.session.Session().create_client(
+            "s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
+            config=config)))
+    except Exception as e:
+        fut.set_exception(e)
+
+
 class S3Store:
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str | None = None, timeout: float = 30.0,
@@ -26,48 +88,14 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}"
-        # Importing botocore and building a client takes ~0.4 s of start-up: a thread does
-        # it while the caller goes on (a first seed reads and compresses meanwhile), and
-        # the first request waits for it.
-        self._client: Future[S3Client] = Future()
-        threading.Thread(target=self._build,
-                         args=(endpoint_url, region, timeout, min(timeout, connect_timeout)),
-                         name="syncd-s3-client", daemon=True).start()
-
-    def _build(self, endpoint_url: str | None, region: str | None, timeout: float,
-               connect_timeout: float) -> None:
-        try:
-            # botocore is imported here, not at module load: the local store never pays for
-            # it. Not through boto3, whose import also brings s3transfer (~0.15 s of CPU at
-            # every start, for upload helpers syncd never calls); the client is the same.
-            import botocore.session
-            from botocore.config import Config
-
-            config = Config(
-                s3={"addressing_style": "path"},
-                # Non-AWS endpoints reject or mangle the SDK's default CRC trailers.
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-                # One SDK attempt: RetryStore does backoff, and the SDK's retry quota drains
-                # in outages. (Its "max_attempts" counts retries: 1 would mean two tries.)
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                # As many connections kept as reads in flight (heads are read 32 at a
-                # time): beyond the default 10, each is opened and dropped per request.
-                max_pool_connections=32,
-                connect_timeout=connect_timeout,
-                read_timeout=timeout,
-            )
-            # A session of its own: a shared default session is not safe across threads.
-            self._client.set_result(cast("S3Client", botocore.session.Session().create_client(
-                "s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
-                config=config)))
-        except Exception as e:
-            self._client.set_exception(
-                StoreError(f"{self.url}: cannot set up the S3 client: {e}"))
+        self._client = _client(endpoint_url, region, timeout, min(timeout, connect_timeout))
 
     @property
     def _s3(self) -> S3Client:
-        return self._client.result()
+        try:
+            return self._client.result()
+        except Exception as e:  # the client could not be built: no retry helps
+            raise StoreError(f"{self.url}: cannot set up the S3 client: {e}") from None
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
