@@ -4,6 +4,7 @@ that are missing or cannot be reached, and the shell line `resume` prints."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import botocore.exceptions
 import click
 import pytest
 from click.testing import CliRunner
@@ -28,7 +30,8 @@ from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
 from tests.counting import Counts
-from tests.helpers import shipper, write
+from tests.helpers import shipper, start_daemon, wait_for, write
+from tests.seaweed import Seaweed
 
 SID = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -260,6 +263,34 @@ def test_an_unreachable_store_fails_a_command_with_one_line(tmp_path: Path) -> N
     retries = lines[:-1]
     assert retries and all(" INFO syncd.store: " in ln and "retrying in" in ln
                            for ln in retries), lines
+
+
+def test_a_missing_bucket_is_named_as_such(tmp_path: Path, seaweed: Seaweed,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Not as a key of it that is not found: every key is, and the URL is what to fix."""
+    name = f"nosuch{os.getpid()}"
+    store = f"s3://{name}/p"
+    says = f"store {store}/: bucket {name!r} does not exist (create it, or fix the store URL)"
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    env = env_of(tmp_path, SYNCD_STORE=store, SYNCD_S3_ENDPOINT_URL=seaweed.endpoint,
+                 **seaweed.env())
+    for args in (("sync",), ("sessions",), ("machines",), ("restore", "--dry-run")):
+        assert one_line(syncd(env, *args), 2) == f"syncd: {says}", args
+    r = syncd(env, "status")
+    assert r.returncode == 0 and f"(UNREACHABLE: {says})" in r.stdout, r.stdout
+    # The daemon keeps trying (the bucket may be created), saying why at each flush.
+    caplog.set_level(logging.INFO, logger="syncd")
+    dt = start_daemon(load_settings(Path(os.devnull), source=tmp_path / "src", store=store,
+                                    s3_endpoint_url=seaweed.endpoint, machine_id="m1",
+                                    state_dir=tmp_path / "state-run"))
+    try:
+        wait_for(lambda: [rec for rec in caplog.records if rec.getMessage().startswith(
+            f"flush failed, retrying in 1s: {says}")], what="the failed flush")
+    finally:
+        dt.stop()
+    assert not dt.thread.is_alive() and not dt.errors, dt.errors
+    with pytest.raises(botocore.exceptions.ClientError):  # and none was made on the way
+        seaweed.client().head_bucket(Bucket=name)
 
 
 def test_commands_get_the_interactive_store_budget(tmp_path: Path) -> None:

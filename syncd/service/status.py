@@ -30,13 +30,18 @@ STORE_CHECK_TIMEOUT = 3.0
 
 
 def check_store(settings: Settings, store: Store | None = None) -> tuple[bool, str | None]:
-    """(reachable, why not): one HEAD of this machine's ``machine.json`` with a short timeout."""
+    """(reachable, why not): one HEAD of this machine's ``machine.json`` with a short timeout
+    (and a LIST when it is missing)."""
     try:
         if store is None:
             store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
                                region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
                                timeout=STORE_CHECK_TIMEOUT)
-        store.head(layout.machine_key(settings.machine_id))
+        key = layout.machine_key(settings.machine_id)
+        if store.head(key) is None:
+            # A HEAD answers a missing bucket as a missing key (a bare 404); a LIST says
+            # which (only for a machine not backed up yet, or a typo in the URL).
+            next(iter(store.list(key)), None)
     except (StoreError, OSError) as e:
         return False, str(e)
     return True, None
