@@ -194,16 +194,18 @@ class Daemon:
         metrics = MetricsServer.start_for(self.settings) if self._metrics else None
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
-        log.info("syncd running: machine %s, source %s, store %s", self.settings.machine_id,
-                 self.settings.source, engine.store.url)
         try:
             try:
                 engine.connect()  # a wrong key or a live lease ends the start here
             except StoreError as e:
                 # A store that is down at boot does not fail the start: the first flush
                 # (right after the reconcile scan) connects, or fails and retries.
-                log.warning("store unreachable at start, connecting with the first flush: %s",
-                            e)
+                log.warning("cannot use the store at start (the first flush tries "
+                            "again): %s", e)
+            # Only once the lease is ours (or the store is down): a refused start says
+            # why it stopped and nothing else.
+            log.info("syncd running: machine %s, source %s, store %s",
+                     self.settings.machine_id, self.settings.source, engine.store.url)
             self._unconnected = not engine.connected
             archiver.start()
             # Watch first, then scan: a change between the two is seen at least once.
