@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -205,6 +206,78 @@ def test_sync_and_init_make_a_new_local_store(tmp_path: Path) -> None:
     assert r.returncode == 0 and (tmp_path / "a" / "machines").is_dir(), r.stderr
     r = syncd(env_of(tmp_path, SYNCD_STORE=(tmp_path / "b").as_uri()), "init")
     assert r.returncode == 0 and "not encrypted" in r.stdout and (tmp_path / "b").is_dir()
+
+
+# -- a state dir that cannot be written ------------------------------------------------------
+
+def without_root_powers() -> list[str]:
+    """What runs a command without root's permission override, under which a read-only
+    directory is as writable as any (nothing as another user)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root, and no setpriv to drop CAP_DAC_OVERRIDE")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def last_line(r: subprocess.CompletedProcess[str], code: int) -> str:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    return r.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_a_read_only_state_dir_is_named_with_what_to_do(tmp_path: Path, made: bool) -> None:
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    parent = tmp_path / "ro"
+    state = parent / "state" if not made else parent
+    parent.mkdir(mode=0o500)
+    env = env_of(tmp_path, SYNCD_STATE_DIR=str(state))
+    try:
+        for args in (("sync",), ("run",)):
+            r = subprocess.run([*without_root_powers(), sys.executable, "-m", "syncd", *args],
+                               env=env, capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL)
+            line = last_line(r, 1)
+            assert line.startswith(f"syncd: lock file {state}/m1@"), line
+            assert line.endswith(": Permission denied (fix the permissions of it and its dir, "
+                                 "or set state_dir elsewhere)"), line
+    finally:
+        parent.chmod(0o700)
+
+
+def in_tmpfs(mount: Path, size: str, fill: bool, *args: str) -> list[str]:
+    """``args`` run with a tmpfs of ``size`` at ``mount`` (its own mount namespace),
+    filled up first for ``fill``."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-Urm", "true"],
+                                         capture_output=True).returncode != 0:
+        pytest.skip("no user and mount namespaces here to mount a small tmpfs in")
+    script = f'mount -t tmpfs -o size={size} none "$0" || exit 99\n'
+    if fill:
+        script += 'cat /dev/zero > "$0/fill" 2>/dev/null\n'
+    return [unshare, "-Urm", "sh", "-c", script + 'exec "$@"', str(mount), *args]
+
+
+@pytest.mark.parametrize(("size", "fill"), [("8k", False), ("16k", False), ("64k", True)])
+def test_a_full_state_dir_is_named_with_what_to_do(tmp_path: Path, size: str,
+                                                   fill: bool) -> None:
+    """The disk really full (SQLite's words for it vary: "database or disk is full",
+    "disk I/O error"; the lock file's pid gets ENOSPC)."""
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    mount = tmp_path / "small"
+    mount.mkdir()
+    state = mount / "state"
+    env = env_of(tmp_path, SYNCD_STATE_DIR=str(state))
+    for args in (("sync",), ("run",)):
+        r = subprocess.run(in_tmpfs(mount, size, fill, sys.executable, "-m", "syncd", *args),
+                           env=env, capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        line = last_line(r, 1)
+        assert line.startswith((f"syncd: state database {state}/m1@",
+                                f"syncd: lock file {state}/m1@")), line
+        assert line.endswith("(the disk is full: free space there, or set state_dir "
+                             "elsewhere)"), line
 
 
 # -- arguments ---------------------------------------------------------------------------------
