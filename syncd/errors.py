@@ -101,7 +101,7 @@ class StateError(SyncdError):
         if code in (errno.ENOSPC, errno.EDQUOT) or sqlite == 13 or full:
             hint = " (the disk is full: free space there, or set state_dir elsewhere)"
         elif code in (errno.EACCES, errno.EPERM, errno.EROFS) or sqlite == 8 or \
-                not os.access(where, os.W_OK):
+                (os.path.isdir(where) and not os.access(where, os.W_OK)):
             hint = " (fix the permissions of it and its dir, or set state_dir elsewhere)"
         else:
             hint = ""

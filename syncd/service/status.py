@@ -47,12 +47,15 @@ def check_store(settings: Settings, store: Store | None = None) -> tuple[bool, s
     return True, None
 
 
-def _lag(root: bytes, dirty: set[bytes]) -> float:
-    """Seconds since the least recently changed pending file changed (0: nothing pending).
+def _lag(root: bytes, dirty: set[bytes], since: float | None = None) -> float:
+    """The age of the oldest unshipped change, in seconds (0: nothing pending).
 
-    A lower bound of the age of the oldest unshipped change, from stat alone.
+    From the running daemon's word (``since``: when it first saw a change still pending)
+    where it has one; a stat alone gives only the newest change of each file.
     """
-    oldest = None
+    if not dirty:
+        return 0.0
+    oldest = since
     for rel in dirty:
         try:
             mtime = os.lstat(os.path.join(root, rel)).st_mtime
@@ -170,7 +173,8 @@ def status(settings: Settings, *, probe_store: bool = False,
             found = scan(root, Selection(settings.include, settings.exclude), state)
             out["bytes_pending"] = found.pending_bytes
             out["files_pending"] = len(found.dirty)
-            out["lag_seconds"] = _lag(root, found.dirty)
+            since = state.meta("pending_since") if pid is not None else None
+            out["lag_seconds"] = _lag(root, found.dirty, float(since) if since else None)
     finally:
         state.close()
     return out
@@ -211,8 +215,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
         f"health:       {', '.join(health(s, now)) or 'ok'}",
         f"lag:          {'unknown' if lag is None else _ago(lag)}"
-        + (" (nothing pending)" if lag == 0 else " since the oldest pending change"
-           if lag is not None else ""),
+        + ("" if lag is None else " (nothing pending)" if not s.get("files_pending")
+           else " since the oldest pending change"),
         f"last flush:   {when(s['last_flush_time'])}"
         + (f", seq {s['last_flush_seq']}" if s["last_flush_seq"] is not None else ""),
         f"files:        {s['files_tracked']} tracked, {s['files_deleted']} deleted locally "
