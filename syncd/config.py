@@ -19,6 +19,7 @@ from typing import Annotated, Any, Self
 from urllib.parse import urlparse
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -59,13 +60,40 @@ class ConfigFile:
     data: dict[str, Any] = field(default_factory=dict)
     text: str = ""
 
-    def where(self, key: str) -> str:
-        """``<path>, line <n>`` for a top-level key (or table) of the file."""
+    def where(self, key: str, *within: object) -> str:
+        """``<path>, line <n>`` for a top-level key (or table) of the file; with
+        ``within``, for its first part's key inside that table (a ``[remap]`` entry)."""
+        lines = self.text.splitlines()
         pattern = re.compile(rf"""^\s*(\[\[?\s*)?["']?{re.escape(key)}["']?\s*[=\]]""")
-        for n, line in enumerate(self.text.splitlines(), 1):
-            if pattern.match(line):
-                return f"{self.path}, line {n}"
-        return str(self.path)
+        found = next((n for n, line in enumerate(lines, 1) if pattern.match(line)), None)
+        if within and isinstance(within[0], str):
+            found = _entry_line(lines, key, within[0]) or found
+        return str(self.path) if found is None else f"{self.path}, line {found}"
+
+
+def _key_forms(key: str) -> str:
+    """A TOML key as a file may spell it: bare, "basic" or 'literal'."""
+    forms = [re.escape(json.dumps(key)), re.escape(f"'{key}'")]
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        forms.append(re.escape(key))
+    return f"(?:{'|'.join(forms)})"
+
+
+def _entry_line(lines: list[str], table: str, key: str) -> int | None:
+    """The line of ``key`` in ``[table]`` (or of ``table.key = ``), None when not found
+    (an inline table: its own line says it)."""
+    header = re.compile(rf"^\s*\[\s*{_key_forms(table)}\s*\]")
+    entry = re.compile(rf"^\s*{_key_forms(key)}\s*=")
+    dotted = re.compile(rf"^\s*{_key_forms(table)}\s*\.\s*{_key_forms(key)}\s*=")
+    inside = False
+    for n, line in enumerate(lines, 1):
+        if header.match(line):
+            inside = True
+        elif line.lstrip().startswith("["):
+            inside = False
+        elif (inside and entry.match(line)) or (not inside and dotted.match(line)):
+            return n
+    return None
 
 
 _config: ContextVar[ConfigFile | None] = ContextVar("syncd_config", default=None)
@@ -196,6 +224,20 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def _remap_old(old: str) -> str:
+    if not old:
+        raise ValueError("an empty path prefix maps nothing")
+    return old
+
+
+def _remap_new(new: str) -> str:
+    """A ``[remap]`` target: a path on this machine, where restored sessions are placed."""
+    if not os.path.isabs(os.path.expanduser(new)):
+        raise ValueError(f"{new!r} is not a path on this machine (absolute, or starting "
+                         "with ~)")
+    return new
+
+
 class SourceTree(BaseModel):
     """One more Claude tree the daemon backs up (``[[sources]]``): its own machine id
     (``<machine_id>--<name>`` unless set), lease, state and follow."""
@@ -293,7 +335,8 @@ class Settings(BaseSettings):
     exclude: list[str] = Field(default_factory=list)
     # Restore: extra path prefixes to map (old → new), and where local clones live
     # (a backed-up project maps to the local clone with the same git remote).
-    remap: dict[str, str] = Field(default_factory=dict)
+    remap: dict[Annotated[str, AfterValidator(_remap_old)],
+                Annotated[str, AfterValidator(_remap_new)]] = Field(default_factory=dict)
     project_roots: list[str] = Field(default_factory=list)
     # Segments' level. They live until the next compaction (hourly), which packs their
     # bytes at compact_level: level 2 ships a seed ~20 % faster than 3 for ~6 % more bytes.
@@ -548,15 +591,23 @@ class Settings(BaseSettings):
         return not any(machine.endswith(SOURCE_JOIN + n) for n in names)
 
 
-def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object]) -> str:
-    """Where a setting's value came from (the variable, or the file and line), as a
-    prefix; empty for an argument."""
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    """A value's place as TOML spells a dotted key: ``remap."/Users/bob"``."""
+    parts = [str(p) if isinstance(p, int) or re.fullmatch(r"[A-Za-z0-9_-]+", p) else
+             json.dumps(p) for p in loc if p != "[key]"]
+    return ".".join(parts) + (" (the key)" if loc and loc[-1] == "[key]" else "")
+
+
+def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object],
+            within: tuple[object, ...] = ()) -> str:
+    """Where a setting's value (or its part ``within``) came from (the variable, or the
+    file and line), as a prefix; empty for an argument."""
     if name in overrides:
         return ""
     var = f"SYNCD_{name}".upper()
     if any(k.upper() == var for k in os.environ):
         return f"${var}: "
-    return f"config file {cfg.where(name)}: " if name in cfg.data else ""
+    return f"config file {cfg.where(name, *within)}: " if name in cfg.data else ""
 
 
 def load_settings(config_file: Path | None = None, *, config_required: bool = False,
@@ -574,10 +625,11 @@ def load_settings(config_file: Path | None = None, *, config_required: bool = Fa
     except ValidationError as e:
         first = e.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
-        key = ".".join(str(p) for p in first["loc"]) or "configuration"
+        key = _dotted(first["loc"]) or "configuration"
         msg = first["msg"].removeprefix("Value error, ")
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ConfigError(f"{_origin(name, cfg, overrides)}{key}: {msg}{more}") from None
+        raise ConfigError(f"{_origin(name, cfg, overrides, tuple(first['loc'][1:]))}{key}: "
+                          f"{msg}{more}") from None
     except SettingsError as e:
         # A list or table in an environment variable that is not JSON (SYNCD_INCLUDE=x).
         m = re.search(r'field "(\w+)"', str(e))
