@@ -106,6 +106,8 @@ _UNITS = {"y": 365 * _DAY, "mo": 30 * _DAY, "w": 7 * _DAY, "d": _DAY, "h": 3600.
           "min": 60.0, "s": 1.0}
 _ORDER = list(_UNITS)  # largest first; a duration lists its units in this order
 _PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)\s*")
+# What an error says of the units: "m" is minutes in every example (months are "mo").
+_UNIT_HELP = "y, mo (months), w, d, h, m (minutes), s"
 
 
 def parse_duration(text: str) -> float:
@@ -124,7 +126,7 @@ def parse_duration(text: str) -> float:
         m = _PART.match(lowered, pos)
         if m is None:
             raise ConfigError(f"bad duration {text!r}: expected a number and a unit "
-                              f"(y, mo, w, d, h, m, s), e.g. '36h' or '1y2m3d'")
+                              f"({_UNIT_HELP}), e.g. '90m', '36h' or '1y2mo3d'")
         parts.append((m.group(1), m.group(2)))
         pos = m.end()
     total, prev = 0.0, -1
@@ -135,11 +137,11 @@ def parse_duration(text: str) -> float:
             unit = "mo" if months else "min"
         if unit not in _UNITS:
             raise ConfigError(f"bad duration {text!r}: unknown unit {unit!r} "
-                              f"(use y, mo, w, d, h, m, s)")
+                              f"(use {_UNIT_HELP})")
         rank = _ORDER.index(unit)
         if rank <= prev:
             raise ConfigError(f"bad duration {text!r}: units must appear once each, "
-                              f"largest first (y, mo, w, d, h, m, s)")
+                              f"largest first ({_UNIT_HELP})")
         prev = rank
         total += float(number) * _UNITS[unit]
     if not math.isfinite(total):
