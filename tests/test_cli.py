@@ -565,6 +565,31 @@ def test_every_option_of_every_command_has_help() -> None:
         assert help_of(*path)  # and each help renders
 
 
+def test_restore_of_a_project_the_backup_does_not_have_plans_nothing(tmp_path: Path) -> None:
+    """As an unknown --session: exit 1, one line, nothing planned (not even history)."""
+    rel = f"projects/-home-a-app/{SID}.jsonl"
+    write(tmp_path / "src", rel, json.dumps({
+        "type": "user", "uuid": "u1", "cwd": "/home/a/app", "sessionId": SID,
+        "timestamp": "2026-11-01T10:00:00.000Z",
+        "message": {"role": "user", "content": "hi"}}, separators=(",", ":")).encode()
+        + b"\n")  # compact, as Claude Code writes it (the catalog reads it so)
+    write(tmp_path / "src", "history.jsonl", json.dumps({
+        "display": "hi", "project": "/home/a/app", "sessionId": SID},
+        separators=(",", ":")).encode() + b"\n")
+    env = env_of(tmp_path)
+    assert syncd(env, "sync").returncode == 0
+    out = tmp_path / "out"
+    for args in (("--dry-run",), ("--to", str(out))):
+        r = syncd(env, "restore", "--project", "/home/a/app", "--project", "/home/a/nope",
+                  *args)
+        assert one_line(r, 1) == ("syncd: no project in machine 'm1''s backup matches "
+                                  "/home/a/nope (syncd sessions lists them)")
+        assert r.stdout == "", r.stdout
+    assert not out.exists()
+    r = syncd(env, "restore", "--project", "/home/a", "--to", str(out))
+    assert r.returncode == 0 and (out / rel).exists(), r.stderr
+
+
 def test_restore_says_in_one_line_that_a_conflict_copy_bigger_than_conflict_bytes_is_not_kept(
         tmp_path: Path) -> None:
     env = env_of(tmp_path, SYNCD_CONFLICT_BYTES=str(1 << 20), SYNCD_FOLLOW_QUIET="0")
