@@ -22,6 +22,7 @@ from typing import Annotated, Any, Self, get_origin
 from urllib.parse import urlparse
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -54,13 +55,40 @@ class ConfigFile:
     data: dict[str, Any] = field(default_factory=dict)
     text: str = ""
 
-    def where(self, key: str) -> str:
-        """``<path>, line <n>`` for a top-level key (or table) of the file."""
+    def where(self, key: str, *within: object) -> str:
+        """``<path>, line <n>`` for a top-level key (or table) of the file; with
+        ``within``, for its first part's key inside that table (a ``[remap]`` entry)."""
+        lines = self.text.splitlines()
         pattern = re.compile(rf"""^\s*(\[\[?\s*)?["']?{re.escape(key)}["']?\s*[=\]]""")
-        for n, line in enumerate(self.text.splitlines(), 1):
-            if pattern.match(line):
-                return f"{self.path}, line {n}"
-        return str(self.path)
+        found = next((n for n, line in enumerate(lines, 1) if pattern.match(line)), None)
+        if within and isinstance(within[0], str):
+            found = _entry_line(lines, key, within[0]) or found
+        return str(self.path) if found is None else f"{self.path}, line {found}"
+
+
+def _key_forms(key: str) -> str:
+    """A TOML key as a file may spell it: bare, "basic" or 'literal'."""
+    forms = [re.escape(json.dumps(key)), re.escape(f"'{key}'")]
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        forms.append(re.escape(key))
+    return f"(?:{'|'.join(forms)})"
+
+
+def _entry_line(lines: list[str], table: str, key: str) -> int | None:
+    """The line of ``key`` in ``[table]`` (or of ``table.key = ``), None when not found
+    (an inline table: its own line says it)."""
+    header = re.compile(rf"^\s*\[\s*{_key_forms(table)}\s*\]")
+    entry = re.compile(rf"^\s*{_key_forms(key)}\s*=")
+    dotted = re.compile(rf"^\s*{_key_forms(table)}\s*\.\s*{_key_forms(key)}\s*=")
+    inside = False
+    for n, line in enumerate(lines, 1):
+        if header.match(line):
+            inside = True
+        elif line.lstrip().startswith("["):
+            inside = False
+        elif (inside and entry.match(line)) or (not inside and dotted.match(line)):
+            return n
+    return None
 
 
 _config: ContextVar[ConfigFile | None] = ContextVar("syncd_config", default=None)
@@ -77,6 +105,8 @@ _UNITS = {"y": 365 * _DAY, "mo": 30 * _DAY, "w": 7 * _DAY, "d": _DAY, "h": 3600.
           "min": 60.0, "s": 1.0}
 _ORDER = list(_UNITS)  # largest first; a duration lists its units in this order
 _PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)\s*")
+# What an error says of the units: "m" is minutes in every example (months are "mo").
+_UNIT_HELP = "y, mo (months), w, d, h, m (minutes), s"
 
 
 def parse_duration(text: str) -> float:
@@ -95,7 +125,7 @@ def parse_duration(text: str) -> float:
         m = _PART.match(lowered, pos)
         if m is None:
             raise ConfigError(f"bad duration {text!r}: expected a number and a unit "
-                              f"(y, mo, w, d, h, m, s), e.g. '36h' or '1y2m3d'")
+                              f"({_UNIT_HELP}), e.g. '90m', '36h' or '1y2mo3d'")
         parts.append((m.group(1), m.group(2)))
         pos = m.end()
     total, prev = 0.0, -1
@@ -106,11 +136,11 @@ def parse_duration(text: str) -> float:
             unit = "mo" if months else "min"
         if unit not in _UNITS:
             raise ConfigError(f"bad duration {text!r}: unknown unit {unit!r} "
-                              f"(use y, mo, w, d, h, m, s)")
+                              f"(use {_UNIT_HELP})")
         rank = _ORDER.index(unit)
         if rank <= prev:
             raise ConfigError(f"bad duration {text!r}: units must appear once each, "
-                              f"largest first (y, mo, w, d, h, m, s)")
+                              f"largest first ({_UNIT_HELP})")
         prev = rank
         total += float(number) * _UNITS[unit]
     if not math.isfinite(total):
@@ -193,6 +223,20 @@ def _exists(path: Path) -> bool:
         return path.exists()
     except OSError:  # an unreadable state_dir: as if absent
         return False
+
+
+def _remap_old(old: str) -> str:
+    if not old:
+        raise ValueError("an empty path prefix maps nothing")
+    return old
+
+
+def _remap_new(new: str) -> str:
+    """A ``[remap]`` target: a path on this machine, where restored sessions are placed."""
+    if not os.path.isabs(os.path.expanduser(new)):
+        raise ValueError(f"{new!r} is not a path on this machine (absolute, or starting "
+                         "with ~)")
+    return new
 
 
 class SourceTree(BaseModel):
@@ -293,7 +337,8 @@ class Settings(BaseModel):
     exclude: list[str] = Field(default_factory=list)
     # Restore: extra path prefixes to map (old → new), and where local clones live
     # (a backed-up project maps to the local clone with the same git remote).
-    remap: dict[str, str] = Field(default_factory=dict)
+    remap: dict[Annotated[str, AfterValidator(_remap_old)],
+                Annotated[str, AfterValidator(_remap_new)]] = Field(default_factory=dict)
     project_roots: list[str] = Field(default_factory=list)
     # Segments' level. They live until the next compaction (hourly), which packs their
     # bytes at compact_level: level 2 ships a seed ~20 % faster than 3 for ~6 % more bytes.
@@ -580,15 +625,23 @@ def _merged(*layers: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object]) -> str:
-    """Where a setting's value came from (the variable, or the file and line), as a
-    prefix; empty for an argument."""
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    """A value's place as TOML spells a dotted key: ``remap."/Users/bob"``."""
+    parts = [str(p) if isinstance(p, int) or re.fullmatch(r"[A-Za-z0-9_-]+", p) else
+             json.dumps(p) for p in loc if p != "[key]"]
+    return ".".join(parts) + (" (the key)" if loc and loc[-1] == "[key]" else "")
+
+
+def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object],
+            within: tuple[object, ...] = ()) -> str:
+    """Where a setting's value (or its part ``within``) came from (the variable, or the
+    file and line), as a prefix; empty for an argument."""
     if name in overrides:
         return ""
     var = f"SYNCD_{name}".upper()
     if any(k.upper() == var for k in os.environ):
         return f"${var}: "
-    return f"config file {cfg.where(name)}: " if name in cfg.data else ""
+    return f"config file {cfg.where(name, *within)}: " if name in cfg.data else ""
 
 
 def load_settings(config_file: Path | None = None, *, config_required: bool = False,
@@ -606,9 +659,10 @@ def load_settings(config_file: Path | None = None, *, config_required: bool = Fa
     except ValidationError as e:
         first = e.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
-        key = ".".join(str(p) for p in first["loc"]) or "configuration"
+        key = _dotted(first["loc"]) or "configuration"
         msg = first["msg"].removeprefix("Value error, ")
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ConfigError(f"{_origin(name, cfg, overrides)}{key}: {msg}{more}") from None
+        raise ConfigError(f"{_origin(name, cfg, overrides, tuple(first['loc'][1:]))}{key}: "
+                          f"{msg}{more}") from None
     finally:
         _config.reset(token)

@@ -8,6 +8,9 @@ and says why. The command line maps them to exit codes in one place
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class SyncdError(Exception):
     """The root: something syncd could not do, said in one line."""
@@ -83,6 +86,27 @@ class NoBackup(BackupError):
 
 class StateError(SyncdError):
     """The state database cannot be opened or written."""
+
+    @classmethod
+    def of(cls, what: str, path: str | bytes | os.PathLike[str], e: Exception) -> StateError:
+        """``what`` at ``path`` (the state database, the lock) could not be opened or
+        written: which, why, and what to do when the disk is full or the dir read-only."""
+        code = getattr(e, "errno", None)
+        sqlite = getattr(e, "sqlite_errorcode", -1) & 0xFF  # SQLITE_FULL 13, READONLY 8
+        where = os.path.dirname(os.fsdecode(path))
+        try:  # SQLite says "disk I/O error" when it cannot grow its shared memory file
+            full = os.statvfs(where).f_bavail == 0
+        except OSError:
+            full = False
+        if code in (errno.ENOSPC, errno.EDQUOT) or sqlite == 13 or full:
+            hint = " (the disk is full: free space there, or set state_dir elsewhere)"
+        elif code in (errno.EACCES, errno.EPERM, errno.EROFS) or sqlite == 8 or \
+                (os.path.isdir(where) and not os.access(where, os.W_OK)):
+            hint = " (fix the permissions of it and its dir, or set state_dir elsewhere)"
+        else:
+            hint = ""
+        why = getattr(e, "strerror", None) or str(e)
+        return cls(f"{what} {os.fsdecode(path)}: {why}{hint}")
 
 
 class Locked(SyncdError):

@@ -81,10 +81,13 @@ class Seen:
         if len(self._marks) > MAX_MACHINES:  # keep the marks refreshed last
             newest = sorted(self._marks.items(), key=lambda kv: kv[1][1])[-MAX_MACHINES:]
             self._marks = dict(newest)
-        with contextlib.suppress(OSError):
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
             private_dir(self.path.parent)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             write_private(os.fsencode(tmp), json.dumps(
                 {m: list(v) for m, v in self._marks.items()}).encode())
             os.replace(tmp, self.path)
             self._changed = False
+        except OSError:  # a full or read-only state dir: kept for the next save
+            with contextlib.suppress(OSError):
+                tmp.unlink()

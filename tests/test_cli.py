@@ -4,13 +4,16 @@ that are missing or cannot be reached, and the shell line `resume` prints."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import botocore.exceptions
 import click
 import pytest
 from click.testing import CliRunner
@@ -28,7 +31,8 @@ from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
 from tests.counting import Counts
-from tests.helpers import shipper, write
+from tests.helpers import shipper, start_daemon, wait_for, write
+from tests.seaweed import Seaweed
 
 SID = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -206,6 +210,78 @@ def test_sync_and_init_make_a_new_local_store(tmp_path: Path) -> None:
     assert r.returncode == 0 and "not encrypted" in r.stdout and (tmp_path / "b").is_dir()
 
 
+# -- a state dir that cannot be written ------------------------------------------------------
+
+def without_root_powers() -> list[str]:
+    """What runs a command without root's permission override, under which a read-only
+    directory is as writable as any (nothing as another user)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root, and no setpriv to drop CAP_DAC_OVERRIDE")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def last_line(r: subprocess.CompletedProcess[str], code: int) -> str:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    return r.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_a_read_only_state_dir_is_named_with_what_to_do(tmp_path: Path, made: bool) -> None:
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    parent = tmp_path / "ro"
+    state = parent / "state" if not made else parent
+    parent.mkdir(mode=0o500)
+    env = env_of(tmp_path, SYNCD_STATE_DIR=str(state))
+    try:
+        for args in (("sync",), ("run",)):
+            r = subprocess.run([*without_root_powers(), sys.executable, "-m", "syncd", *args],
+                               env=env, capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL)
+            line = last_line(r, 1)
+            assert line.startswith(f"syncd: lock file {state}/m1@"), line
+            assert line.endswith(": Permission denied (fix the permissions of it and its dir, "
+                                 "or set state_dir elsewhere)"), line
+    finally:
+        parent.chmod(0o700)
+
+
+def in_tmpfs(mount: Path, size: str, fill: bool, *args: str) -> list[str]:
+    """``args`` run with a tmpfs of ``size`` at ``mount`` (its own mount namespace),
+    filled up first for ``fill``."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-Urm", "true"],
+                                         capture_output=True).returncode != 0:
+        pytest.skip("no user and mount namespaces here to mount a small tmpfs in")
+    script = f'mount -t tmpfs -o size={size} none "$0" || exit 99\n'
+    if fill:
+        script += 'cat /dev/zero > "$0/fill" 2>/dev/null\n'
+    return [unshare, "-Urm", "sh", "-c", script + 'exec "$@"', str(mount), *args]
+
+
+@pytest.mark.parametrize(("size", "fill"), [("8k", False), ("16k", False), ("64k", True)])
+def test_a_full_state_dir_is_named_with_what_to_do(tmp_path: Path, size: str,
+                                                   fill: bool) -> None:
+    """The disk really full (SQLite's words for it vary: "database or disk is full",
+    "disk I/O error"; the lock file's pid gets ENOSPC)."""
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    mount = tmp_path / "small"
+    mount.mkdir()
+    state = mount / "state"
+    env = env_of(tmp_path, SYNCD_STATE_DIR=str(state))
+    for args in (("sync",), ("run",)):
+        r = subprocess.run(in_tmpfs(mount, size, fill, sys.executable, "-m", "syncd", *args),
+                           env=env, capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        line = last_line(r, 1)
+        assert line.startswith((f"syncd: state database {state}/m1@",
+                                f"syncd: lock file {state}/m1@")), line
+        assert line.endswith("(the disk is full: free space there, or set state_dir "
+                             "elsewhere)"), line
+
+
 # -- arguments ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -262,6 +338,34 @@ def test_an_unreachable_store_fails_a_command_with_one_line(tmp_path: Path) -> N
     retries = lines[:-1]
     assert retries and all(" INFO syncd.store: " in ln and "retrying in" in ln
                            for ln in retries), lines
+
+
+def test_a_missing_bucket_is_named_as_such(tmp_path: Path, seaweed: Seaweed,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Not as a key of it that is not found: every key is, and the URL is what to fix."""
+    name = f"nosuch{os.getpid()}"
+    store = f"s3://{name}/p"
+    says = f"store {store}/: bucket {name!r} does not exist (create it, or fix the store URL)"
+    write(tmp_path / "src", "history.jsonl", b'{"display":"a"}\n')
+    env = env_of(tmp_path, SYNCD_STORE=store, SYNCD_S3_ENDPOINT_URL=seaweed.endpoint,
+                 **seaweed.env())
+    for args in (("sync",), ("sessions",), ("machines",), ("restore", "--dry-run")):
+        assert one_line(syncd(env, *args), 2) == f"syncd: {says}", args
+    r = syncd(env, "status")
+    assert r.returncode == 0 and f"(UNREACHABLE: {says})" in r.stdout, r.stdout
+    # The daemon keeps trying (the bucket may be created), saying why at each flush.
+    caplog.set_level(logging.INFO, logger="syncd")
+    dt = start_daemon(load_settings(Path(os.devnull), source=tmp_path / "src", store=store,
+                                    s3_endpoint_url=seaweed.endpoint, machine_id="m1",
+                                    state_dir=tmp_path / "state-run"))
+    try:
+        wait_for(lambda: [rec for rec in caplog.records if rec.getMessage().startswith(
+            f"flush failed, retrying in 1s: {says}")], what="the failed flush")
+    finally:
+        dt.stop()
+    assert not dt.thread.is_alive() and not dt.errors, dt.errors
+    with pytest.raises(botocore.exceptions.ClientError):  # and none was made on the way
+        seaweed.client().head_bucket(Bucket=name)
 
 
 def test_commands_get_the_interactive_store_budget(tmp_path: Path) -> None:
@@ -461,6 +565,31 @@ def test_every_option_of_every_command_has_help() -> None:
             if isinstance(param, click.Option):
                 assert (param.help or "").strip(), (path, param.opts)
         assert help_of(*path)  # and each help renders
+
+
+def test_restore_of_a_project_the_backup_does_not_have_plans_nothing(tmp_path: Path) -> None:
+    """As an unknown --session: exit 1, one line, nothing planned (not even history)."""
+    rel = f"projects/-home-a-app/{SID}.jsonl"
+    write(tmp_path / "src", rel, json.dumps({
+        "type": "user", "uuid": "u1", "cwd": "/home/a/app", "sessionId": SID,
+        "timestamp": "2026-11-01T10:00:00.000Z",
+        "message": {"role": "user", "content": "hi"}}, separators=(",", ":")).encode()
+        + b"\n")  # compact, as Claude Code writes it (the catalog reads it so)
+    write(tmp_path / "src", "history.jsonl", json.dumps({
+        "display": "hi", "project": "/home/a/app", "sessionId": SID},
+        separators=(",", ":")).encode() + b"\n")
+    env = env_of(tmp_path)
+    assert syncd(env, "sync").returncode == 0
+    out = tmp_path / "out"
+    for args in (("--dry-run",), ("--to", str(out))):
+        r = syncd(env, "restore", "--project", "/home/a/app", "--project", "/home/a/nope",
+                  *args)
+        assert one_line(r, 1) == ("syncd: no project in machine 'm1''s backup matches "
+                                  "/home/a/nope (syncd sessions lists them)")
+        assert r.stdout == "", r.stdout
+    assert not out.exists()
+    r = syncd(env, "restore", "--project", "/home/a", "--to", str(out))
+    assert r.returncode == 0 and (out / rel).exists(), r.stderr
 
 
 def test_restore_says_in_one_line_that_a_conflict_copy_bigger_than_conflict_bytes_is_not_kept(

@@ -132,6 +132,25 @@ def test_a_bad_value_names_its_file_line_or_variable(tmp_path: Path,
         load_settings(cfg)
 
 
+@pytest.mark.parametrize(("text", "line", "says"), [
+    ('keep_daily = 3\n\n[remap]\n"/home/a" = "/home/b"\n"/x" = 5\n', 5,
+     'remap."/x": Input should be a valid string'),
+    ('[remap]\n"/home/a" = "~/b"\n\n# a comment\n\'/srv/app\' = "src/app"\n', 5,
+     "remap.\"/srv/app\": 'src/app' is not a path on this machine (absolute, or starting "
+     "with ~)"),
+    ('remap."/a" = "~/a"\nremap."/b" = ""\n', 2, 'remap."/b": \'\' is not a path'),
+    ('[remap]\n"/a" = "/b"\n"" = "/c"\n', 3, 'remap."" (the key): an empty path prefix'),
+    ('store = "s3://b/p"\nremap = { "/a" = "/b", "/c" = 1 }\n', 2, 'remap."/c": Input'),
+])
+def test_a_bad_remap_value_names_its_own_line(tmp_path: Path, text: str, line: int,
+                                              says: str) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_settings(cfg)
+    assert str(e.value).startswith(f"config file {cfg}, line {line}: {says}"), str(e.value)
+
+
 @pytest.mark.parametrize(("store", "why"), [("ftp://h/x", "use file:///path"),
                                             ("s3:///prefix", "missing bucket"),
                                             ("file://host/x", "absolute path"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -189,6 +190,19 @@ def test_two_state_dirs_same_machine_id_one_writer(tmp_path: Path) -> None:
         engine.close()
     assert LocalStore(tmp_path / "store").head(KEY) is None  # released on a clean stop
     assert sync_once(second).files == 1
+
+
+def test_a_daemon_refused_by_a_held_lease_never_says_it_is_running(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    s = settings(tmp_path, "state-a")
+    Lease(LocalStore(tmp_path / "store"), "m1", owner="other", ttl=60.0).acquire()
+    caplog.set_level(logging.INFO, logger="syncd")
+    dt = start_daemon(s)
+    dt.thread.join(15)
+    assert not dt.thread.is_alive()
+    assert len(dt.errors) == 1 and isinstance(dt.errors[0], LeaseHeld), dt.errors
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "syncd running" in m], said
 
 
 def test_daemon_whose_lease_is_taken_exits_with_the_reason(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ dry runs, refusals, and kill -9 at every store write."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -176,3 +177,30 @@ def test_kill_9_before_every_store_write_of_a_prune(tmp_path: Path) -> None:
         assert_restores(killed, trees[-1], work / "after-rerun")
         assert verify(Repository(killed, M), read_data=100).ok
     assert src.exists()
+
+
+def test_a_dry_run_ends_saying_what_the_prune_would_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not its compaction's "nothing to compact": the prune's own steps, or nothing."""
+    from click.testing import CliRunner
+
+    from syncd.cli.main import cli
+
+    store = LocalStore(tmp_path / "store")
+    day_of_snapshots(tmp_path, store, hours=3)
+    for k, v in {"SYNCD_CONFIG": os.devnull, "SYNCD_STORE": store.url,
+                 "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_MACHINE_ID": M,
+                 "SYNCD_SOURCE": str(tmp_path / "src"), "SYNCD_KEEP_HOURLY": "0",
+                 "SYNCD_KEEP_DAILY": "0", "SYNCD_KEEP_WEEKLY": "0",
+                 "SYNCD_KEEP_MONTHLY": "0"}.items():
+        monkeypatch.setenv(k, v)
+    before = sorted(p for p in (tmp_path / "store").rglob("*"))
+    runs = {}
+    for last in ("1", "3"):
+        monkeypatch.setenv("SYNCD_KEEP_LAST", last)
+        r = CliRunner().invoke(cli, ["prune", "--dry-run"], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        runs[last] = r.output.splitlines()[-1]
+    assert runs["1"] == f"{M}: would forget 2 snapshots, rewrite 1 pack (0.0 MB of data)", runs
+    assert runs["3"] == f"{M}: would delete nothing (the policy keeps every snapshot)", runs
+    assert sorted(p for p in (tmp_path / "store").rglob("*")) == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime
 
 import pytest
@@ -268,3 +269,7 @@ def test_parse_duration_refuses_with_a_one_line_message(text: str, fragment: str
     assert fragment in message
     assert repr(text) in message
     assert "\n" not in message
+    # Every unit list and example reads "m" as minutes, as "30m" does: months are "mo".
+    if "unit" in message or "largest first" in message:
+        assert "y, mo (months), w, d, h, m (minutes), s" in message, message
+    assert not re.search(r"'[0-9a-z]*y[0-9]+m[0-9]", message), message

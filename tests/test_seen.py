@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
+
+import pytest
 
 from syncd.errors import BackupError
 from syncd.repository import Repository
@@ -79,3 +83,19 @@ def test_a_rolled_back_backup_is_an_error_of_its_load(tmp_path: Path) -> None:
         assert "rolled back" in str(e)
     else:
         raise AssertionError("a backup that vanished was not reported")
+
+
+def test_a_save_that_fails_leaves_no_temp_file_and_is_tried_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = Seen(tmp_path / "state", "memory://")
+    seen.saw("m1", 5)
+
+    def full(src: object, dst: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    seen.save()  # a full state dir: the marks wait, the command goes on
+    assert [p.name for p in (tmp_path / "state").iterdir()] == []
+    monkeypatch.undo()
+    seen.save()
+    assert Seen(tmp_path / "state", "memory://").check("m1", 3) is not None

@@ -99,6 +99,26 @@ def test_deletion_is_a_tombstone_and_data_stays(tmp_path: Path) -> None:
     assert (out / S1).read_bytes() == b"precious\n"
 
 
+def test_a_flush_of_deletions_is_logged_as_such(tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    src, store = tmp_path / "src", MemoryStore()
+    for rel in (S1, S2):
+        write(src, rel, b"line\n")
+    sh = shipper(src, store, tmp_path / "st.db")
+    sh.ship([S1.encode(), S2.encode()])
+    for rel in (S1, S2):
+        (src / rel).unlink()
+    caplog.set_level("INFO", logger="syncd.ship")
+    sh.ship([S1.encode(), S2.encode()])
+    said = [r.getMessage() for r in caplog.records if "flushed segment 1" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("flushed segment 1: 2 deletions -> "), said
+    write(src, S1, b"again\n")
+    (src / S2).write_bytes(b"x")
+    caplog.clear()
+    sh.ship([S1.encode(), S2.encode()])
+    assert "flushed segment 2: 2 files, 7 bytes -> " in caplog.text, caplog.text
+
+
 def test_recreated_file_starts_new_generation(tmp_path: Path) -> None:
     src, store = tmp_path / "src", MemoryStore()
     f = write(src, S1, b"old\n")

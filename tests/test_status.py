@@ -1,11 +1,18 @@
-"""`syncd status` as a reader sees it: a time that is not today's shows its date."""
+"""`syncd status` as a reader sees it: a time that is not today's shows its date; lag is the
+age of the oldest pending change."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
-from syncd.service.status import clock, format_status
+from syncd.backup.state import State
+from syncd.config import load_settings
+from syncd.security.lock import ProcessLock
+from syncd.service.status import clock, format_status, status
+from tests.helpers import start_daemon, wait_for, write
 
 HOUR, DAY = 3600.0, 86400.0
 
@@ -78,3 +85,69 @@ def test_health_is_judged_as_of_now() -> None:
                        store_repair_time=NOON - HOUR)
     assert "the store lost segments" in line(format_status(repaired, now=NOON), "health")
     assert line(format_status(repaired, now=NOON + 2 * DAY), "health") == "health:       ok"
+
+
+# -- lag -------------------------------------------------------------------------------------
+
+REL = "projects/-home-a/0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b.jsonl"
+
+
+def test_lag_is_the_age_of_the_oldest_pending_change_a_growing_file_too(
+        tmp_path: Path) -> None:
+    """A transcript Claude keeps writing has an mtime of now: the daemon's word of when
+    it first saw the change (pending_since) says how long it has waited."""
+    s = load_settings(Path(os.devnull), source=tmp_path / "src", state_dir=tmp_path / "state",
+                      store=(tmp_path / "store").as_uri(), machine_id="m1")
+    write(s.source, REL, b'{"a":1}\n')  # its mtime: now
+    lock = ProcessLock(s.state_file.with_suffix(".lock"))
+    lock.acquire()  # as a running daemon holds it
+    try:
+        st = State(s.state_file)
+        st.set_meta(pending_since=repr(time.time() - 300))
+        st.close()
+        figs = status(s)
+    finally:
+        lock.release()
+    assert figs["files_pending"] == 1 and figs["lag_seconds"] >= 300, figs
+    assert line(format_status(figs), "lag") == "lag:          5m since the oldest pending change"
+    # No daemon: its word is old news; the mtime's lower bound is all there is.
+    assert status(s)["lag_seconds"] < 300
+
+
+def test_lag_of_a_pending_deletion_is_not_nothing_pending() -> None:
+    text = format_status(figures(NOON, files_pending=1, bytes_pending=0, lag_seconds=0.0),
+                         now=NOON)
+    assert line(text, "lag") == "lag:          0s since the oldest pending change"
+    assert line(format_status(figures(NOON), now=NOON), "lag") == \
+        "lag:          0s (nothing pending)"
+
+
+def test_the_daemon_says_since_when_changes_are_pending(tmp_path: Path) -> None:
+    s = load_settings(Path(os.devnull), source=tmp_path / "src", state_dir=tmp_path / "state",
+                      store=(tmp_path / "store").as_uri(), machine_id="m1",
+                      flush_quiet=3600.0, flush_max_delay=3600.0)
+    (tmp_path / "src").mkdir()
+
+    def since() -> str | None:
+        if not s.state_file.exists():
+            return None
+        st = State(s.state_file, readonly=True)
+        try:
+            return st.meta("pending_since")
+        finally:
+            st.close()
+
+    dt = start_daemon(s)
+    try:
+        wait_for(lambda: dt.daemon._ready, what="daemon start")
+        assert not since()
+        before = time.time()
+        write(s.source, REL, b'{"a":1}\n')
+        published = float(wait_for(since, what="pending_since"))
+        assert before - 1 <= published <= time.time()
+        assert status(s)["lag_seconds"] >= time.time() - published - 1
+        dt.daemon.request_scan()  # its flush ships everything: nothing pending then
+        wait_for(lambda: since() == "", what="pending_since cleared by the flush")
+    finally:
+        dt.stop()
+    assert not dt.thread.is_alive() and not dt.errors, dt.errors

@@ -261,6 +261,35 @@ def test_a_local_file_that_differs_is_kept_beside_the_restored_one(desk: Machine
     assert len(list(mine.parent.glob("CLAUDE.md.before-restore-*"))) == 1
 
 
+def test_a_plain_restore_says_config_files_already_here_are_identical(
+        desk: Machines) -> None:
+    """Not "refuse": they are here as the backup has them (said without fetching them)."""
+    def plan(name: str, *args: str) -> dict[str, list[str]]:
+        r = desk.syncd(name, "restore", "--dry-run", *args)
+        out: dict[str, list[str]] = {}
+        for ln in r.stdout.splitlines()[:-1]:
+            kind, rel, why = ln.split(maxsplit=2)
+            out.setdefault(kind, []).append(f"{rel} {why}")
+        return out
+
+    files = sorted(_config_files(str(desk.tmp / "desk")))
+    got = plan("desk")
+    assert "refuse" not in got, got
+    assert [f"{rel} (identical)" for rel in files] == \
+        [x for x in got["skip"] if x.split()[0] in files]
+    (desk.claude("desk") / "CLAUDE.md").write_bytes(b"changed here since\n")
+    assert plan("desk")["refuse"] == ["CLAUDE.md (user config: restored only with --config)"]
+    # On the laptop, desk's CLAUDE.md as it is names desk's home: --config would write it
+    # remapped, so it is not the same; keybindings.json names no path.
+    for rel in ("CLAUDE.md", "keybindings.json"):
+        p = desk.claude("laptop") / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(_config_files(str(desk.tmp / "desk"))[rel])
+    got = plan("laptop", "--machine", "desk")
+    assert "CLAUDE.md (user config: restored only with --config)" in got["refuse"], got
+    assert "keybindings.json (identical)" in got["skip"], got
+
+
 # -- a dry run's diff: memory never follows the config file's line count ---------------------
 
 def test_dry_run_diff_of_a_big_config_file_keeps_memory_bounded(tmp_path: Path) -> None:

@@ -149,6 +149,15 @@ class FlushResult:
     requeue: set[bytes] = field(default_factory=set)
 
 
+def _shipped(files: int, raw: int, deleted: int) -> str:
+    """What a segment holds, as a log line says it: a flush of deletions alone is not
+    "0 files, 0 bytes"."""
+    parts = [f"{files} files, {raw} bytes"] if files or raw or not deleted else []
+    if deleted:
+        parts.append(f"{deleted} deletion{'' if deleted == 1 else 's'}")
+    return ", ".join(parts)
+
+
 def machine_facts(root: bytes) -> dict[str, str]:
     """Who this machine is, as machine.json and the head say it."""
     return {"hostname": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
@@ -622,11 +631,13 @@ class Shipper:
         result.segments.append(seq)
         result.raw_bytes += batch.writer.raw_bytes
         result.stored_bytes += size
-        files = len({e.path for e in batch.writer.index.extents})
+        ix = batch.writer.index
+        files = len({e.path for e in ix.extents})
         result.files += files
-        result.tombstones += len(batch.writer.index.tombstones)
-        log.info("flushed segment %d: %d files, %d bytes -> %d stored", seq, files,
-                 batch.writer.raw_bytes, size)
+        result.tombstones += len(ix.tombstones)
+        log.info("flushed segment %d: %s -> %d stored", seq,
+                 _shipped(len({e.path for e in ix.extents} | {c.path for c in ix.copies}),
+                          batch.writer.raw_bytes, len(ix.tombstones)), size)
 
     def _stage(self, rel: bytes, batch: _Batch, result: FlushResult) -> _Batch:
         prev = self.state.get(rel)

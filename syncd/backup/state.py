@@ -195,10 +195,8 @@ class State:
             self._select = _SELECT if self._db.execute(
                 "SELECT 1 FROM sqlite_master WHERE name='marks'").fetchone() else \
                 f"SELECT f.{_COLUMNS.replace(', ', ', f.')}, NULL FROM files AS f"
-        except sqlite3.Error as e:
-            raise StateError(f"state database {path}: {e}") from e
-        except OSError as e:
-            raise StateError(f"state database {path}: {e.strerror or e}") from e
+        except (sqlite3.Error, OSError) as e:
+            raise StateError.of("state database", path, e) from e
 
     def close(self) -> None:
         self._db.close()
@@ -250,7 +248,7 @@ class State:
         try:
             return self._db.execute(sql, args).fetchall()
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     # -- provenance ---------------------------------------------------------
     def restored(self, path: bytes) -> RestoredFile | None:
@@ -263,7 +261,7 @@ class State:
             with self._db:
                 self._db.execute("DELETE FROM restored WHERE path=?", (path,))
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     def record_restored(self, files: Iterable[RestoredFile]) -> None:
         """Remember what a restore wrote (a row per path, the newest wins)."""
@@ -273,7 +271,7 @@ class State:
                     "INSERT OR REPLACE INTO restored VALUES (?, ?, ?, ?, ?)",
                     [(f.path, f.gen, f.size, f.check_hash, f.at) for f in files])
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     def expire_restored(self) -> None:
         """Drop records older than ``RESTORED_KEEP`` (``restored`` never returns them)."""
@@ -282,7 +280,7 @@ class State:
                 self._db.execute("DELETE FROM restored WHERE at < ?",
                                  (time.time() - RESTORED_KEEP,))
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     def imported(self, path: bytes) -> ImportedFile | None:
         rows = self._read("SELECT path, source, size, check_hash, merged, src_path, src_gen, "
@@ -314,7 +312,7 @@ class State:
                     [(f.path, f.source, f.size, f.check_hash, int(f.merged), f.src_path,
                       f.src_gen, f.src_size, f.at) for f in files])
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     def origin(self, sid: str) -> OriginRecord | None:
         rows = self._read("SELECT sid, machine, src_path, rules, at FROM origins WHERE sid=?",
@@ -333,7 +331,7 @@ class State:
                     [(r.sid, r.machine, r.src_path, json.dumps([list(x) for x in r.rules]),
                       r.at) for r in records])
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     def touch(self, updates: Iterable[FileState]) -> None:
         """Record metadata that needs no upload (a file looked at, nothing new in it)."""
@@ -366,7 +364,7 @@ class State:
                 self._db.execute("DELETE FROM catalog")
                 self._fold(catalog)
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
     def _fold(self, catalog: Mapping[bytes, tuple[int, Mapping[str, Any]]]) -> bool:
         """Fold a segment's catalog into the table; True when it names a new session."""
@@ -418,7 +416,7 @@ class State:
                                      [(f.path,) for f in rows if f.marks is None])
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
         except sqlite3.Error as e:
-            raise StateError(f"state database {self.path}: {e}") from e
+            raise StateError.of("state database", self.path, e) from e
 
 
 def _imported(row: Any) -> ImportedFile:

@@ -19,6 +19,7 @@ from syncd.progress import meter
 
 if TYPE_CHECKING:
     from syncd.archive.compact import CompactReport
+    from syncd.archive.prune import PruneReport
 
 # What a command needs is imported inside it (see syncd.cli.main).
 
@@ -37,6 +38,29 @@ def _summary(r: CompactReport) -> str:
     return (f"{r.machine}: {r.segments} segments ({_mb(r.segment_bytes)}) and "
             f"{len(r.packs_merged)} packs rewritten into {len(r.packs_written)} packs "
             f"({_mb(packs)}); snapshot {r.snapshot}; {len(r.deleted)} objects deleted")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _prune_summary(r: PruneReport) -> str:
+    """What a dry run of prune would do, in one line (its compaction's own words, "dry
+    run: nothing written" or "nothing to compact", say nothing of the prune)."""
+    c, folded = r.compaction, r.folded
+    steps = []
+    if folded is not None and folded.segments:
+        steps.append(f"compact {_count(folded.segments, 'segment')} first")
+    if r.forgotten:
+        steps.append(f"forget {_count(len(r.forgotten), 'snapshot')}")
+    if r.dropped:
+        steps.append(f"drop {_count(len(r.dropped), 'delta')}")
+    if c is not None and c.packs_merged:
+        steps.append(f"rewrite {_count(len(c.packs_merged), 'pack')} "
+                     f"({_mb(c.raw_bytes)} of data)")
+    if not steps:
+        return f"{r.machine}: would delete nothing (the policy keeps every snapshot)"
+    return f"{r.machine}: would {', '.join(steps)}"
 
 
 @click.command("compact", short_help="Fold segments into a delta, or packs and a manifest.")
@@ -121,7 +145,7 @@ def prune_cmd(ctx: click.Context, dry_run: bool, as_json: bool, wide: bool) -> N
         click.echo(f"{len(r.deferred)} more to forget next run (prune_max_share "
                    f"{settings.prune_max_share:g})")
     if r.compaction is not None:
-        click.echo(("would: " if dry_run else "") + _summary(r.compaction))
+        click.echo(_prune_summary(r) if dry_run else _summary(r.compaction))
     for w in r.errors:
         click.echo(f"warning: {w}", err=True)
 

@@ -225,7 +225,8 @@ def main() -> None:
         code = exit_code(e)
     except OSError as e:  # the local filesystem: the work could not be completed
         click.echo(redact(f"syncd: {e.strerror or e}"
-                          + (f": {e.filename}" if e.filename else "")), err=True)
+                          + (f": {os.fsdecode(e.filename)}" if e.filename else "")),
+                   err=True)
         code = 1
     # By now the command has closed all it opened (state, lease, store, worker jobs, temp
     # dirs); the interpreter's teardown of its ~100k objects (boto3's models, pydantic's

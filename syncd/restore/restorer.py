@@ -73,7 +73,13 @@ from syncd.restore.relocation import (
     strays,
 )
 from syncd.restore.remap import CHUNK, LINE_MAX, Remapper, Rule, rewrite_lines
-from syncd.restore.userconfig import config_diff, install_config, remapped, restored_mode
+from syncd.restore.userconfig import (
+    already_here,
+    config_diff,
+    install_config,
+    remapped,
+    restored_mode,
+)
 from syncd.seen import Seen
 from syncd.sibling import is_sibling, owner_of, siblings
 from syncd.view import Backup, load_backup
@@ -283,7 +289,13 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
         why = _refusal(path, remap, backup, opts)
         if why is not None:
             # Listed, never written: what lands in the Claude tree is this machine's call.
-            del files[path]
+            f = files.pop(path)
+            if why == CONFIG_ONLY and already_here(os.path.join(
+                    os.fsencode(opts.target), _target_rel(path, remap)), f, remap):
+                # Nothing to refuse: it is here as the backup has it.
+                report.actions.append(Action("skip", os.fsdecode(path), os.fsdecode(path),
+                                             "identical"))
+                continue
             report.actions.append(Action("refuse", os.fsdecode(path), os.fsdecode(path), why))
             if why.startswith(UNSAFE):  # no writer stores such a name: a damaged backup
                 report.errors.append(f"refusing unsafe path {path!r} from the store")
@@ -586,6 +598,9 @@ def _relocate(backup: Backup, staged: dict[bytes, Path], remap: Remapper,
     return planned
 
 
+CONFIG_ONLY = "user config: restored only with --config"
+
+
 def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions) -> str | None:
     """Why a stored path is not written here (None: it may be)."""
     rel = os.fsdecode(path)
@@ -601,7 +616,7 @@ def _refusal(path: bytes, remap: Remapper, backup: Backup, opts: RestoreOptions)
     if not opts.selection.wants(rel) or not opts.selection.wants(os.fsdecode(target)):
         return "outside the include set: not restored"
     if is_user_config(rel) and not opts.config:
-        return "user config: restored only with --config"
+        return CONFIG_ONLY
     if is_user_config(rel) and not in_git_dir(rel):
         return None
     if not opts.instructions and carries_instructions(
@@ -741,8 +756,9 @@ def _chosen(backup: Backup, opts: RestoreOptions, report: RestoreReport) -> list
         found = [s for s in backup.sessions.values() if any(
             _under(p, want) or _under(home_only.path(p), want) for p in s.places)]
         if not found:
-            report.errors.append(f"no session of project {want} in machine "
-                                 f"{backup.machine!r}'s backup")
+            # As for an unknown --session: nothing is planned (history lines included).
+            raise RestoreError(f"no project in machine {backup.machine!r}'s backup matches "
+                               f"{want} (syncd sessions lists them)")
         chosen.extend(found)
     return chosen
 

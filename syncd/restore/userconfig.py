@@ -7,15 +7,18 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import hashlib
 import itertools
 import json
 import os
 import shutil
+import stat
 import time
 
 from syncd import untrusted
 from syncd.claude import temp_name
 from syncd.errors import RestoreError
+from syncd.format.snapshot import Entry
 from syncd.private import create_private
 from syncd.restore.install import fsync_dir
 from syncd.restore.remap import Remapper
@@ -41,6 +44,38 @@ def remapped(data: bytes, remap: Remapper) -> bytes:
     directories, plugin install paths, paths in instructions. Text only, at path
     boundaries, as in transcripts; a binary file (a skill's image) is kept as it is."""
     return data if remap.identity or _text(data) is None else remap.line(data)
+
+
+# A config file is found already here (not fetched) only when at most this big.
+HERE_MAX = 1 << 20
+
+
+def already_here(dest: bytes, f: Entry, remap: Remapper) -> bool:
+    """Whether ``dest`` holds what restoring ``f`` with ``--config`` would write: the same
+    bytes (the sha256 of each of ``f``'s extents says so: nothing is fetched), none of
+    them a path to remap. A plain restore then says it is there, not that it refused it."""
+    try:
+        st = os.lstat(dest)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size != f.size or f.size > HERE_MAX or \
+            f.sparse:
+        return False
+    try:
+        with open(dest, "rb") as fh:
+            data = fh.read(HERE_MAX + 1)
+    except OSError:
+        return False
+    pos = 0
+    for _, x in f.extents:
+        if pos == f.size:
+            break
+        # Contiguous from 0 and whole frames (a part of one has the frame's sha256).
+        if x.start != pos or x.end > f.size or x.skip or x.frame or \
+                hashlib.sha256(data[x.start:x.end]).hexdigest() != x.sha256:
+            return False
+        pos = x.end
+    return pos == f.size == len(data) and remapped(data, remap) == data
 
 
 def restored_mode(mode: int) -> int:

@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from syncd.errors import Locked
+from syncd.errors import Locked, StateError
 from syncd.private import private_dir
 
 
@@ -17,17 +17,26 @@ class ProcessLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise Locked(f"another syncd (pid {pid}) is running on {self.path.parent}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            private_dir(self.path.parent)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise StateError.of("lock file", self.path, e) from None
+        try:
+            os.fchmod(fd, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise Locked(f"another syncd (pid {pid}) is running on "
+                             f"{self.path.parent}") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # ENOSPC on a full disk
+        except BaseException as e:
+            os.close(fd)  # the flock with it: held on, a retry here would meet itself
+            if isinstance(e, OSError):
+                raise StateError.of("lock file", self.path, e) from None
+            raise
         self._fd = fd
 
     def release(self) -> None:

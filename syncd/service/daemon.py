@@ -85,6 +85,7 @@ class Daemon:
         self._head_at: float | None = None  # when the head is due (monotonic)
         self._follower: Follower | None = None
         self._follow_at = 0.0  # when the followed machines are looked at next (monotonic)
+        self._published: float | None = None  # the pending_since status was told (monotonic)
 
     # -- called from the watcher thread -------------------------------------
     def mark(self, rel: bytes) -> None:
@@ -194,16 +195,18 @@ class Daemon:
         metrics = MetricsServer.start_for(self.settings) if self._metrics else None
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
-        log.info("syncd running: machine %s, source %s, store %s", self.settings.machine_id,
-                 self.settings.source, engine.store.url)
         try:
             try:
                 engine.connect()  # a wrong key or a live lease ends the start here
             except StoreError as e:
                 # A store that is down at boot does not fail the start: the first flush
                 # (right after the reconcile scan) connects, or fails and retries.
-                log.warning("store unreachable at start, connecting with the first flush: %s",
-                            e)
+                log.warning("cannot use the store at start (the first flush tries "
+                            "again): %s", e)
+            # Only once the lease is ours (or the store is down): a refused start says
+            # why it stopped and nothing else.
+            log.info("syncd running: machine %s, source %s, store %s",
+                     self.settings.machine_id, self.settings.source, engine.store.url)
             self._unconnected = not engine.connected
             archiver.start()
             # Watch first, then scan: a change between the two is seen at least once.
@@ -232,6 +235,7 @@ class Daemon:
                     self._ready = True
                     self.notify.ready(self._status_text())
                 self.notify.status(self._status_text())
+                self._publish_pending(engine)
                 self.wake.wait(self._timeout(next_scan))
                 self.wake.clear()
         finally:
@@ -406,16 +410,16 @@ class Daemon:
             finally:
                 self._unconnected = not engine.connected
         except InterruptedError:
-            self._requeue(paths)
+            self._requeue(paths, d.first)
             return
         except (LeaseLost, LeaseHeld, CryptoError) as e:
             # Not passing: another writer has this machine id, or the key is refused.
-            self._requeue(paths)
+            self._requeue(paths, d.first)
             log.error("%s", e)
             self._stop_fatally(e)
             return
         except Exception as e:
-            self._requeue(paths)
+            self._requeue(paths, d.first)  # pending since then, not since the failure
             self._retry_at = time.monotonic() + self._backoff
             log.error("flush failed, retrying in %.0fs: %s", self._backoff, e)
             self._failing = str(e)[:200]
@@ -431,12 +435,26 @@ class Daemon:
             self._requeue(result.requeue)
         # Unreadable files wait for the next reconcile scan instead of spinning here.
 
-    def _requeue(self, paths: set[bytes]) -> None:
+    def _requeue(self, paths: set[bytes], first: float | None = None) -> None:
         now = time.monotonic()
         with self._lock:
             self._dirty.paths |= paths
-            self._dirty.first = self._dirty.first or now
+            self._dirty.first = min(t for t in (self._dirty.first, first or now)
+                                    if t is not None)
             self._dirty.last = self._dirty.last or now
+
+    def _publish_pending(self, engine: Engine) -> None:
+        """Tell ``status`` since when changes are pending (a wall time in the state; ""
+        when none are): a file's mtime is its newest change, which a transcript that
+        keeps growing keeps at now. Written only when it changes, about twice a flush."""
+        with self._lock:
+            d = self._dirty
+            first = d.first if d.paths or d.dirs else None
+        if first == self._published:
+            return
+        since = "" if first is None else repr(time.time() - (time.monotonic() - first))
+        engine.state.set_meta(pending_since=since)
+        self._published = first
 
 
 # glibc's mallopt parameter for the number of malloc arenas.

@@ -23,7 +23,7 @@ log = logging.getLogger("syncd.metrics")
 METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("running", "syncd_daemon_running", "gauge", "1 while the daemon holds the state"),
     ("lag_seconds", "syncd_lag_seconds", "gauge",
-     "Seconds since the least recently changed unshipped file changed (0: nothing pending)"),
+     "Age of the oldest unshipped change (0: nothing pending)"),
     ("bytes_pending", "syncd_pending_bytes", "gauge", "Bytes not yet in the store"),
     ("files_pending", "syncd_pending_files", "gauge", "Files with bytes not yet in the store"),
     ("last_flush_time", "syncd_last_flush_timestamp_seconds", "gauge",

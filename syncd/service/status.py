@@ -30,24 +30,32 @@ STORE_CHECK_TIMEOUT = 3.0
 
 
 def check_store(settings: Settings, store: Store | None = None) -> tuple[bool, str | None]:
-    """(reachable, why not): one HEAD of this machine's ``machine.json`` with a short timeout."""
+    """(reachable, why not): one HEAD of this machine's ``machine.json`` with a short timeout
+    (and a LIST when it is missing)."""
     try:
         if store is None:
             store = open_store(settings.store, endpoint_url=settings.s3_endpoint_url,
                                region=settings.s3_region, retry_deadline=STORE_CHECK_TIMEOUT,
                                timeout=STORE_CHECK_TIMEOUT)
-        store.head(layout.machine_key(settings.machine_id))
+        key = layout.machine_key(settings.machine_id)
+        if store.head(key) is None:
+            # A HEAD answers a missing bucket as a missing key (a bare 404); a LIST says
+            # which (only for a machine not backed up yet, or a typo in the URL).
+            next(iter(store.list(key)), None)
     except (StoreError, OSError) as e:
         return False, str(e)
     return True, None
 
 
-def _lag(root: bytes, dirty: set[bytes]) -> float:
-    """Seconds since the least recently changed pending file changed (0: nothing pending).
+def _lag(root: bytes, dirty: set[bytes], since: float | None = None) -> float:
+    """The age of the oldest unshipped change, in seconds (0: nothing pending).
 
-    A lower bound of the age of the oldest unshipped change, from stat alone.
+    From the running daemon's word (``since``: when it first saw a change still pending)
+    where it has one; a stat alone gives only the newest change of each file.
     """
-    oldest = None
+    if not dirty:
+        return 0.0
+    oldest = since
     for rel in dirty:
         try:
             mtime = os.lstat(os.path.join(root, rel)).st_mtime
@@ -165,7 +173,8 @@ def status(settings: Settings, *, probe_store: bool = False,
             found = scan(root, Selection(settings.include, settings.exclude), state)
             out["bytes_pending"] = found.pending_bytes
             out["files_pending"] = len(found.dirty)
-            out["lag_seconds"] = _lag(root, found.dirty)
+            since = state.meta("pending_since") if pid is not None else None
+            out["lag_seconds"] = _lag(root, found.dirty, float(since) if since else None)
     finally:
         state.close()
     return out
@@ -206,8 +215,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"daemon:       {f'running (pid {pid})' if pid else 'not running'}",
         f"health:       {', '.join(health(s, now)) or 'ok'}",
         f"lag:          {'unknown' if lag is None else _ago(lag)}"
-        + (" (nothing pending)" if lag == 0 else " since the oldest pending change"
-           if lag is not None else ""),
+        + ("" if lag is None else " (nothing pending)" if not s.get("files_pending")
+           else " since the oldest pending change"),
         f"last flush:   {when(s['last_flush_time'])}"
         + (f", seq {s['last_flush_seq']}" if s["last_flush_seq"] is not None else ""),
         f"files:        {s['files_tracked']} tracked, {s['files_deleted']} deleted locally "

@@ -10,7 +10,14 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, cast
 
-from syncd.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, TransientError
+from syncd.errors import (
+    AlreadyExists,
+    NoSuchStore,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    TransientError,
+)
 from syncd.store.base import ObjectInfo, check_key
 
 if TYPE_CHECKING:
@@ -110,6 +117,10 @@ class S3Store:
             err: Any = e.response.get("Error", {})
             code = str(err.get("Code", ""))
             status = self._status(e)
+            if code == "NoSuchBucket":
+                # Not a missing key: every key of this store is missing (a typo in the URL,
+                # or a bucket not created yet). A HEAD's 404 has no body to say so.
+                return self.no_bucket()
             if if_match is not None and (status in (404, 412) or code in (
                     "PreconditionFailed", "NoSuchKey")):
                 # AWS answers 404 to If-Match on a missing key, SeaweedFS 412: both mean
@@ -130,6 +141,10 @@ class S3Store:
             return StoreError(msg)
         # Connection refused/reset, timeouts, truncated bodies: worth another try.
         return TransientError(f"{where}: {type(e).__name__}: {e}")
+
+    def no_bucket(self) -> NoSuchStore:
+        return NoSuchStore(f"store {self.url}: bucket {self.bucket!r} does not exist "
+                           "(create it, or fix the store URL)")
 
     def put(self, key: str, data: bytes, *, if_none_match: bool = True,
             if_match: str | None = None) -> str:
