@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from syncd.claude import project_folder
-from syncd.errors import AmbiguousSession, UsageError, exit_code
+from syncd.errors import AmbiguousSession, LookupFailed, UsageError, exit_code
 from syncd.format.catalog import Session
 from syncd.restore.sessionref import NAMED_MAX, matching, names, one
 from syncd.store import LocalStore
@@ -155,3 +155,19 @@ def test_matching_rules() -> None:
         one("0f8e4c2a", many, machine_named=False)
     assert isinstance(AmbiguousSession("x"), UsageError)
     assert exit_code(AmbiguousSession("x")) == 2
+
+
+def test_a_session_id_in_another_case_is_the_same_session() -> None:
+    # A UUID's case is no part of it: a machine listing "0F8E4C2A-…" holds the session
+    # "0f8e4c2a-…" too. Named whole, or by its prefix, it is that one session on two
+    # machines (pick one with --machine), never "give more of its id" (there is none).
+    upper = ALIKE1.upper()
+    found = [("desk", session(ALIKE1, "desk", "/p")), ("evil", session(upper, "evil", "/e"))]
+    for ref in (ALIKE1, ALIKE1[:8]):
+        with pytest.raises(LookupFailed, match=r"several machines' backups: desk .*, evil "
+                                               r".*pick one with --machine") as e:
+            one(ref, matching(ref, found), machine_named=False)
+        assert not isinstance(e.value, AmbiguousSession)
+    # Each machine's own spelling, when it is named.
+    assert one(ALIKE1, matching(ALIKE1, found[:1]), machine_named=True) == ALIKE1
+    assert one(ALIKE1, matching(ALIKE1, found[1:]), machine_named=True) == upper

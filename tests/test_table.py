@@ -138,6 +138,16 @@ def test_ids_are_shown_by_as_many_characters_as_tell_them_apart() -> None:
                                  ALIKE1[:12] + "ffff": ALIKE1[:12] + "f"}
 
 
+def test_a_shown_id_names_one_session_as_the_commands_take_it() -> None:
+    # Commands take ids in either case (a UUID's case is no part of it): a store's
+    # "ABCDEF12-…" and "abcdef12-…" are told apart past their first 8 characters, and an
+    # id that differs from another in case alone is that one.
+    upper, lower = "ABCDEF12-1111-4000-8000-000000000001", "abcdef12-2222-4000-8000-000000000002"
+    twin = "AAAAAAAA-0000-4000-8000-000000000001"
+    shown = short_ids([upper, lower, twin, DESK], 8)
+    assert shown == {upper: upper[:10], lower: lower[:10], twin: twin[:8], DESK: DESK[:8]}
+
+
 def test_columns_are_left_out_least_useful_first() -> None:
     cols = (Column("ID"), Column("A", drop=1), Column("B", drop=2), Column("TEXT", cut="end"))
     natural = [10, 5, 5, 40]

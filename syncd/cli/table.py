@@ -161,17 +161,19 @@ def cut(text: str, room: int, how: Cut) -> str:
 
 def short_ids(ids: Sequence[str], least: int) -> dict[str, str]:
     """Each id by its first ``least`` characters, or as many more as tell it from the
-    others (the same id twice, say a session on two machines, is one)."""
-    ordered = sorted(set(ids))
-    out = {}
+    others (the same id twice, say a session on two machines, is one). Told apart as
+    the commands take them, in either case: ``ABCDEF12-…`` from ``abcdef12-…``, an id
+    that differs from another in case alone being that one."""
+    ordered = sorted({i.lower() for i in ids})
+    n_of = {}
     for i, sid in enumerate(ordered):
         n = least
         for other in ordered[max(i - 1, 0):i] + ordered[i + 1:i + 2]:
             same = next((j for j, (a, b) in enumerate(zip(sid, other, strict=False))
                          if a != b), min(len(sid), len(other)))
             n = max(n, same + 1)
-        out[sid] = sid[:n]
-    return out
+        n_of[sid] = n
+    return {sid: sid[:n_of[sid.lower()]] for sid in ids}
 
 
 def fit(columns: Sequence[Column], natural: Sequence[int], total: int

@@ -45,12 +45,14 @@ def one(ref: str, found: list[tuple[str, Session]], machine_named: bool) -> str:
     """The id of the one session ``found`` holds (``found``: what ``ref`` matched, at
     least one); ``AmbiguousSession`` when it holds several, or one session on several
     machines and no machine was named (``machine_named``). A machine holding a session
-    in two project folders holds one session: its restore picks the folder."""
-    ids = sorted({s.session_id for _, s in found})
+    in two project folders holds one session: its restore picks the folder. A UUID's case
+    is no part of it: ``ABCDEF12-…`` is the session ``abcdef12-…`` (a store may list
+    either), and the id returned is spelled as the first machine (by name) lists it."""
+    ids = sorted({s.session_id.lower() for _, s in found})
     if len(ids) > 1:
         # Strings from a store: printed as text, never as escapes.
         first: dict[tuple[str, str], Session] = {}
-        for m, s in sorted(found, key=lambda f: (f[1].session_id, f[0])):
+        for m, s in sorted(found, key=lambda f: (f[1].session_id.lower(), f[0])):
             first.setdefault((s.session_id, m), s)
         shown = [f"{sid} ({printable(m)}, {printable(s.place or '?')})"
                  for (sid, m), s in first.items()]
@@ -62,4 +64,4 @@ def one(ref: str, found: list[tuple[str, Session]], machine_named: bool) -> str:
         shown = [f"{printable(m)} (last activity {printable(last[m])})" for m in machines]
         raise LookupFailed(f"session {ref} is in several machines' backups: "
                                f"{_listed(shown)}; pick one with --machine")
-    return ids[0]
+    return min(found, key=lambda f: (f[0], f[1].session_id))[1].session_id
