@@ -68,7 +68,9 @@ class ConfigFile:
 
 def _key_forms(key: str) -> str:
     """A TOML key as a file may spell it: bare, "basic" or 'literal'."""
-    forms = [re.escape(json.dumps(key)), re.escape(f"'{key}'")]
+    # A basic string may spell a character beyond ASCII as it is or as \uXXXX.
+    forms = [re.escape(f) for f in dict.fromkeys(
+        (json.dumps(key, ensure_ascii=False), json.dumps(key), f"'{key}'"))]
     if re.fullmatch(r"[A-Za-z0-9_-]+", key):
         forms.append(re.escape(key))
     return f"(?:{'|'.join(forms)})"
@@ -628,7 +630,7 @@ def _merged(*layers: dict[str, Any]) -> dict[str, Any]:
 def _dotted(loc: tuple[int | str, ...]) -> str:
     """A value's place as TOML spells a dotted key: ``remap."/Users/bob"``."""
     parts = [str(p) if isinstance(p, int) or re.fullmatch(r"[A-Za-z0-9_-]+", p) else
-             json.dumps(p) for p in loc if p != "[key]"]
+             json.dumps(p, ensure_ascii=False) for p in loc if p != "[key]"]
     return ".".join(parts) + (" (the key)" if loc and loc[-1] == "[key]" else "")
 
 
@@ -639,9 +641,22 @@ def _origin(name: str, cfg: ConfigFile, overrides: dict[str, object],
     if name in overrides:
         return ""
     var = f"SYNCD_{name}".upper()
-    if any(k.upper() == var for k in os.environ):
+    value = next((v for k, v in os.environ.items() if k.upper() == var), None)
+    if value is not None and not _file_entry(cfg.data.get(name), value, within):
         return f"${var}: "
     return f"config file {cfg.where(name, *within)}: " if name in cfg.data else ""
+
+
+def _file_entry(table: object, variable: str, within: tuple[object, ...]) -> bool:
+    """Whether the entry ``within`` of a table both the file and a variable set (merged
+    key by key) is the file's: the file's table has it, the variable's has not."""
+    if not within or not isinstance(table, dict) or within[0] not in table:
+        return False
+    try:
+        theirs = json.loads(variable)
+    except ValueError:
+        return False
+    return isinstance(theirs, dict) and within[0] not in theirs
 
 
 def load_settings(config_file: Path | None = None, *, config_required: bool = False,

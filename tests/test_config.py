@@ -151,6 +151,33 @@ def test_a_bad_remap_value_names_its_own_line(tmp_path: Path, text: str, line: i
     assert str(e.value).startswith(f"config file {cfg}, line {line}: {says}"), str(e.value)
 
 
+def test_a_bad_remap_entry_is_blamed_on_where_it_is(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # The file's and $SYNCD_REMAP's tables are merged: each entry's error names its own
+    # source, the other one's being fine.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[remap]\n"/a" = "rel"\n')
+    monkeypatch.setenv("SYNCD_REMAP", '{"/b": "/c"}')
+    with pytest.raises(ConfigError) as e:
+        load_settings(cfg)
+    assert str(e.value).startswith(f"config file {cfg}, line 2: remap.\"/a\": "), str(e.value)
+    cfg.write_text('[remap]\n"/a" = "/ok"\n')
+    monkeypatch.setenv("SYNCD_REMAP", '{"/b": "rel"}')
+    with pytest.raises(ConfigError, match=r'^\$SYNCD_REMAP: remap\."/b": \'rel\' is not'):
+        load_settings(cfg)
+
+
+@pytest.mark.parametrize("spelled", ['"/home/zoë"', "'/home/zoë'", '"/home/zo\\u00eb"'])
+def test_a_bad_remap_key_beyond_ascii_names_its_line_as_written(tmp_path: Path,
+                                                               spelled: str) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[remap]\n"/a" = "/b"\n{spelled} = "rel"\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(cfg)
+    assert str(e.value).startswith(f'config file {cfg}, line 3: remap."/home/zoë": '), \
+        str(e.value)
+
+
 @pytest.mark.parametrize(("store", "why"), [("ftp://h/x", "use file:///path"),
                                             ("s3:///prefix", "missing bucket"),
                                             ("file://host/x", "absolute path"),
