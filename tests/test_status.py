@@ -151,3 +151,31 @@ def test_the_daemon_says_since_when_changes_are_pending(tmp_path: Path) -> None:
     finally:
         dt.stop()
     assert not dt.thread.is_alive() and not dt.errors, dt.errors
+
+
+def test_a_dead_daemons_pending_since_is_not_the_next_ones(tmp_path: Path) -> None:
+    """A daemon that died with changes pending left its pending_since: the next one,
+    with nothing pending, says so (else status, seeing a change before that daemon
+    does, would call it days old)."""
+    s = load_settings(Path(os.devnull), source=tmp_path / "src", state_dir=tmp_path / "state",
+                      store=(tmp_path / "store").as_uri(), machine_id="m1")
+    (tmp_path / "src").mkdir()
+    st = State(s.state_file)
+    st.set_meta(pending_since=repr(time.time() - 3 * DAY))
+    st.close()
+
+    def since() -> str | None:
+        st = State(s.state_file, readonly=True)
+        try:
+            return st.meta("pending_since")
+        finally:
+            st.close()
+
+    dt = start_daemon(s)
+    try:
+        wait_for(lambda: dt.daemon._ready, what="daemon start")
+        wait_for(lambda: since() == "", timeout=10, what="the dead daemon's word cleared",
+                 explain=lambda: f"pending_since {since()!r}")
+    finally:
+        dt.stop()
+    assert not dt.thread.is_alive() and not dt.errors, dt.errors

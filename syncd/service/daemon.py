@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import gc
 import logging
+import math
 import os
 import signal
 import threading
@@ -85,7 +86,9 @@ class Daemon:
         self._head_at: float | None = None  # when the head is due (monotonic)
         self._follower: Follower | None = None
         self._follow_at = 0.0  # when the followed machines are looked at next (monotonic)
-        self._published: float | None = None  # the pending_since status was told (monotonic)
+        # The pending_since status was told (monotonic); NaN: nothing told yet, so that
+        # the first word replaces a dead daemon's (none is equal to NaN).
+        self._published: float | None = math.nan
 
     # -- called from the watcher thread -------------------------------------
     def mark(self, rel: bytes) -> None:
