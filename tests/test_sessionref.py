@@ -171,3 +171,21 @@ def test_a_session_id_in_another_case_is_the_same_session() -> None:
     # Each machine's own spelling, when it is named.
     assert one(ALIKE1, matching(ALIKE1, found[:1]), machine_named=True) == ALIKE1
     assert one(ALIKE1, matching(ALIKE1, found[1:]), machine_named=True) == upper
+
+
+def test_a_hostile_machines_long_strings_leave_the_error_line_short() -> None:
+    # A project path or a last activity is up to 4,096 characters from a store: the line
+    # naming the matches shows each cut in its middle, its two ends kept.
+    long_place = "/home/evil/" + "x" * 4000 + "/end"
+    found = [(f"evil{i}", session(f"0f8e4c2a-{i:04x}-4000-8000-000000000000", f"evil{i}",
+                                  long_place)) for i in range(NAMED_MAX)]
+    with pytest.raises(AmbiguousSession) as e:
+        one("0f8e4c2a", found, machine_named=False)
+    line = str(e.value)
+    assert len(line) < 1200, len(line)
+    assert "(evil0, /home/evil/x" in line and "…" in line and "x/end)" in line, line
+    twin = [(m, Session(ALIKE1, m, b"projects/-x/a.jsonl",
+                        fields={"last_activity": "2026" + "9" * 4000})) for m in ("a", "b")]
+    with pytest.raises(LookupFailed) as e:
+        one(ALIKE1, twin, machine_named=False)
+    assert len(str(e.value)) < 600, len(str(e.value))

@@ -36,6 +36,20 @@ def matching(ref: str, sessions: Iterable[tuple[str, Session]]) -> list[tuple[st
     return [(m, s) for m, s in sessions if names(ref, s.session_id)]
 
 
+# A store's string in an error line (a project path, a last activity: up to 4,096
+# characters each) is cut to this many, its two ends kept.
+SHOWN_MAX = 80
+
+
+def _shown(text: str) -> str:
+    """``text`` printable and at most ``SHOWN_MAX`` characters (``…`` in its middle)."""
+    text = printable(text)
+    if len(text) <= SHOWN_MAX:
+        return text
+    half = (SHOWN_MAX - 1) // 2
+    return text[:half] + "…" + text[len(text) - (SHOWN_MAX - 1 - half):]
+
+
 def _listed(items: Sequence[str]) -> str:
     more = len(items) - NAMED_MAX
     return ", ".join(items[:NAMED_MAX]) + (f" and {more} more" if more > 0 else "")
@@ -54,14 +68,14 @@ def one(ref: str, found: list[tuple[str, Session]], machine_named: bool) -> str:
         first: dict[tuple[str, str], Session] = {}
         for m, s in sorted(found, key=lambda f: (f[1].session_id.lower(), f[0])):
             first.setdefault((s.session_id, m), s)
-        shown = [f"{sid} ({printable(m)}, {printable(s.place or '?')})"
+        shown = [f"{sid} ({printable(m)}, {_shown(s.place or '?')})"
                  for (sid, m), s in first.items()]
         raise AmbiguousSession(f"session {ref} matches {len(ids)} sessions: "
                                f"{_listed(shown)}; give more of its id")
     machines = sorted({m for m, _ in found})
     if len(machines) > 1 and not machine_named:
         last = {m: s.fields.get("last_activity", "?") for m, s in found}
-        shown = [f"{printable(m)} (last activity {printable(last[m])})" for m in machines]
+        shown = [f"{printable(m)} (last activity {_shown(last[m])})" for m in machines]
         raise LookupFailed(f"session {ref} is in several machines' backups: "
                                f"{_listed(shown)}; pick one with --machine")
     return min(found, key=lambda f: (f[0], f[1].session_id))[1].session_id
