@@ -15,7 +15,10 @@ import json
 import os
 import re
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from itertools import accumulate, chain, compress, repeat
+from operator import is_, not_, sub
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -43,6 +46,15 @@ _PROTECTED = re.compile(rb'"(?:thinking|signature|data)":"[^"\\]*(?:\\.[^"\\]*)*
 # What may follow a Windows prefix: more components, separated by an escaped backslash.
 _WIN_REST = rb'((?:\\\\[^\\"<>|*?:]+)*)'
 _PROTECT_HINT = (b'"thinking"', b'"signature"', b'"redacted_thinking"')
+_HINT_OPEN = _PROTECT_HINT[:2]
+# The two bytes before a prefix that decide at once, looked up for all matches in C:
+# after an ASCII non-name byte a path starts, after a JSON escape letter (``\\n``) too;
+# after ``._~-`` it does not. Any other pair takes _starts_path.
+_AT_ONCE: dict[bytes, bool] = {
+    **{bytes((a, b)): False for a in range(256) for b in b"._~-"},
+    **{bytes((a, b)): True for a in range(256) for b in _STOP},
+    **{b"\\" + bytes((c,)): True for c in b"nrtbf"},
+}
 
 
 def _alternatives(pairs: dict[bytes, bytes]) -> bytes:
@@ -76,40 +88,50 @@ def config_rules(settings: Settings) -> list[Rule]:
     return [Rule(old, local_target(new), "config remap") for old, new in settings.remap.items()]
 
 
-def _continues_name(chunk: bytes, at: int) -> bool:
-    """Whether the character before ``chunk[at]`` (``at`` > 0) is part of a path name: an
-    ASCII letter, digit or ``._~-``, or a letter, digit or mark of any script (``café``,
-    ``中文``); not a JSON escape of a control character (``\\n``, ``\\t``: tool output) nor
-    a symbol or punctuation (``→`` of the Read tool's line numbers, ``│``, an emoji).
-    Bytes that are not UTF-8 count as a name, as they did."""
+def _continues_name(chunk: bytes, at: int, lo: int = 0) -> bool:
+    """Whether the character before ``chunk[at]`` (``at`` > ``lo``, where the text looked
+    at starts) is part of a path name: an ASCII letter, digit or ``._~-``, or a letter,
+    digit or mark of any script (``café``, ``中文``); not a JSON escape of a control
+    character (``\\n``, ``\\t``: tool output) nor a symbol or punctuation (``→`` of the Read
+    tool's line numbers, ``│``, an emoji). Bytes that are not UTF-8 count as a name, as
+    they did."""
     b = chunk[at - 1]
     if b < 0x80:
         if b not in _ASCII_NAME:
             return False
-        if at >= 2 and chunk[at - 2] == 0x5C and b in b"nrtbf":
+        if at - lo >= 2 and chunk[at - 2] == 0x5C and b in b"nrtbf":
             return False
-        if b in _HEX and at >= 6 and chunk[at - 6] == 0x5C and chunk[at - 5] == 0x75 \
+        if b in _HEX and at - lo >= 6 and chunk[at - 6] == 0x5C and chunk[at - 5] == 0x75 \
                 and all(c in _HEX for c in chunk[at - 4 : at - 1]):
             # A \\uXXXX escape (unless its backslash is itself escaped) is its character.
             lead = at - 6
-            while lead > 0 and chunk[lead - 1] == 0x5C:
+            while lead > lo and chunk[lead - 1] == 0x5C:
                 lead -= 1
             if (at - 6 - lead) % 2 == 0:
                 return _name_char(chr(int(chunk[at - 4 : at], 16)))
         return True
-    return _ends_in_name(chunk[max(0, at - 4) : at])
+    return _ends_in_name(chunk[max(lo, at - 4) : at])
 
 
-def _after_csi(chunk: bytes, at: int) -> bool:
-    """Whether a terminal escape sequence (CSI) ends at ``chunk[at]`` (``at`` > 0), its
-    backslash not itself escaped."""
-    m = _CSI.search(chunk, max(0, at - _CSI_MAX), at)
+def _after_csi(chunk: bytes, at: int, lo: int = 0) -> bool:
+    """Whether a terminal escape sequence (CSI) ends at ``chunk[at]`` (``at`` > ``lo``),
+    its backslash not itself escaped."""
+    m = _CSI.search(chunk, max(lo, at - _CSI_MAX), at)
     if m is None:
         return False
     lead = m.start()
-    while lead > 0 and chunk[lead - 1] == 0x5C:
+    while lead > lo and chunk[lead - 1] == 0x5C:
         lead -= 1
     return (m.start() - lead) % 2 == 0
+
+
+def _starts_path(chunk: bytes, at: int, lo: int = 0) -> bool:
+    """Whether a prefix at ``chunk[at]`` starts a path, looking no further back than
+    ``lo``: after a character that is not a name's (see _continues_name) or a terminal
+    escape; never inside a longer name (/x/home/a, bob/by)."""
+    before = chunk[at - 1] if at > lo else 0x20
+    return before in _STOP or (before not in _PLAIN and not _continues_name(chunk, at, lo)) \
+        or (before in _LETTERS and _after_csi(chunk, at, lo))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -167,6 +189,23 @@ class Remapper:
         self._folder_re = re.compile(
             rb"(projects(?:/|\\\\))(" + _alternatives(fpairs) + rb")(?=/|\\\\|\"|$)"
         ) if fpairs else None
+        # The whole text at once (``_whole``) finds what each stretch between protected
+        # strings would, when no match can reach across a quote: no prefix holds one, no
+        # folder name a quote, separator or line end (then ``$``, the end of a stretch,
+        # is a quote after it, a line end before one, or the end of the text).
+        self._whole_ok = all(0x22 not in k for k in pairs) and not any(
+            c in f for f in fpairs for c in b'"/\\\n')
+        # Folders found in the text before its prefixes are replaced are the same as after
+        # when the two cannot meet: every prefix, old and new, starts with a slash (which no
+        # folder name holds and no replaced prefix follows "projects" directly), and none
+        # holds "projects" or ends in a start of it.
+        heads = tuple(b"projects"[:i] for i in range(1, 8))
+        self._apart = all(
+            v.startswith(b"/") and b"projects" not in v and not v.endswith(heads)
+            for kv in pairs.items() for v in kv)
+        self._folder_any = re.compile(
+            rb"(projects(?:/|\\\\))(" + _alternatives(fpairs) + rb")(?=/|\\\\|\"|\n|\Z)"
+        ) if fpairs else None
 
     @property
     def identity(self) -> bool:
@@ -196,12 +235,7 @@ class Remapper:
             for i in range(0, len(parts) - 1, 3):
                 at += len(parts[i])
                 old, rest = parts[i + 1], parts[i + 2]
-                # A prefix starts a path: after a character that is not a name's (see
-                # _continues_name) or a terminal escape; never inside a longer name
-                # (/x/home/a, bob/by).
-                before = chunk[at - 1] if at else 0x20
-                if before in _STOP or (before not in _PLAIN and not _continues_name(chunk, at)) \
-                        or (before in _LETTERS and _after_csi(chunk, at)):
+                if _starts_path(chunk, at):
                     parts[i + 1] = self._pairs[old]
                     if old in self._to_posix:
                         parts[i + 2] = rest.replace(b"\\\\", b"/")
@@ -213,6 +247,83 @@ class Remapper:
             chunk = b"".join(parts)
         return chunk
 
+    def _whole(self, raw: bytes) -> bytes:
+        """``_gapwise``'s output, from one pass of each pattern over the whole text and
+        the decisions for all matches at once, in C (see ``_prefixes``): no Python runs
+        per stretch between protected strings nor, mostly, per match."""
+        # Protected spans as sorted bounds: a position is inside one iff the number of
+        # bounds at or before it is odd. Protected at all only when the text names a
+        # thinking block (one found says so without looking again).
+        bounds: list[int] = []
+        if found := list(_PROTECTED.finditer(raw)):
+            if any(map(raw.startswith, repeat(_HINT_OPEN), map(re.Match.start, found))) \
+                    or any(h in raw for h in _PROTECT_HINT):
+                bounds = list(chain.from_iterable(map(re.Match.span, found)))
+        done: list[_Edits] = []
+        if self._prefix_re is not None:
+            done.append(self._prefixes(raw, bounds))
+        if self._folder_any is not None and b"projects" in raw:
+            if not done or self._apart and not done[0].posix:
+                done.append(self._folders(raw, bounds))  # the same, found in ``raw``
+            else:
+                raw, bounds = done.pop().apply(raw, bounds)
+                if b"projects" in raw:
+                    done.append(self._folders(raw, bounds))
+        if not done:
+            return raw
+        edits = done[0] if len(done) == 1 else done[0].merge(done[1])
+        return edits.apply(raw, [])[0]
+
+    def _prefixes(self, raw: bytes, bounds: list[int]) -> _Edits:
+        """Where ``raw``'s prefixes are replaced."""
+        assert self._prefix_re is not None
+        found = list(self._prefix_re.finditer(raw))
+        if not found:
+            return _Edits([], [], [])
+        n = len(found)
+        starts = list(map(re.Match.start, found))
+        # What the two bytes before each match say at once (None: ask _starts_path).
+        ok: list[bool | None] = list(map(_AT_ONCE.get, map(
+            raw.__getitem__, map(slice, map(sub, starts, repeat(2)), starts))))
+        ks = list(map(bisect_right, repeat(bounds), starts)) if bounds else [0] * n
+        for i in compress(range(n), map(int.__and__, ks, repeat(1))):
+            ok[i] = False  # inside a protected string
+        for i in compress(range(n), map(is_, ok, repeat(None))):
+            k = ks[i]
+            ok[i] = _starts_path(raw, starts[i], bounds[k - 1] if k else 0)
+        if True not in ok:
+            return _Edits([], [], [])
+        found = list(compress(found, ok))
+        starts = list(compress(starts, ok))
+        olds = list(map(re.Match.group, found, repeat(1)))
+        news = list(map(self._pairs.__getitem__, olds))
+        tp = self._to_posix
+        if tp and not tp.isdisjoint(olds):  # the separators after the prefix change too
+            news = [new + m[2].replace(b"\\\\", b"/") if old in tp else new
+                    for new, old, m in zip(news, olds, found, strict=True)]
+            ends = [m.end() if old in tp else m.end(1) for old, m in zip(olds, found, strict=True)]
+            return _Edits(starts, ends, news, posix=True)
+        return _Edits(starts, list(map(re.Match.end, found, repeat(1))), news)
+
+    def _folders(self, text: bytes, bounds: list[int]) -> _Edits:
+        """Where ``text``'s project folders are replaced, outside protected strings."""
+        assert self._folder_any is not None
+        found = list(self._folder_any.finditer(text))
+        # A folder before a line end is one at the end of its stretch only: the text's, or
+        # before a protected string.
+        after = list(map(re.Match.end, found))
+        lf = list(map(text.startswith, repeat(b"\n"), after))
+        if bounds or True in lf:
+            opens = set(bounds[0::2])
+            ok = list(map(not_, map(int.__and__, map(
+                bisect_right, repeat(bounds), map(re.Match.start, found)), repeat(1))))
+            for i in compress(range(len(found)), lf):
+                ok[i] = ok[i] and (after[i] + 1 == len(text) or after[i] + 1 in opens)
+            found = list(compress(found, ok))
+        return _Edits(list(map(re.Match.start, found, repeat(2))),
+                      list(map(re.Match.end, found, repeat(2))),
+                      list(map(self._fpairs.__getitem__, map(re.Match.group, found, repeat(2)))))
+
     def line(self, raw: bytes) -> bytes:
         """Rewrite JSON(L) text, any number of lines at once, keeping protected strings.
 
@@ -220,6 +331,13 @@ class Remapper:
         """
         if self.identity:
             return raw
+        if self._whole_ok:
+            return self._whole(raw)
+        return self._gapwise(raw)
+
+    def _gapwise(self, raw: bytes) -> bytes:
+        """Each stretch between protected strings on its own (``_sub``): what ``_whole``
+        reproduces when it may."""
         if not any(h in raw for h in _PROTECT_HINT):
             return self._sub(raw)
         out: list[bytes] = []
@@ -232,6 +350,44 @@ class Remapper:
         return b"".join(out)
 
     lines = line
+
+
+@dataclass(slots=True)
+class _Edits:
+    """Stretches of a text to replace: ``text[starts[i]:ends[i]]`` by ``news[i]``, in
+    order and apart. ``posix``: a Windows rest became a POSIX one."""
+
+    starts: list[int]
+    ends: list[int]
+    news: list[bytes]
+    posix: bool = False
+
+    def apply(self, text: bytes, bounds: list[int]) -> tuple[bytes, list[int]]:
+        """``text`` edited (copied once), and ``bounds`` (positions none of which is inside
+        a replaced stretch) moved to match."""
+        if not self.news:
+            return text, bounds
+        view = memoryview(text)
+        pieces: list[bytes | memoryview] = [b""] * (2 * len(self.news) + 1)
+        pieces[0::2] = map(view.__getitem__, map(slice, [0, *self.ends], [*self.starts, len(text)]))
+        pieces[1::2] = self.news
+        if bounds:  # each moved by what the edits before it added
+            grown = list(accumulate(map(sub, map(len, self.news),
+                                        map(sub, self.ends, self.starts)), initial=0))
+            bounds = list(map(int.__add__, bounds, map(
+                grown.__getitem__, map(bisect_right, repeat(self.ends), bounds))))
+        return b"".join(pieces), bounds
+
+    def merge(self, other: _Edits) -> _Edits:
+        """Both sets of edits, which do not overlap, as one."""
+        if not other.news:
+            return self
+        if not self.news:
+            return other
+        merged = sorted(chain(zip(self.starts, self.ends, self.news),
+                              zip(other.starts, other.ends, other.news)))
+        starts, ends, news = map(list, zip(*merged, strict=True))
+        return _Edits(starts, ends, news, self.posix or other.posix)
 
 
 def folder_for(cwd: str, remap: Remapper) -> str:
