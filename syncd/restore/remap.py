@@ -262,13 +262,11 @@ class Remapper:
         done: list[_Edits] = []
         if self._prefix_re is not None:
             done.append(self._prefixes(raw, bounds))
-        if self._folder_any is not None and b"projects" in raw:
-            if not done or self._apart and not done[0].posix:
-                done.append(self._folders(raw, bounds))  # the same, found in ``raw``
-            else:
+        if self._folder_any is not None:
+            if done and (done[0].posix or not self._apart):  # in the text as rewritten
                 raw, bounds = done.pop().apply(raw, bounds)
-                if b"projects" in raw:
-                    done.append(self._folders(raw, bounds))
+            if b"projects" in raw:
+                done.append(self._folders(raw, bounds))
         if not done:
             return raw
         edits = done[0] if len(done) == 1 else done[0].merge(done[1])
