@@ -31,13 +31,16 @@ RULE_SETS = {
     "to-posix": [Rule("C:\\Users\\bob", "/home/bob"), Rule("/home/a", "/w/a")],
     # A new prefix that could make "projects" where there was none.
     "projects": [Rule("/home/a", "/w/projects"), Rule("/Users/bob", "/p/proj")],
+    # A Windows prefix that starts with a slash, to POSIX.
+    "slash-windows": [Rule("/home/a\\b", "/w/b"), Rule("/Users/bob", "/home/bob")],
     # A quote in a prefix: stretch by stretch still.
     "quote": [Rule('/home/a"b', "/w"), Rule("/home/a", "/w/a")],
 }
 TOKENS = [
     # prefixes, whole, longer, shorter and cut
     "/Users/bob", "/Users/bob/", "/Users/bob/code/app", "/Users/bobby", "/home/a", "/home/a/",
-    "/home/ab", "/home", "/home/a\\\"b", "C:\\\\Users\\\\bob", "C:/Users/bob", "C:\\\\Users",
+    "/home/ab", "/home", "/home/a\\\"b", "/home/a\\\\b", "/home/a/b", "C:\\\\Users\\\\bob",
+    "C:/Users/bob", "C:\\\\Users",
     "\\\\doc", "\\\\a b.txt", "\\\\", "\\\\\\\\", "/x", "/.claude", "/y.py",
     # what comes before and after one
     " ", "\"", "'", "(", "=", ":", ",", "x", "Z", "7", "a", "f", "_", "-", ".", "~", "s", "m",
@@ -86,7 +89,7 @@ def _check(name: str, texts: list[bytes]) -> int:
 @pytest.mark.parametrize("name", sorted(RULE_SETS))
 def test_the_whole_text_at_once_is_the_stretch_by_stretch_rewrite(name: str) -> None:
     rng = random.Random(name)
-    lines = _lines(rng, 64_000)
+    lines = _lines(rng, 48_000)
     # Alone, and joined in batches of every size (what is protected depends on the batch:
     # a hint anywhere in it protects every thinking, signature and data string).
     batches, i = [], 0
@@ -96,6 +99,26 @@ def test_the_whole_text_at_once_is_the_stretch_by_stretch_rewrite(name: str) -> 
         i += k
     changed = _check(name, lines) + _check(name, batches)
     assert changed > len(lines) // 10  # the rules do apply
+
+
+# Every kind of end of a protected string or start of a line, then every kind of byte
+# before a prefix, a prefix, and what follows it: what is decided at the edge of a
+# stretch between protected strings.
+EDGE = ['"thinking":"abc"', '"thinking":"x\\u001b["', '"data":"\\u001b[1;"',
+        '"signature":"\\\\"', '"thinking":"\\u00e"', '"thinking":"\\"', '"data":"\\\\\\u2192"',
+        '"thinking":"\\u001b[0', '"text":"x"', "\n", "\\", "", '"thinking":"\\\\u001b["']
+BEFORE = ["", "m", "K", "n", "\\n", "u2192", "e9", "x", "\"", ":", "é", "\x80", "\\", "0",
+          "[1m", "\\u001b[1m", "→", " ", "projects/", "projects\\\\", "\\u", "\\u00a0", "\\u2190",
+          "\\\\u00a0", "\\t", "\\b", "\\f", "7"]
+AFTER = ["", "/x", "\"", "\n", "\\\\doc", "é", "x", '"thinking":"/home/a"', "\n\"data\":\"q\""]
+
+
+def test_every_edge_of_a_stretch() -> None:
+    heads = ["/home/a", "/Users/bob", "C:\\\\Users\\\\bob", "-home-a", "/home/a\\\\b"]
+    texts = [_encode(e) + _encode(b) + _encode(h) + _encode(a)
+             for e in EDGE for b in BEFORE for h in heads for a in AFTER]
+    for name in RULE_SETS:
+        assert _check(name, texts) > 0
 
 
 def test_long_lines_and_long_protected_strings() -> None:

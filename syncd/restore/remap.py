@@ -17,9 +17,9 @@ import re
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
 from operator import is_, not_, sub
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -255,10 +255,10 @@ class Remapper:
         # bounds at or before it is odd. Protected at all only when the text names a
         # thinking block (one found says so without looking again).
         bounds: list[int] = []
-        if found := list(_PROTECTED.finditer(raw)):
-            if any(map(raw.startswith, repeat(_HINT_OPEN), map(re.Match.start, found))) \
-                    or any(h in raw for h in _PROTECT_HINT):
-                bounds = list(chain.from_iterable(map(re.Match.span, found)))
+        found = list(_PROTECTED.finditer(raw))
+        if found and (any(map(raw.startswith, repeat(_HINT_OPEN), map(re.Match.start, found)))
+                      or any(h in raw for h in _PROTECT_HINT)):
+            bounds = list(chain.from_iterable(map(re.Match.span, found)))
         done: list[_Edits] = []
         if self._prefix_re is not None:
             done.append(self._prefixes(raw, bounds))
@@ -382,8 +382,8 @@ class _Edits:
             return self
         if not self.news:
             return other
-        merged = sorted(chain(zip(self.starts, self.ends, self.news),
-                              zip(other.starts, other.ends, other.news)))
+        merged = sorted(chain(zip(self.starts, self.ends, self.news, strict=True),
+                              zip(other.starts, other.ends, other.news, strict=True)))
         starts, ends, news = map(list, zip(*merged, strict=True))
         return _Edits(starts, ends, news, self.posix or other.posix)
 
