@@ -15,13 +15,13 @@ import json
 import os
 import re
 import unicodedata
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
-from operator import is_, not_, sub
+from operator import add, is_, not_, sub
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, overload
 
 from syncd.claude import project_folder
 from syncd.config import Settings
@@ -47,6 +47,7 @@ _PROTECTED = re.compile(rb'"(?:thinking|signature|data)":"[^"\\]*(?:\\.[^"\\]*)*
 _WIN_REST = rb'((?:\\\\[^\\"<>|*?:]+)*)'
 _PROTECT_HINT = (b'"thinking"', b'"signature"', b'"redacted_thinking"')
 _HINT_OPEN = _PROTECT_HINT[:2]
+_OPENINGS = (b'"thinking":"', b'"signature":"', b'"data":"')
 # The two bytes before a prefix that decide at once, looked up for all matches in C:
 # after an ASCII non-name byte a path starts, after a JSON escape letter (``\\n``) too;
 # after ``._~-`` it does not. Any other pair takes _starts_path.
@@ -132,6 +133,22 @@ def _starts_path(chunk: bytes, at: int, lo: int = 0) -> bool:
     before = chunk[at - 1] if at > lo else 0x20
     return before in _STOP or (before not in _PLAIN and not _continues_name(chunk, at, lo)) \
         or (before in _LETTERS and _after_csi(chunk, at, lo))
+
+
+def _outside_protected(text: bytes, at: list[int]) -> bool:
+    """Whether no position of ``at`` (none a quote or a colon, none in a match that could
+    hold one, none right after a quote) is in a protected string, as the ``":"`` last
+    before each tells: a position is in one only if that ends an opening
+    (``"thinking":"``), as one in the string itself would have closed it. False: maybe."""
+    at = sorted(at)
+    # The last ``":"`` before each position: in the stretch since the one before, or the
+    # same as the one before's (a running maximum, -1 for none yet).
+    last = list(accumulate(map(text.rfind, repeat(b'":"'), [0, *at[:-1]], at), max))
+    last = last[bisect_left(last, 0) :]
+    tails = list(map(text.__getitem__, map(slice, map(sub, last, repeat(10)),
+                                           map(add, last, repeat(3)))))
+    return all(map((13).__eq__, map(len, tails))) \
+        and not any(map(bytes.endswith, tails, repeat(_OPENINGS)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -251,6 +268,8 @@ class Remapper:
         """``_gapwise``'s output, from one pass of each pattern over the whole text and
         the decisions for all matches at once, in C (see ``_prefixes``): no Python runs
         per stretch between protected strings nor, mostly, per match."""
+        if self._apart and (out := self._unprotected(raw)) is not None:
+            return out
         # Protected spans as sorted bounds: a position is inside one iff the number of
         # bounds at or before it is odd. Protected at all only when the text names a
         # thinking block (one found says so without looking again).
@@ -272,8 +291,30 @@ class Remapper:
         edits = done[0] if len(done) == 1 else done[0].merge(done[1])
         return edits.apply(raw, [])[0]
 
-    def _prefixes(self, raw: bytes, bounds: list[int]) -> _Edits:
-        """Where ``raw``'s prefixes are replaced."""
+    def _unprotected(self, raw: bytes) -> bytes | None:
+        """The rewrite when no edit is in a protected string, which the bytes before each
+        tell (``_outside_protected``) without looking for those strings; None: maybe."""
+        done: list[_Edits] = []
+        if self._prefix_re is not None:
+            prefixes = self._prefixes(raw, None)
+            if prefixes.posix:
+                return None
+            done.append(prefixes)
+        if self._folder_any is not None and b"projects" in raw:
+            if (folders := self._folders(raw, None)) is None:
+                return None
+            done.append(folders)
+        at = [x for edits in done for x in edits.starts]
+        if not at:
+            return raw
+        if not _outside_protected(raw, at) and any(h in raw for h in _PROTECT_HINT):
+            return None
+        edits = done[0] if len(done) == 1 else done[0].merge(done[1])
+        return edits.apply(raw, [])[0]
+
+    def _prefixes(self, raw: bytes, bounds: list[int] | None) -> _Edits:
+        """Where ``raw``'s prefixes are replaced, outside protected strings (``bounds``;
+        None: not known, see _unprotected)."""
         assert self._prefix_re is not None
         found = list(self._prefix_re.finditer(raw))
         if not found:
@@ -283,12 +324,20 @@ class Remapper:
         # What the two bytes before each match say at once (None: ask _starts_path).
         ok: list[bool | None] = list(map(_AT_ONCE.get, map(
             raw.__getitem__, map(slice, map(sub, starts, repeat(2)), starts))))
-        ks = list(map(bisect_right, repeat(bounds), starts)) if bounds else [0] * n
-        for i in compress(range(n), map(int.__and__, ks, repeat(1))):
-            ok[i] = False  # inside a protected string
-        for i in compress(range(n), map(is_, ok, repeat(None))):
-            k = ks[i]
-            ok[i] = _starts_path(raw, starts[i], bounds[k - 1] if k else 0)
+        if bounds is None:
+            # Looking back from a match stops at a protected string's closing quote as at
+            # the start of its stretch, but for a terminal escape that holds that quote:
+            # then no ``":"`` is between the string's opening and the match, which sends
+            # it to the full path (_outside_protected).
+            for i in compress(range(n), map(is_, ok, repeat(None))):
+                ok[i] = _starts_path(raw, starts[i])
+        else:
+            ks = list(map(bisect_right, repeat(bounds), starts)) if bounds else [0] * n
+            for i in compress(range(n), map(int.__and__, ks, repeat(1))):
+                ok[i] = False  # inside a protected string
+            for i in compress(range(n), map(is_, ok, repeat(None))):
+                k = ks[i]
+                ok[i] = _starts_path(raw, starts[i], bounds[k - 1] if k else 0)
         if True not in ok:
             return _Edits([], [], [])
         found = list(compress(found, ok))
@@ -303,15 +352,24 @@ class Remapper:
             return _Edits(starts, ends, news, posix=True)
         return _Edits(starts, list(map(re.Match.end, found, repeat(1))), news)
 
-    def _folders(self, text: bytes, bounds: list[int]) -> _Edits:
-        """Where ``text``'s project folders are replaced, outside protected strings."""
+    @overload
+    def _folders(self, text: bytes, bounds: list[int]) -> _Edits: ...
+    @overload
+    def _folders(self, text: bytes, bounds: None) -> _Edits | None: ...
+
+    def _folders(self, text: bytes, bounds: list[int] | None) -> _Edits | None:
+        """Where ``text``'s project folders are replaced, outside protected strings
+        (``bounds``; None: not known, and None if it could matter)."""
         assert self._folder_any is not None
         found = list(self._folder_any.finditer(text))
         # A folder before a line end is one at the end of its stretch only: the text's, or
         # before a protected string.
         after = list(map(re.Match.end, found))
         lf = list(map(text.startswith, repeat(b"\n"), after))
-        if bounds or True in lf:
+        if bounds is None:
+            if True in lf:
+                return None
+        elif bounds or True in lf:
             opens = set(bounds[0::2])
             ok = list(map(not_, map(int.__and__, map(
                 bisect_right, repeat(bounds), map(re.Match.start, found)), repeat(1))))
