@@ -15,7 +15,7 @@ import json
 import os
 import re
 import unicodedata
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, repeat
@@ -136,19 +136,17 @@ def _starts_path(chunk: bytes, at: int, lo: int = 0) -> bool:
 
 
 def _outside_protected(text: bytes, at: list[int]) -> bool:
-    """Whether no position of ``at`` (none a quote or a colon, none in a match that could
-    hold one, none right after a quote) is in a protected string, as the ``":"`` last
-    before each tells: a position is in one only if that ends an opening
-    (``"thinking":"``), as one in the string itself would have closed it. False: maybe."""
+    """Whether no position of ``at`` is in a protected string, as the ``":"`` last before
+    each tells: a position is in one only if that ends the string's opening
+    (``"thinking":"``), as one in the string itself would have closed it. False: maybe.
+    Each position starts an edit (a prefix's slash, or a folder after its separator):
+    not a quote, after no byte of an opening, in a match that holds no quote."""
     at = sorted(at)
     # The last ``":"`` before each position: in the stretch since the one before, or the
-    # same as the one before's (a running maximum, -1 for none yet).
-    last = list(accumulate(map(text.rfind, repeat(b'":"'), [0, *at[:-1]], at), max))
-    last = last[bisect_left(last, 0) :]
-    tails = list(map(text.__getitem__, map(slice, map(sub, last, repeat(10)),
-                                           map(add, last, repeat(3)))))
-    return all(map((13).__eq__, map(len, tails))) \
-        and not any(map(bytes.endswith, tails, repeat(_OPENINGS)))
+    # same as the one before's (a running maximum; -1 for none, whose text ends at 2).
+    ends = map(add, accumulate(map(text.rfind, repeat(b'":"'), [0, *at[:-1]], at), max),
+               repeat(3))
+    return not any(map(text.endswith, repeat(_OPENINGS), repeat(0), ends))
 
 
 @functools.lru_cache(maxsize=4096)
