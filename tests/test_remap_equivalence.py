@@ -33,6 +33,8 @@ RULE_SETS = {
     "projects": [Rule("/home/a", "/w/projects"), Rule("/Users/bob", "/p/proj")],
     # A Windows prefix that starts with a slash, to POSIX.
     "slash-windows": [Rule("/home/a\\b", "/w/b"), Rule("/Users/bob", "/home/bob")],
+    # POSIX again, with folders that all start alike (looked for first).
+    "posix-one-home": [Rule("/Users/bob", "/home/bob"), Rule("/home/a", "/w/a")],
     # A quote in a prefix: stretch by stretch still.
     "quote": [Rule('/home/a"b', "/w"), Rule("/home/a", "/w/a")],
 }
@@ -74,7 +76,9 @@ def _lines(rng: random.Random, n: int) -> list[bytes]:
 
 def _check(name: str, texts: list[bytes]) -> int:
     rules = RULE_SETS[name]
-    new, ref = Remapper(rules, FOLDERS), ReferenceRemapper(rules, FOLDERS)
+    folders = {k: v for k, v in FOLDERS.items()
+               if k.startswith("-home-a") or name != "posix-one-home"}
+    new, ref = Remapper(rules, folders), ReferenceRemapper(rules, folders)
     changed = 0
     for text in texts:
         got, want = new.lines(text), ref.lines(text)
@@ -89,7 +93,7 @@ def _check(name: str, texts: list[bytes]) -> int:
 @pytest.mark.parametrize("name", sorted(RULE_SETS))
 def test_the_whole_text_at_once_is_the_stretch_by_stretch_rewrite(name: str) -> None:
     rng = random.Random(name)
-    lines = _lines(rng, 48_000)
+    lines = _lines(rng, 42_000)
     # Alone, and joined in batches of every size (what is protected depends on the batch:
     # a hint anywhere in it protects every thinking, signature and data string).
     batches, i = [], 0

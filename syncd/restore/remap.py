@@ -218,6 +218,11 @@ class Remapper:
         self._apart = all(
             v.startswith(b"/") and b"projects" not in v and not v.endswith(heads)
             for kv in pairs.items() for v in kv)
+        # What every folder name starts with: where it is missing no folder is.
+        first, last = min(fpairs, default=b""), max(fpairs, default=b"")
+        same = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b),
+                    min(len(first), len(last)))
+        self._folder_head = first[:same] or b"projects"
         self._folder_any = re.compile(
             rb"(projects(?:/|\\\\))(" + _alternatives(fpairs) + rb")(?=/|\\\\|\"|\n|\Z)"
         ) if fpairs else None
@@ -282,7 +287,7 @@ class Remapper:
         if self._folder_any is not None:
             if done and (done[0].posix or not self._apart):  # in the text as rewritten
                 raw, bounds = done.pop().apply(raw, bounds)
-            if b"projects" in raw:
+            if self._folder_head in raw:
                 done.append(self._folders(raw, bounds))
         if not done:
             return raw
@@ -298,7 +303,7 @@ class Remapper:
             if prefixes.posix:
                 return None
             done.append(prefixes)
-        if self._folder_any is not None and b"projects" in raw:
+        if self._folder_any is not None and self._folder_head in raw:
             if (folders := self._folders(raw, None)) is None:
                 return None
             done.append(folders)
