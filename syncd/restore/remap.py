@@ -48,14 +48,12 @@ _WIN_REST = rb'((?:\\\\[^\\"<>|*?:]+)*)'
 _PROTECT_HINT = (b'"thinking"', b'"signature"', b'"redacted_thinking"')
 _HINT_OPEN = _PROTECT_HINT[:2]
 _OPENINGS = (b'"thinking":"', b'"signature":"', b'"data":"')
-# The two bytes before a prefix that decide at once, looked up for all matches in C:
-# after an ASCII non-name byte a path starts, after a JSON escape letter (``\\n``) too;
-# after ``._~-`` it does not. Any other pair takes _starts_path.
-_AT_ONCE: dict[bytes, bool] = {
-    **{bytes((a, b)): False for a in range(256) for b in b"._~-"},
-    **{bytes((a, b)): True for a in range(256) for b in _STOP},
-    **{b"\\" + bytes((c,)): True for c in b"nrtbf"},
-}
+# What the byte before a prefix decides at once, looked up for all matches in C: after an
+# ASCII non-name byte a path starts, after ``._~-`` it does not; None: ask _starts_path
+# (or, for a JSON escape letter, the byte before it).
+_AT_ONCE: list[bool | None] = [
+    True if b in _STOP else False if b in b"._~-" else None for b in range(256)]
+_ESCAPE = frozenset(b"nrtbf")
 
 
 def _alternatives(pairs: dict[bytes, bytes]) -> bytes:
@@ -136,17 +134,15 @@ def _starts_path(chunk: bytes, at: int, lo: int = 0) -> bool:
 
 
 def _outside_protected(text: bytes, at: list[int]) -> bool:
-    """Whether no position of ``at`` is in a protected string, as the ``":"`` last before
-    each tells: a position is in one only if that ends the string's opening
+    """Whether no position of ``at`` (sorted) is in a protected string, as the ``":"``
+    last before each tells: a position is in one only if that ends the string's opening
     (``"thinking":"``), as one in the string itself would have closed it. False: maybe.
     Each position starts an edit (a prefix's slash, or a folder after its separator):
     not a quote, after no byte of an opening, in a match that holds no quote."""
-    at = sorted(at)
-    # The last ``":"`` before each position: in the stretch since the one before, or the
-    # same as the one before's (a running maximum; -1 for none, whose text ends at 2).
-    ends = map(add, accumulate(map(text.rfind, repeat(b'":"'), [0, *at[:-1]], at), max),
-               repeat(3))
-    return not any(map(text.endswith, repeat(_OPENINGS), repeat(0), ends))
+    # The last ``":"`` before each position is in the stretch since the one before, or it
+    # is the one before's, looked at already.
+    found = filter((-1).__ne__, map(text.rfind, repeat(b'":"'), chain((0,), at), at))
+    return not any(map(text.endswith, repeat(_OPENINGS), repeat(0), map(add, found, repeat(3))))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -307,7 +303,8 @@ class Remapper:
             if (folders := self._folders(raw, None)) is None:
                 return None
             done.append(folders)
-        at = [x for edits in done for x in edits.starts]
+        at = sorted(chain.from_iterable(e.starts for e in done)) if len(done) > 1 \
+            else done[0].starts if done else []
         if not at:
             return raw
         if not _outside_protected(raw, at) and any(h in raw for h in _PROTECT_HINT):
@@ -319,41 +316,49 @@ class Remapper:
         """Where ``raw``'s prefixes are replaced, outside protected strings (``bounds``;
         None: not known, see _unprotected)."""
         assert self._prefix_re is not None
-        found = list(self._prefix_re.finditer(raw))
-        if not found:
+        # ``split`` (text, then prefix and rest, per match) makes no match objects: a
+        # transcript may name a prefix every few bytes.
+        parts = self._prefix_re.split(raw)
+        n = len(parts) // 3
+        if not n:
             return _Edits([], [], [])
-        n = len(found)
-        starts = list(map(re.Match.start, found))
-        # What the two bytes before each match say at once (None: ask _starts_path).
-        ok: list[bool | None] = list(map(_AT_ONCE.get, map(
-            raw.__getitem__, map(slice, map(sub, starts, repeat(2)), starts))))
-        if bounds is None:
-            # Looking back from a match stops at a protected string's closing quote as at
-            # the start of its stretch, but for a terminal escape that holds that quote:
-            # then no ``":"`` is between the string's opening and the match, which sends
-            # it to the full path (_outside_protected).
-            for i in compress(range(n), map(is_, ok, repeat(None))):
-                ok[i] = _starts_path(raw, starts[i])
-        else:
-            ks = list(map(bisect_right, repeat(bounds), starts)) if bounds else [0] * n
+        ends = list(accumulate(map(len, parts)))  # of text, prefix, rest, text, ...
+        starts = ends[0 : 3 * n : 3]
+        ok = list(map(_AT_ONCE.__getitem__, map(raw.__getitem__, map(sub, starts, repeat(1)))))
+        if starts[0] == 0:
+            ok[0] = True
+        # After a JSON escape (``\\n``) a path starts (a byte before it, where a stretch
+        # begins, is a quote). Looking back further stops at a protected string's closing
+        # quote as at the start of its stretch, but for a terminal escape that holds that
+        # quote: then no ``":"`` is between the string's opening and the match, which
+        # sends it to the full path (_outside_protected); so without ``bounds``, 0 will do.
+        ks = list(map(bisect_right, repeat(bounds), starts)) if bounds else [0] * n
+        for i in compress(range(n), map(is_, ok, repeat(None))):
+            at, k = starts[i], ks[i]
+            lo = bounds[k - 1] if bounds and k else 0
+            if (b := raw[at - 1]) >= 0x80:  # what _starts_path comes to, one call less
+                ok[i] = not _ends_in_name(raw[max(lo, at - 4) : at])
+            elif b in _ESCAPE and at >= 2 and raw[at - 2] == 0x5C:
+                ok[i] = True
+            else:
+                ok[i] = _starts_path(raw, at, lo)
+        if bounds:
             for i in compress(range(n), map(int.__and__, ks, repeat(1))):
                 ok[i] = False  # inside a protected string
-            for i in compress(range(n), map(is_, ok, repeat(None))):
-                k = ks[i]
-                ok[i] = _starts_path(raw, starts[i], bounds[k - 1] if k else 0)
         if True not in ok:
             return _Edits([], [], [])
-        found = list(compress(found, ok))
         starts = list(compress(starts, ok))
-        olds = list(map(re.Match.group, found, repeat(1)))
+        olds = list(compress(parts[1::3], ok))
         news = list(map(self._pairs.__getitem__, olds))
         tp = self._to_posix
         if tp and not tp.isdisjoint(olds):  # the separators after the prefix change too
-            news = [new + m[2].replace(b"\\\\", b"/") if old in tp else new
-                    for new, old, m in zip(news, olds, found, strict=True)]
-            ends = [m.end() if old in tp else m.end(1) for old, m in zip(olds, found, strict=True)]
-            return _Edits(starts, ends, news, posix=True)
-        return _Edits(starts, list(map(re.Match.end, found, repeat(1))), news)
+            rests = compress(parts[2::3], ok)
+            news = [new + rest.replace(b"\\\\", b"/") if old in tp else new
+                    for new, old, rest in zip(news, olds, rests, strict=True)]
+            return _Edits(starts, [e if old in tp else e - len(rest) for old, rest, e in zip(
+                olds, compress(parts[2::3], ok), compress(ends[2::3], ok), strict=True)],
+                news, posix=True)
+        return _Edits(starts, list(compress(ends[1::3], ok)), news)
 
     @overload
     def _folders(self, text: bytes, bounds: list[int]) -> _Edits: ...
@@ -426,9 +431,11 @@ class _Edits:
         a replaced stretch) moved to match."""
         if not self.news:
             return text, bounds
-        view = memoryview(text)
+        # Short stretches are copied cheaper than viewed, long ones the other way.
+        view = memoryview(text) if len(text) > 4096 * len(self.news) else text
         pieces: list[bytes | memoryview] = [b""] * (2 * len(self.news) + 1)
-        pieces[0::2] = map(view.__getitem__, map(slice, [0, *self.ends], [*self.starts, len(text)]))
+        pieces[0::2] = map(view.__getitem__, map(
+            slice, chain((0,), self.ends), chain(self.starts, (len(text),))))
         pieces[1::2] = self.news
         if bounds:  # each moved by what the edits before it added
             grown = list(accumulate(map(sub, map(len, self.news),
