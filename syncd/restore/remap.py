@@ -432,7 +432,7 @@ class _Edits:
         if not self.news:
             return text, bounds
         # Short stretches are copied cheaper than viewed, long ones the other way.
-        view = memoryview(text) if len(text) > 4096 * len(self.news) else text
+        view = memoryview(text) if len(text) > 256 * len(self.news) else text
         pieces: list[bytes | memoryview] = [b""] * (2 * len(self.news) + 1)
         pieces[0::2] = map(view.__getitem__, map(
             slice, chain((0,), self.ends), chain(self.starts, (len(text),))))
