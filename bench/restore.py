@@ -8,6 +8,7 @@ Prints figures; asserts nothing. See bench/README.md for what each figure means.
     .venv/bin/python bench/restore.py --skip-peers   # syncd only
     .venv/bin/python bench/restore.py --remap F.jsonl…  # Remapper.lines alone, on F
     .venv/bin/python bench/restore.py --remap        # … on the generated tree's transcripts
+    .venv/bin/python bench/restore.py --remap --against ../old  # … and old's remapper too
 
 Progress goes to stderr, the final table to stdout. Everything (tree, SeaweedFS,
 restic repo, restore targets) lives in one temporary directory, removed at the end.

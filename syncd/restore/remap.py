@@ -6,6 +6,12 @@ it does after ``→``, an emoji or any other character that is not a name's), in
 of a line (so Windows paths match in their escaped ``C:\\\\Users\\\\…`` form), and never
 inside ``thinking``/``signature``/redacted ``data`` strings, whose bytes the API checks.
 Every other byte of a line is kept.
+
+A batch of lines is rewritten at once (``Remapper._whole``): one pass of each pattern
+over the whole text, and what each match's neighbours say decided for all matches
+together in C; protected strings are looked for only when the ``":"`` before an edit
+may open one. The stretch-by-stretch rewrite (``_gapwise``) stays for rules whose
+prefixes or folders could reach across a quote.
 """
 
 from __future__ import annotations
@@ -191,7 +197,7 @@ class Remapper:
                     self._to_posix.add(form)
         self._pairs = pairs
         # Literal first, so the regex engine can skip ahead; what precedes a match is
-        # checked in _replace (a lookbehind first would make every position a candidate).
+        # checked after (a lookbehind first would make every position a candidate).
         self._prefix_re = re.compile(
             rb"(" + _alternatives(pairs) + rb")(?![" + _NAME + rb"])" + _WIN_REST
         ) if pairs else None
