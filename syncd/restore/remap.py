@@ -272,67 +272,62 @@ class Remapper:
     def _whole(self, raw: bytes) -> bytes:
         """``_gapwise``'s output, from one pass of each pattern over the whole text and
         the decisions for all matches at once, in C (see ``_prefixes``): no Python runs
-        per stretch between protected strings nor, mostly, per match."""
-        if self._apart and (out := self._unprotected(raw)) is not None:
-            return out
+        per stretch between protected strings nor, mostly, per match. Protected strings
+        are looked for only when the bytes before an edit do not tell that it is outside
+        them (``_outside_protected``), or when the rules need them to be known."""
+        scan = self._scan(raw) if self._prefix_re is not None else None
+        found = list(self._folder_any.finditer(raw)) \
+            if self._folder_any is not None and self._folder_head in raw else None
+        if self._apart:
+            # Every match, taken or not, outside protected strings: decided without them.
+            folders = self._folders(raw, None, found) if found is not None else _Edits([], [], [])
+            at = scan[2] if scan is not None else []
+            if folders is not None and folders.starts:
+                at = sorted(chain(at, folders.starts))
+            if folders is not None and (not at or _outside_protected(raw, at)
+                                        or not any(h in raw for h in _PROTECT_HINT)):
+                done = [self._prefixes(raw, None, scan)] if scan is not None else []
+                if not (done and done[0].posix):
+                    return _Edits.merged([*done, folders]).apply(raw, [])[0]
         # Protected spans as sorted bounds: a position is inside one iff the number of
         # bounds at or before it is odd. Protected at all only when the text names a
         # thinking block (one found says so without looking again).
         bounds: list[int] = []
-        found = list(_PROTECTED.finditer(raw))
-        if found and (any(map(raw.startswith, repeat(_HINT_OPEN), map(re.Match.start, found)))
+        spans = list(_PROTECTED.finditer(raw))
+        if spans and (any(map(raw.startswith, repeat(_HINT_OPEN), map(re.Match.start, spans)))
                       or any(h in raw for h in _PROTECT_HINT)):
-            bounds = list(chain.from_iterable(map(re.Match.span, found)))
-        done: list[_Edits] = []
-        if self._prefix_re is not None:
-            done.append(self._prefixes(raw, bounds))
+            bounds = list(chain.from_iterable(map(re.Match.span, spans)))
+        done = [self._prefixes(raw, bounds, scan)] if scan is not None else []
         if self._folder_any is not None:
-            if done and (done[0].posix or not self._apart):  # in the text as rewritten
+            if done and done[0].news and (done[0].posix or not self._apart):  # as rewritten
                 raw, bounds = done.pop().apply(raw, bounds)
-            if self._folder_head in raw:
-                done.append(self._folders(raw, bounds))
-        if not done:
-            return raw
-        edits = done[0] if len(done) == 1 else done[0].merge(done[1])
-        return edits.apply(raw, [])[0]
+                found = list(self._folder_any.finditer(raw)) \
+                    if self._folder_head in raw else None
+            if found is not None:
+                done.append(self._folders(raw, bounds, found))
+        return _Edits.merged(done).apply(raw, [])[0]
 
-    def _unprotected(self, raw: bytes) -> bytes | None:
-        """The rewrite when no edit is in a protected string, which the bytes before each
-        tell (``_outside_protected``) without looking for those strings; None: maybe."""
-        done: list[_Edits] = []
-        if self._prefix_re is not None:
-            prefixes = self._prefixes(raw, None)
-            if prefixes.posix:
-                return None
-            done.append(prefixes)
-        if self._folder_any is not None and self._folder_head in raw:
-            if (folders := self._folders(raw, None)) is None:
-                return None
-            done.append(folders)
-        at = sorted(chain.from_iterable(e.starts for e in done)) if len(done) > 1 \
-            else done[0].starts if done else []
-        if not at:
-            return raw
-        if not _outside_protected(raw, at) and any(h in raw for h in _PROTECT_HINT):
-            return None
-        edits = done[0] if len(done) == 1 else done[0].merge(done[1])
-        return edits.apply(raw, [])[0]
-
-    def _prefixes(self, raw: bytes, bounds: list[int] | None) -> _Edits:
-        """Where ``raw``'s prefixes are replaced, outside protected strings (``bounds``;
-        None: not known, see _unprotected)."""
+    def _scan(self, raw: bytes) -> _Scan:
+        """``raw``'s prefixes, and what the byte before each decides at once (None: ask).
+        ``split`` (text, then prefix and rest, per match) makes no match objects: a
+        transcript may name a prefix every few bytes."""
         assert self._prefix_re is not None
-        # ``split`` (text, then prefix and rest, per match) makes no match objects: a
-        # transcript may name a prefix every few bytes.
         parts = self._prefix_re.split(raw)
-        n = len(parts) // 3
+        ends = list(accumulate(map(len, parts)))  # of text, prefix, rest, text, ...
+        starts = ends[0 : len(parts) - 1 : 3]
+        ok = list(map(_AT_ONCE.__getitem__, map(raw.__getitem__, map(sub, starts, repeat(1)))))
+        if starts and starts[0] == 0:
+            ok[0] = True
+        return parts, ends, starts, ok
+
+    def _prefixes(self, raw: bytes, bounds: list[int] | None, scan: _Scan) -> _Edits:
+        """Where ``raw``'s prefixes (``scan``) are replaced, outside protected strings
+        (``bounds``; None: not known, see _whole)."""
+        parts, ends, starts, ok = scan
+        n = len(starts)
         if not n:
             return _Edits([], [], [])
-        ends = list(accumulate(map(len, parts)))  # of text, prefix, rest, text, ...
-        starts = ends[0 : 3 * n : 3]
-        ok = list(map(_AT_ONCE.__getitem__, map(raw.__getitem__, map(sub, starts, repeat(1)))))
-        if starts[0] == 0:
-            ok[0] = True
+        ok = ok.copy()
         # After a JSON escape (``\\n``) a path starts (a byte before it, where a stretch
         # begins, is a quote). Looking back further stops at a protected string's closing
         # quote as at the start of its stretch, but for a terminal escape that holds that
@@ -367,15 +362,16 @@ class Remapper:
         return _Edits(starts, list(compress(ends[1::3], ok)), news)
 
     @overload
-    def _folders(self, text: bytes, bounds: list[int]) -> _Edits: ...
+    def _folders(self, text: bytes, bounds: list[int], found: list[re.Match[bytes]]
+                 ) -> _Edits: ...
     @overload
-    def _folders(self, text: bytes, bounds: None) -> _Edits | None: ...
+    def _folders(self, text: bytes, bounds: None, found: list[re.Match[bytes]]
+                 ) -> _Edits | None: ...
 
-    def _folders(self, text: bytes, bounds: list[int] | None) -> _Edits | None:
-        """Where ``text``'s project folders are replaced, outside protected strings
-        (``bounds``; None: not known, and None if it could matter)."""
-        assert self._folder_any is not None
-        found = list(self._folder_any.finditer(text))
+    def _folders(self, text: bytes, bounds: list[int] | None,
+                 found: list[re.Match[bytes]]) -> _Edits | None:
+        """Where ``text``'s project folders (``found``) are replaced, outside protected
+        strings (``bounds``; None: not known, and None if it could matter)."""
         # A folder before a line end is one at the end of its stretch only: the text's, or
         # before a protected string.
         after = list(map(re.Match.end, found))
@@ -422,6 +418,11 @@ class Remapper:
     lines = line
 
 
+# A text's prefix matches: ``split``'s parts, their ends, each match's start, and what
+# the byte before each decides at once.
+_Scan = tuple[list[bytes], list[int], list[int], list[bool | None]]
+
+
 @dataclass(slots=True)
 class _Edits:
     """Stretches of a text to replace: ``text[starts[i]:ends[i]]`` by ``news[i]``, in
@@ -450,16 +451,16 @@ class _Edits:
                 grown.__getitem__, map(bisect_right, repeat(self.ends), bounds))))
         return b"".join(pieces), bounds
 
-    def merge(self, other: _Edits) -> _Edits:
-        """Both sets of edits, which do not overlap, as one."""
-        if not other.news:
-            return self
-        if not self.news:
-            return other
-        merged = sorted(chain(zip(self.starts, self.ends, self.news, strict=True),
-                              zip(other.starts, other.ends, other.news, strict=True)))
+    @staticmethod
+    def merged(edits: list[_Edits]) -> _Edits:
+        """Sets of edits, which do not overlap, as one."""
+        edits = [e for e in edits if e.news]
+        if len(edits) < 2:
+            return edits[0] if edits else _Edits([], [], [])
+        merged = sorted(chain.from_iterable(
+            zip(e.starts, e.ends, e.news, strict=True) for e in edits))
         starts, ends, news = map(list, zip(*merged, strict=True))
-        return _Edits(starts, ends, news, self.posix or other.posix)
+        return _Edits(starts, ends, news, any(e.posix for e in edits))
 
 
 def folder_for(cwd: str, remap: Remapper) -> str:
