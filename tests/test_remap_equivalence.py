@@ -110,7 +110,9 @@ def test_the_whole_text_at_once_is_the_stretch_by_stretch_rewrite(name: str) -> 
 # stretch between protected strings.
 EDGE = ['"thinking":"abc"', '"thinking":"x\\u001b["', '"data":"\\u001b[1;"',
         '"signature":"\\\\"', '"thinking":"\\u00e"', '"thinking":"\\"', '"data":"\\\\\\u2192"',
-        '"thinking":"\\u001b[0', '"text":"x"', "\n", "\\", "", '"thinking":"\\\\u001b["']
+        '"thinking":"\\u001b[0', '"text":"x"', "\n", "\\", "", '"thinking":"\\\\u001b["',
+        # openings that share a quote: the first one's string closes at once
+        '"data":"thinking":"x', '"thinking":"data":"', '"data":"data":"y']
 BEFORE = ["", "m", "K", "n", "\\n", "u2192", "e9", "x", "\"", ":", "é", "\x80", "\\", "0",
           "[1m", "\\u001b[1m", "→", " ", "projects/", "projects\\\\", "\\u", "\\u00a0", "\\u2190",
           "\\\\u00a0", "\\t", "\\b", "\\f", "7"]

@@ -151,6 +151,36 @@ def _outside_protected(text: bytes, at: list[int]) -> bool:
     return not any(map(text.endswith, repeat(_OPENINGS), repeat(0), map(add, found, repeat(3))))
 
 
+def _inside(text: bytes, at: list[int], scan: _Scan | None) -> set[int] | None:
+    """Of the positions ``at`` (sorted, as for _outside_protected), those in a protected
+    string, found from the opening the ``":"`` last before each ends: the string that
+    opening starts holds the position when it reaches past it and is itself in no other
+    (no opening ends at its quote nor at the ``":"`` last before it, within 64 KiB).
+    None: not known so (a prefix there looks further back than its stretch)."""
+    last = list(accumulate(map(text.rfind, repeat(b'":"'), chain((0,), at), at), max))
+    inside: set[int] = set()
+    strings: dict[int, tuple[int, bool]] = {}  # opening → its string's end, and alone
+    for x, p in compress(zip(at, last, strict=True), map(
+            text.endswith, repeat(_OPENINGS), repeat(0), map(add, last, repeat(3)))):
+        if scan is not None:  # a prefix decided by more than the byte before it
+            i = bisect_right(scan[2], x) - 1
+            if i >= 0 and scan[2][i] == x and scan[3][i] is None:
+                return None
+        if p not in strings:
+            c = next(p + 3 - len(o) for o in _OPENINGS if text.endswith(o, 0, p + 3))
+            m = _PROTECTED.match(text, c)
+            before = text.rfind(b'":"', max(0, c - 65536), c)
+            strings[p] = (0 if m is None else m.end(), not (
+                text.endswith(_OPENINGS, 0, c + 1) or (before < 0 and c > 65536)
+                or text.endswith(_OPENINGS, 0, before + 3)))
+        end, alone = strings[p]
+        if end > x:  # else no string there, or one that closes before x
+            if not alone:
+                return None
+            inside.add(x)
+    return inside
+
+
 @functools.lru_cache(maxsize=4096)
 def _ends_in_name(window: bytes) -> bool:
     """Whether the character that ends ``window`` (its last 1-4 bytes) is a name's. Cached:
@@ -279,14 +309,20 @@ class Remapper:
         found = list(self._folder_any.finditer(raw)) \
             if self._folder_any is not None and self._folder_head in raw else None
         if self._apart:
-            # Every match, taken or not, outside protected strings: decided without them.
+            # Every match, taken or not, outside protected strings, or in one known from
+            # the bytes around it (_inside): decided without looking for them all.
             folders = self._folders(raw, None, found) if found is not None else _Edits([], [], [])
             at = scan[2] if scan is not None else []
             if folders is not None and folders.starts:
                 at = sorted(chain(at, folders.starts))
-            if folders is not None and (not at or _outside_protected(raw, at)
-                                        or not any(h in raw for h in _PROTECT_HINT)):
-                done = [self._prefixes(raw, None, scan)] if scan is not None else []
+            inside: set[int] | None = set()
+            if folders is not None and at and not _outside_protected(raw, at) \
+                    and any(h in raw for h in _PROTECT_HINT):
+                inside = _inside(raw, at, scan)
+            if folders is not None and inside is not None:
+                done = [self._prefixes(raw, None, scan, inside)] if scan is not None else []
+                if inside and folders.news:
+                    folders = folders.without(inside)
                 if not (done and done[0].posix):
                     return _Edits.merged([*done, folders]).apply(raw, [])[0]
         # Protected spans as sorted bounds: a position is inside one iff the number of
@@ -320,9 +356,10 @@ class Remapper:
             ok[0] = True
         return parts, ends, starts, ok
 
-    def _prefixes(self, raw: bytes, bounds: list[int] | None, scan: _Scan) -> _Edits:
+    def _prefixes(self, raw: bytes, bounds: list[int] | None, scan: _Scan,
+                  inside: set[int] | None = None) -> _Edits:
         """Where ``raw``'s prefixes (``scan``) are replaced, outside protected strings
-        (``bounds``; None: not known, see _whole)."""
+        (``bounds``; None: not known, see _whole, but for the matches at ``inside``)."""
         parts, ends, starts, ok = scan
         n = len(starts)
         if not n:
@@ -346,6 +383,9 @@ class Remapper:
         if bounds:
             for i in compress(range(n), map(int.__and__, ks, repeat(1))):
                 ok[i] = False  # inside a protected string
+        elif inside:
+            for i in compress(range(n), map(inside.__contains__, starts)):
+                ok[i] = False
         if True not in ok:
             return _Edits([], [], [])
         starts = list(compress(starts, ok))
@@ -450,6 +490,13 @@ class _Edits:
             bounds = list(map(int.__add__, bounds, map(
                 grown.__getitem__, map(bisect_right, repeat(self.ends), bounds))))
         return b"".join(pieces), bounds
+
+    def without(self, starts: set[int]) -> _Edits:
+        """These edits but those that start at ``starts``."""
+        kept = [e for e in zip(self.starts, self.ends, self.news, strict=True)
+                if e[0] not in starts]
+        return _Edits([e[0] for e in kept], [e[1] for e in kept], [e[2] for e in kept],
+                      self.posix)
 
     @staticmethod
     def merged(edits: list[_Edits]) -> _Edits:
