@@ -9,9 +9,10 @@ Every other byte of a line is kept.
 
 A batch of lines is rewritten at once (``Remapper._whole``): one pass of each pattern
 over the whole text, and what each match's neighbours say decided for all matches
-together in C; protected strings are looked for only when the ``":"`` before an edit
-may open one. The stretch-by-stretch rewrite (``_gapwise``) stays for rules whose
-prefixes or folders could reach across a quote.
+together in C; protected strings are not looked for when the ``":"`` before each match
+shows it outside them, or the one string it opens settles it. The stretch-by-stretch
+rewrite (``_gapwise``) stays for rules whose prefixes or folders could reach across a
+quote.
 """
 
 from __future__ import annotations
