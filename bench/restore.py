@@ -7,6 +7,8 @@ Prints figures; asserts nothing. See bench/README.md for what each figure means.
     .venv/bin/python bench/restore.py --quick        # smoke run, about a minute
     .venv/bin/python bench/restore.py --skip-peers   # syncd only
     .venv/bin/python bench/restore.py --remap F.jsonl…  # Remapper.lines alone, on F
+    .venv/bin/python bench/restore.py --remap        # … on the generated tree's transcripts
+    .venv/bin/python bench/restore.py --remap --against ../old  # … and old's remapper too
 
 Progress goes to stderr, the final table to stdout. Everything (tree, SeaweedFS,
 restic repo, restore targets) lives in one temporary directory, removed at the end.
@@ -18,34 +20,43 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import importlib.util
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core import (  # core also puts the repo on sys.path, for syncd and tests
     MB,
+    PROJECT_NAMES,
+    SAMPLES,
     BenchBase,
     Run,
     bench_parser,
     bucket_stats,
+    build_main_tree,
     fmt_mb,
+    load_samples,
     log,
     render_table,
     run_bench,
     run_measured,
     sanitize,
     stop_process,
+    synthetic_corpus,
     wait_ready,
 )
 
@@ -771,46 +782,107 @@ class Bench(BenchBase):
                               "restic 0.14 does not")
 
 
-def remap_rate(paths: list[Path], rounds: int) -> None:
-    """``Remapper.lines`` alone on real transcripts (``--remap FILE…``): each mapped from
-    its first cwd's home to ``MAP_NEW``'s, its folder too, as a remapped restore does;
-    the best and the median of ``rounds`` passes over all of them, in MB of CPU time."""
+def _load_remap(checkout: Path | None) -> Any:
+    """``syncd.restore.remap`` of this checkout, or of ``checkout`` (another one, e.g. the
+    baseline's) loaded under its own name; either imports the rest of syncd from here."""
+    if checkout is None:
+        from syncd.restore import remap
+        return remap
+    name = f"remap_of_{sanitize(str(checkout))}"
+    spec = importlib.util.spec_from_file_location(
+        name, checkout / "syncd" / "restore" / "remap.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # its dataclasses look themselves up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _generated_transcripts(args: argparse.Namespace) -> tuple[
+        list[bytes], tuple[list[tuple[str, str]], dict[str, str]]]:
+    """The transcripts of the tree figure 2 restores (same generator, seed and size),
+    generated in a temporary directory, and the rules and folders its ``--map`` restore
+    rewrites them by: the map, the Claude tree's own path, every project's folder."""
+    from syncd.claude import project_folder
+
+    corpus = None if args.synthetic else load_samples(SAMPLES)
+    if corpus is None:
+        corpus = synthetic_corpus(random.Random(args.seed))
+    size = (args.size_mb or 233) * MB
+    log(f"generating a {fmt_mb(size)} tree ({corpus.origin}) ...")
+    with tempfile.TemporaryDirectory(prefix="syncd-bench-remap-", dir=args.workdir) as d:
+        tree = build_main_tree(Path(d), corpus, random.Random(args.seed), size)
+        data = [p.read_bytes() for p in sorted(tree.root.glob("projects/**/*.jsonl"))]
+    old, new = project_folder(MAP_OLD), project_folder(MAP_NEW)
+    folders = {f: f.replace(old, new, 1)
+               for f in (sanitize(f"{MAP_OLD}/src/{n}") for n in PROJECT_NAMES)}
+    return data, ([(MAP_OLD, MAP_NEW), (str(tree.root), "/restored/claude")], folders)
+
+
+def remap_rate(args: argparse.Namespace) -> None:
+    """``Remapper.lines`` alone (``--remap [FILE…]``) on real transcripts, each mapped from
+    its first cwd's home to ``MAP_NEW``'s, its folder too, or on the generated tree's
+    (no FILE) under the remapped restore's ``--map``; the best and the median of
+    ``--repeat`` passes over all of them, in MB of CPU time. ``--against DIR``: DIR's
+    remapper too, interleaved pass by pass, its output checked byte for byte."""
     import re
 
     from syncd.claude import project_folder
-    from syncd.restore.remap import Remapper, Rule
 
-    work = []
-    for path in paths:
-        data = path.read_bytes()
-        home = re.search(rb'"cwd":"(/(?:home|Users)/[^/"]+)', data)
-        old = home[1].decode() if home else MAP_OLD
-        folder = path.parent.name
-        work.append((data, Remapper([Rule(old, MAP_NEW)], {
-            folder: folder.replace(project_folder(old), project_folder(MAP_NEW), 1)})))
-    total = sum(len(d) for d, _ in work)
-    runs = []
+    sides = [("this checkout", _load_remap(None))]
+    if args.against:
+        sides.append((str(args.against), _load_remap(args.against)))
+    work: list[list[tuple[bytes, Any]]] = [[] for _ in sides]
+    if args.remap:
+        for path in args.remap:
+            data = path.read_bytes()
+            home = re.search(rb'"cwd":"(/(?:home|Users)/[^/"]+)', data)
+            old = home[1].decode() if home else MAP_OLD
+            folder = path.parent.name
+            folders = {folder: folder.replace(project_folder(old), project_folder(MAP_NEW), 1)}
+            for w, (_, mod) in zip(work, sides, strict=True):
+                w.append((data, mod.Remapper([mod.Rule(old, MAP_NEW)], folders)))
+    else:
+        generated, (rules, folders) = _generated_transcripts(args)
+        for w, (_, mod) in zip(work, sides, strict=True):
+            remap = mod.Remapper([mod.Rule(o, n) for o, n in rules], folders)
+            w.extend((data, remap) for data in generated)
+    total = sum(len(d) for d, _ in work[0])
+    if len(sides) > 1:
+        same = all(a.lines(d) == b.lines(d)
+                   for (d, a), (_, b) in zip(work[0], work[1], strict=True))
+        print(f"outputs byte-identical to {sides[1][0]}'s: {'yes' if same else 'NO'}")
+    rounds = args.repeat or 30
+    runs: list[list[float]] = [[] for _ in sides]
     for _ in range(rounds):
-        t = time.process_time()  # CPU, not wall: the figure holds on a busy machine
-        for data, remap in work:
-            remap.lines(data)
-        runs.append(time.process_time() - t)
-    print(f"Remapper.lines, {len(work)} files, {fmt_mb(total)}: best "
-          f"{total / min(runs) / MB:.0f} MB/s, median {total / statistics.median(runs) / MB:.0f}"
-          f" MB/s ({rounds} passes)")
+        for w, r in zip(work, runs, strict=True):
+            t = time.process_time()  # CPU, not wall: the figure holds on a busy machine
+            for data, remap in w:
+                remap.lines(data)
+            r.append(time.process_time() - t)
+    what = f"{len(work[0])} files, {fmt_mb(total)}" + ("" if args.remap else " generated")
+    for (name, _), r in zip(sides, runs, strict=True):
+        rates = sorted(total / t / MB for t in r)
+        print(f"Remapper.lines ({name}), {what}: best {rates[-1]:.0f} MB/s, median "
+              f"{statistics.median(rates):.0f} MB/s, quartiles {rates[len(r) // 4]:.0f}-"
+              f"{rates[(3 * len(r)) // 4]:.0f} ({rounds} passes, load "
+              f"{os.getloadavg()[0]:.1f})")
 
 
 def main() -> int:
     ap = bench_parser(__doc__, 1024)
-    ap.add_argument("--remap", type=Path, nargs="+", metavar="FILE",
-                    help="only time Remapper.lines on these transcripts (no store)")
+    ap.add_argument("--remap", type=Path, nargs="*", metavar="FILE",
+                    help="only time Remapper.lines on these transcripts (no store), or "
+                         "with no FILE on the generated tree's (--size-mb, default 233)")
+    ap.add_argument("--against", type=Path, default=None, metavar="DIR",
+                    help="with --remap: time DIR's remapper too (another checkout)")
     ap.add_argument("--no-compact", action="store_true",
                     help="restore from the segments alone (no syncd compact after the sync)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="full restores per tool for figure 2 (default 2, quick 1)")
     args = ap.parse_args()
-    if args.remap:
-        remap_rate(args.remap, args.repeat or 30)
+    if args.remap is not None:
+        remap_rate(args)
         return 0
     q = args.quick
     args.size_mb = args.size_mb or (30 if q else 1024)
