@@ -605,12 +605,14 @@ def _environment() -> dict[str, Any]:
             continue
         if name in _JSON_KEYS:
             try:
-                out[name] = json.loads(value)
+                decoded = json.loads(value)
             except ValueError:
                 # A list or table in an environment variable that is not JSON
                 # (SYNCD_INCLUDE=x).
                 raise ConfigError(f"$SYNCD_{name.upper()}: not valid JSON (a list is written "
                                   'like ["projects/**", "history.jsonl"])') from None
+            if decoded is not None:  # JSON null leaves the setting unset, as pydantic-settings did
+                out[name] = decoded
         else:
             out[name] = value
     return out

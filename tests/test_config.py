@@ -44,6 +44,8 @@ def test_the_environment_as_pydantic_settings_read_it(
     assert s.remap == {"/a": "/file", "/b": "/env", "/c": "/env"}
     assert {"keep_daily", "remap", "include", "follow", "catchup_child"} <= s.model_fields_set
     assert "keep_hourly" not in s.model_fields_set
+    monkeypatch.setenv("SYNCD_REMAP", "null")  # unset, so the file's table stands
+    assert load_settings(cfg).remap == {"/a": "/file", "/b": "/file"}
     monkeypatch.setenv("SYNCD_REMAP", "/a=/b")
     with pytest.raises(ConfigError, match=r"^\$SYNCD_REMAP: not valid JSON"):
         load_settings(cfg)
