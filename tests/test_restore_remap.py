@@ -255,15 +255,16 @@ def test_rewriting_processes_write_what_one_process_writes(
         chunk: int, sessions: tuple[str, ...]) -> None:
     """A big rewrite runs in worker processes: the files (whole or a chunk of lines at a
     time, a filtered history too) and the report are the same as without them."""
+    import syncd.restore.place as place_mod
     import syncd.restore.remap as remap_mod
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.rewrite as rewrite_mod
 
     store, _ = alice
-    monkeypatch.setattr(restorer_mod, "CHUNK", chunk)
+    monkeypatch.setattr(place_mod, "CHUNK", chunk)
     monkeypatch.setattr(remap_mod, "CHUNK", chunk)
     got = {}
     for pool_min in (1 << 60, 0):
-        monkeypatch.setattr(restorer_mod, "POOL_MIN_BYTES", pool_min)
+        monkeypatch.setattr(rewrite_mod, "POOL_MIN_BYTES", pool_min)
         target = tmp_path / f"out-{pool_min}"
         report = restore(Repository(store, "desk"), RestoreOptions(
             target=target, local_home="/home/bob", sessions=sessions))
