@@ -78,15 +78,11 @@ def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
     """In a worker process: ``staged`` rewritten as ``_place`` rewrites it (``whole``: at
     once, the small file's way), and the staged file that holds it now, and its size."""
     assert _worker_remap is not None
-    # Made durable here, by this process, so that installing it is only a rename.
+    # Not made durable here: the installer's threads fsync what they install (a file of a
+    # merge is written anew), so this process goes on with the next file meanwhile
+    # rather than wait for the disk.
     if not whole:
-        path, size = _rewrite_lines(staged, _worker_remap, sids, holes)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return path, size
+        return _rewrite_lines(staged, _worker_remap, sids, holes)
     # Written back into the staged file: a new file costs the filesystem an inode.
     with open(staged, "r+b") as fh:
         data = fh.read()
@@ -94,8 +90,6 @@ def _rewrite_job(staged: Path, sids: set[str] | None, holes: bool,
         fh.seek(0)
         fh.write(out)
         fh.truncate()
-        fh.flush()
-        os.fsync(fh.fileno())
     return staged, len(out)
 
 
