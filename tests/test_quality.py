@@ -39,7 +39,7 @@ def test_mypy_strict() -> None:
 # line. Imports under ``if TYPE_CHECKING:`` are not imports at run time.
 RANKS: list[tuple[str, ...]] = [
     ("syncd.errors", "syncd.version", "syncd.private", "syncd.redact", "syncd.worker",
-     "syncd.progress", "syncd.claude", "syncd.gitinfo", "syncd.host", "syncd.config", "syncd.heap",
+     "syncd.progress", "syncd.claude", "syncd.gitinfo", "syncd.host", "syncd.config",
      "syncd.untrusted"),
     ("syncd.store",),
     ("syncd.security.crypto",),

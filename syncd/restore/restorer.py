@@ -23,7 +23,6 @@ from syncd.config import format_time
 from syncd.errors import BackupError, RestoreError
 from syncd.format.catalog import session_of
 from syncd.gitinfo import find_clones
-from syncd.heap import bulk
 from syncd.progress import Meter, NullMeter
 from syncd.repository import Repository
 from syncd.restore.fetch import Staging, _make_room, _stage
@@ -46,9 +45,6 @@ from syncd.restore.remap import Remapper
 from syncd.restore.report import Action, RestoreReport, _why
 from syncd.restore.rewrite import _rewriters
 from syncd.view import Backup, load_backup
-
-# A restore fetching this much keeps its buffers in the heap (``syncd.heap``).
-BULK_BYTES = 32 << 20
 
 
 def restore_tree(repo: Repository, target: Path,
@@ -138,39 +134,37 @@ def _restore(repo: Repository, opts: RestoreOptions, backup: Backup, step: Pass,
     placing = Placing(backup, opts, remap, files, history_sids, aside, sides, tails, sinks,
                       staging.path)
     early: _Placer | None = None
-    # A big restore's buffers stay in the heap (its rewriting processes inherit that).
-    with bulk(not opts.dry_run and sum(f.size for f in files.values()) >= BULK_BYTES):
-        try:
-            # Before any other thread of this restore starts.
-            placing.rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
-            # With no earlier copy of a session to move (a new machine, a fresh target), a new
-            # file is placed as soon as its bytes are in, while the others are still fetched.
-            early = None if moving else _Placer(placing.place_early)
-            meter = opts.progress or NullMeter()
-            meter.start(sum(f.size - tails.get(p, (0, 0))[0] for p, f in files.items()))
-            staged = _stage(repo, files, staging.path, report, meter,
-                            None if early is None else early.put,
-                            None if early is None or opts.dry_run else placing.prepare_early,
-                            {p: start for p, (start, _) in tails.items()})
-            if early is not None:
-                early.close()
-            planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
-                                                             staging.path)
-            # A session's transcript before its other files (which wait for its verdict).
-            for path in sorted(staged, key=lambda p: (p in sides, p)):
-                if path not in sinks:
-                    placing.place(path, staged[path], planned)
-            for path in sorted(sinks):
-                sink = sinks[path]
-                report.actions += sink.actions
-                report.errors += sink.errors
-                report.notes += sink.notes
-        finally:
-            # Nothing may still write into staging when it goes.
-            if early is not None:
-                early.stop(drop=True)  # after a failure, nothing more is placed
-            placing.finish(report)
-            staging.close()
+    try:
+        # Before any other thread of this restore starts.
+        placing.rewriters = None if opts.dry_run else _rewriters(files, remap, history_sids)
+        # With no earlier copy of a session to move (a new machine, a fresh target), a new
+        # file is placed as soon as its bytes are in, while the others are still fetched.
+        early = None if moving else _Placer(placing.place_early)
+        meter = opts.progress or NullMeter()
+        meter.start(sum(f.size - tails.get(p, (0, 0))[0] for p, f in files.items()))
+        staged = _stage(repo, files, staging.path, report, meter,
+                        None if early is None else early.put,
+                        None if early is None or opts.dry_run else placing.prepare_early,
+                        {p: start for p, (start, _) in tails.items()})
+        if early is not None:
+            early.close()
+        planned = {} if early is not None else _relocate(backup, staged, remap, opts, report,
+                                                         staging.path)
+        # A session's transcript before its other files (which wait for its verdict).
+        for path in sorted(staged, key=lambda p: (p in sides, p)):
+            if path not in sinks:
+                placing.place(path, staged[path], planned)
+        for path in sorted(sinks):
+            sink = sinks[path]
+            report.actions += sink.actions
+            report.errors += sink.errors
+            report.notes += sink.notes
+    finally:
+        # Nothing may still write into staging when it goes.
+        if early is not None:
+            early.stop(drop=True)  # after a failure, nothing more is placed
+        placing.finish(report)
+        staging.close()
     return report
 
 
