@@ -413,6 +413,7 @@ class Run:
     cpu: float    # user+sys seconds
     out: str
     err: str
+    sys: float = 0.0  # of cpu, the kernel's seconds
 
 
 GNU_TIME = next((t for t in ("/usr/bin/time", shutil.which("time")) if t and os.access(t, os.X_OK)),
@@ -435,7 +436,7 @@ def run_measured(procs: Procs, cmd: list[str], env: dict[str, str], logs: Path,
     p.returncode = os.waitstatus_to_exitcode(status)
     maxrss = int(rss_file.read_text().split()[-1]) * 1024 if GNU_TIME is not None else -1
     r = Run(p.returncode, wall, maxrss, ru.ru_utime + ru.ru_stime,
-            out.read_text(errors="replace"), err.read_text(errors="replace"))
+            out.read_text(errors="replace"), err.read_text(errors="replace"), ru.ru_stime)
     if r.rc != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} exited {r.rc}: {r.err[-2000:]}")
     return r

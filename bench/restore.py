@@ -344,8 +344,10 @@ class Bench(BenchBase):
         self.map_check: tuple[int, int, int] = (0, 0, 0)     # and its remapped one's tree
 
     # -- environments -------------------------------------------------------
-    def syncd_env(self, *, proxied: bool, backup: bool = False) -> dict[str, str]:
-        """The backing-up machine (``backup``), or a fresh one that restores from it."""
+    def syncd_env(self, *, proxied: bool, backup: bool = False,
+                  code: Path | None = None) -> dict[str, str]:
+        """The backing-up machine (``backup``), or a fresh one that restores from it
+        (``code``: with that checkout's syncd)."""
         assert self.sw is not None and self.proxy is not None
         name = "main" if backup else "restorer"
         local = self.tree.root if backup else self.work / "restorer-claude"
@@ -357,7 +359,10 @@ class Bench(BenchBase):
         # from source first: ~0.5 s of CPU at each start, which restic, one binary, never
         # pays. The bytecode is kept in the work directory, made by the first command.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(self.work / "pycache")
+        env["PYTHONPYCACHEPREFIX"] = str(self.work / ("pycache" if code is None else
+                                                      "pycache-before"))
+        if code is not None:
+            env["PYTHONPATH"] = str(code)
         return {**env, "SYNCD_SOURCE": str(local),
                 "SYNCD_STORE": f"s3://syncd/{SYNCD_PREFIX}",
                 "SYNCD_STATE_DIR": str(self.work / f"state-{name}"),
@@ -560,8 +565,12 @@ class Bench(BenchBase):
         res.add(f"# 2. full restore of the {fmt_mb(tree.bytes)} backup from SeaweedFS, direct "
                 f"(median of {reps} runs, fresh target each; RSS/CPU from the first)")
         tools = {"syncd": self.full_syncd, "syncd-map": self.full_syncd_map}
+        if self.args.before:
+            tools["before"] = lambda t: self.full_syncd(t, self.args.before)
+            tools["before-map"] = lambda t: self.full_syncd_map(t, self.args.before)
         if self.peers:
             tools["restic"] = self.full_restic
+        tools["floor"] = self.full_floor
         runs: dict[str, list[Run]] = {t: [] for t in tools}
         checks: dict[str, str] = {}
         for k in range(reps):
@@ -574,7 +583,7 @@ class Bench(BenchBase):
                     f"peak RSS {fmt_rss(r.maxrss)}, CPU {r.cpu:.1f}s")
                 if k == 0 and name == "syncd-map":
                     self.map_check = self.remapped_check(restored)
-                elif k == 0:
+                elif k == 0 and name in ("syncd", "restic"):
                     ok, what = same_tree(tree.root, restored)
                     log(f"  restored tree identical: {'yes' if ok else 'NO'}: {what}")
                     checks[name] = "yes" if ok else "NO (see note)"
@@ -585,6 +594,8 @@ class Bench(BenchBase):
         rates: dict[str, float] = {}
         maps = runs.pop("syncd-map")
         self.full_runs = runs["syncd"]
+        self.compare(runs, maps)
+        runs = {k: v for k, v in runs.items() if k in ("syncd", "restic")}
         for name, rr in runs.items():
             rs = [tree.bytes / MB / r.wall for r in rr]
             rates[name] = statistics.median(rs)
@@ -641,15 +652,48 @@ class Bench(BenchBase):
             res.add("2 syncd --map restore / restic restore (median MB/s)",
                     f"{rate / restic:.2f}x", target=">= 1x", met=rate >= restic)
 
-    def full_syncd_map(self, target: Path) -> tuple[Run, Path]:
+    def compare(self, runs: dict[str, list[Run]], maps: list[Run]) -> None:
+        """One row per tool of figure 2 (``--before``: the older code's too, interleaved):
+        median MB/s (min-max), wall, CPU (user+sys) and its kernel part, and each one's
+        ratio to restic's plain restore."""
+        tree, res = self.tree, self.res
+        every = {**runs, "syncd-map": maps}
+        restic = statistics.median(tree.bytes / MB / r.wall for r in every["restic"]) \
+            if "restic" in every else None
+        res.add(f"# 2c. side by side, {fmt_mb(tree.bytes)}, {len(maps)} interleaved runs each "
+                "(MB/s median (min-max); wall, CPU, of which kernel; x restic's plain)")
+        for name in ("before", "syncd", "before-map", "syncd-map", "restic", "floor"):
+            if name not in every:
+                continue
+            rr = every[name]
+            rs = [tree.bytes / MB / r.wall for r in rr]
+            rate = statistics.median(rs)
+            res.add(f"2c {name}", f"{rate:.1f} ({min(rs):.0f}-{max(rs):.0f}) MB/s; "
+                    f"{statistics.median(r.wall for r in rr):.2f} s, "
+                    f"CPU {statistics.median(r.cpu for r in rr):.2f} s, "
+                    f"sys {statistics.median(r.sys for r in rr):.2f} s",
+                    f"{rate / restic:.2f}x" if restic else "")
+
+    def full_syncd_map(self, target: Path, code: Path | None = None) -> tuple[Run, Path]:
         r = self.run([self.syncd, "restore", "--machine", MACHINE, "--to", str(target),
-                      "--map", f"{MAP_OLD}={MAP_NEW}"], self.syncd_env(proxied=False),
+                      "--map", f"{MAP_OLD}={MAP_NEW}"], self.syncd_env(proxied=False, code=code),
                      "syncd-restore-map")
         return r, target
 
-    def full_syncd(self, target: Path) -> tuple[Run, Path]:
+    def full_syncd(self, target: Path, code: Path | None = None) -> tuple[Run, Path]:
         r = self.run([self.syncd, "restore", "--machine", MACHINE, "--to", str(target)],
-                     self.syncd_env(proxied=False), "syncd-restore-full")
+                     self.syncd_env(proxied=False, code=code), "syncd-restore-full")
+        return r, target
+
+    def full_floor(self, target: Path) -> tuple[Run, Path]:
+        """The floor: the tree's bytes copied into the page cache of a fresh directory
+        (``cp -r``: read from the cache, written to new files, no fsync), as a restore
+        of them would at least cost."""
+        for path in self.tree.root.rglob("*"):  # in the page cache first, as a store's are
+            if path.is_file():
+                path.read_bytes()
+        r = self.run(["cp", "-r", str(self.tree.root), str(target)], self.base_env(),
+                     "floor-cp")
         return r, target
 
     def full_restic(self, target: Path) -> tuple[Run, Path]:
@@ -773,10 +817,12 @@ class Bench(BenchBase):
 
     def run_all(self) -> None:
         self.setup()
-        self.fig1_one_session()
+        if not self.args.full_only:
+            self.fig1_one_session()
         self.fig2_full()
-        self.fig3_sessions()
-        self.fig4_reship()
+        if not self.args.full_only:
+            self.fig3_sessions()
+            self.fig4_reship()
         self.res.notes.append(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
         self.res.notes.append("syncd fsyncs every restored file (and its directory); "
                               "restic 0.14 does not")
@@ -880,6 +926,10 @@ def main() -> int:
                     help="restore from the segments alone (no syncd compact after the sync)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="full restores per tool for figure 2 (default 2, quick 1)")
+    ap.add_argument("--full-only", action="store_true",
+                    help="figure 2 alone (full and remapped restores, the floor)")
+    ap.add_argument("--before", type=Path, default=None, metavar="CHECKOUT",
+                    help="also restore with that checkout's syncd, interleaved (figure 2c)")
     args = ap.parse_args()
     if args.remap is not None:
         remap_rate(args)

@@ -704,9 +704,9 @@ def test_a_file_too_big_to_merge_in_memory_is_recorded_and_never_comes_back(
     """The laptop holds an older copy of desk's session (restored by hand) when it first
     looks at desk, the file too big to merge in memory: the fast-forward is recorded as an
     import, its bytes ship as desk's, and desk does not fetch them back."""
-    from syncd.restore import restorer as restorer_module
+    from syncd.restore import place
 
-    monkeypatch.setattr(restorer_module, "MERGE_MAX", 2)
+    monkeypatch.setattr(place, "MERGE_MAX", 2)
     a, b = two
     rel = a.transcript("app", S1).relative_to(a.settings.source)
     write(a.settings.source, rel, line(S1, a.cwd("app"), 0) + line(S1, a.cwd("app"), 1))

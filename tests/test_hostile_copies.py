@@ -616,8 +616,8 @@ def test_a_file_made_of_copies_of_copies_is_refused_alone(
     """A store whose files double by copies of copies claims terabytes from one frame: a
     restore refuses those files with one line each (never the whole restore for want of
     disk), writes the others, and writes what a doubling names within the bound."""
-    from syncd.restore import restorer
-    monkeypatch.setattr(restorer, "OVERCLAIM_SLACK", 1 << 20)  # (the test writes little)
+    from syncd.restore import plan
+    monkeypatch.setattr(plan, "OVERCLAIM_SLACK", 1 << 20)  # (the test writes little)
     w = SegmentWriter(M, 0, T0)
     frame = random.Random(9).randbytes(64 << 10)
     a, ok = b"projects/-a/a.jsonl", b"projects/-a/ok.jsonl"

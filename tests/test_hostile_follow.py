@@ -28,7 +28,7 @@ from syncd.format.head import Head, HeadSession
 from syncd.format.head import encode as head_encode
 from syncd.format.segment import ENTRIES_MAX, FRAME_MAX
 from syncd.repository import Repository
-from syncd.restore import install, restorer
+from syncd.restore import install, place
 from syncd.restore.merge import Decision
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.service.status import format_status, status
@@ -233,7 +233,7 @@ def test_a_line_appended_here_while_the_import_writes_is_never_lost(
     # copy replaces it (written by an installer thread). The file is as the last import
     # left it: only the lines after it are fetched (the second hook of each pair).
     if when == "compared":
-        decide, lines_after = restorer.decide, restorer.rewrite_lines
+        decide, lines_after = place.decide, place.rewrite_lines
 
         def deciding(kind: str, local: bytes | None, backup: bytes,
                      lineage: Any = None) -> Decision:
@@ -244,8 +244,8 @@ def test_a_line_appended_here_while_the_import_writes_is_never_lost(
             claude_appends()
             lines_after(*args, **kw)
 
-        monkeypatch.setattr(restorer, "decide", deciding)
-        monkeypatch.setattr(restorer, "rewrite_lines", rewriting)
+        monkeypatch.setattr(place, "decide", deciding)
+        monkeypatch.setattr(place, "rewrite_lines", rewriting)
     else:
         write, finish, append = install._write, install._finish, install._append
 
@@ -720,14 +720,14 @@ def test_a_line_appended_here_to_a_file_the_import_skips_is_shipped_as_this_mach
     assert before == line(s1, laptop.cwd("app"), 50)
     c.segment(DESK, 1, [Piece(transcript(CWD, s1), line(s1, CWD, 1), start=len(first))])
     typed = line(s1, laptop.cwd("app"), 51, "typed here")
-    lines_after = restorer.rewrite_lines
+    lines_after = place.rewrite_lines
 
     def rewriting(*args: Any, **kw: Any) -> None:
         with open(mine, "ab") as f:  # Claude writes the subagent's file meanwhile
             f.write(typed)
         lines_after(*args, **kw)
 
-    monkeypatch.setattr(restorer, "rewrite_lines", rewriting)
+    monkeypatch.setattr(place, "rewrite_lines", rewriting)
     laptop.poll(monkeypatch)
     assert laptop.transcript("app", s1).read_bytes() == line(s1, laptop.cwd("app"), 0) + \
         line(s1, laptop.cwd("app"), 1)

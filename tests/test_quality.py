@@ -154,3 +154,49 @@ def test_no_import_cycles() -> None:
         if m not in state:
             visit(m, [m])
     assert cycles == []
+
+
+# The restore path's rooms, bottom-up: within ``syncd.restore`` a module imports only
+# modules of its row or below. Outside it, the rooms of one restore (options to place)
+# are reached only through ``restorer``, the door.
+RESTORE_ROWS: list[tuple[str, ...]] = [
+    ("remap", "merge", "install", "sessionref", "listing"),
+    ("relocation", "userconfig"),
+    ("origin",),
+    ("options", "report"),
+    ("mapping", "fetch"),
+    ("plan", "rewrite", "conflicts"),
+    ("place",),
+    ("restorer",),
+]
+_ROOMS = ("options", "report", "mapping", "fetch", "plan", "rewrite", "conflicts", "place")
+ROOM_MAX_LINES = 600
+
+
+def _restore_row(module: str) -> int:
+    name = module.removeprefix("syncd.restore.")
+    rows = [i for i, row in enumerate(RESTORE_ROWS) if name in row]
+    assert rows, f"{module} has no row in RESTORE_ROWS"
+    return rows[0]
+
+
+def test_restore_modules_import_only_their_row_or_below() -> None:
+    graph = _graph()
+    mods = [m for m in graph if m.startswith("syncd.restore.")]
+    upward = [f"{m} (row {_restore_row(m)}) imports {d} (row {_restore_row(d)})"
+              for m in mods for d in graph[m]
+              if d.startswith("syncd.restore.") and _restore_row(d) > _restore_row(m)]
+    assert upward == []
+
+
+def test_the_rooms_of_a_restore_are_reached_only_through_the_restorer() -> None:
+    rooms = {f"syncd.restore.{r}" for r in _ROOMS}
+    users = [f"{m} imports {d}" for m, deps in _graph().items()
+             if not m.startswith("syncd.restore.") for d in deps if d in rooms]
+    assert users == []
+
+
+def test_no_restore_module_is_over_its_size() -> None:
+    big = {p.name: n for p in (ROOT / "syncd" / "restore").glob("*.py")
+           if (n := len(p.read_text().splitlines())) > ROOM_MAX_LINES}
+    assert big == {}

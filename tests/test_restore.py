@@ -93,7 +93,7 @@ def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from syncd.format.snapshot import Entry
     from syncd.restore import remap as _remap
-    from syncd.restore import restorer as _restore
+    from syncd.restore import rewrite as _rewrite
     from syncd.restore.remap import Remapper, Rule
 
     monkeypatch.setattr(_remap, "CHUNK", 64)
@@ -104,7 +104,7 @@ def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
     data = b"".join(short[:10]) + long + b"".join(short[10:]) + b'{"cwd":"/home/a/end"}'
     staged = tmp_path / "f"
     staged.write_bytes(data)
-    out, size = _restore._rewrite(staged, Entry(b"projects/p/x.jsonl", 1, len(data)), remap,
+    out, size = _rewrite._rewrite(staged, Entry(b"projects/p/x.jsonl", 1, len(data)), remap,
                                   None)
     got = out.read_bytes()
     assert size == len(got) and not staged.exists()
@@ -122,11 +122,12 @@ def test_rewriting_streams_lines_and_leaves_an_overlong_line_as_it_is(
 def test_files_too_big_to_merge_in_memory_are_compared_as_streams(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bytes, action: str,
         after: bytes) -> None:
-    from syncd.restore import restorer
+    from syncd.restore import conflicts, place
     from syncd.restore.restorer import RestoreOptions, restore
 
-    monkeypatch.setattr(restorer, "MERGE_MAX", 2)
-    monkeypatch.setattr(restorer, "CHUNK", 3)  # comparisons cross chunk boundaries
+    monkeypatch.setattr(place, "MERGE_MAX", 2)
+    monkeypatch.setattr(place, "CHUNK", 3)  # comparisons cross chunk boundaries
+    monkeypatch.setattr(conflicts, "CHUNK", 3)
     store = _backup(tmp_path, b"a\nb\nc\n")
     write(tmp_path / "out", S, local)
     r = restore(Repository(store, "m1"), RestoreOptions(
@@ -220,18 +221,18 @@ def test_a_local_copy_vouched_for_is_fetched_only_past_its_end(
 
 def test_a_local_copy_vouched_for_that_changes_meanwhile_is_never_written_over(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.place as place_mod
 
     store = _backup(tmp_path, L1 + L2 + L3)
     mine = write(tmp_path / "out", S, L1)
-    copy = restorer_mod.rewrite_lines
+    copy = place_mod.rewrite_lines
 
     def typed_meanwhile(*args: object, **kw: object) -> None:
         with open(mine, "ab") as f:
             f.write(b'{"typed":1}\n')
         copy(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(restorer_mod, "rewrite_lines", typed_meanwhile)
+    monkeypatch.setattr(place_mod, "rewrite_lines", typed_meanwhile)
     r = restore(Repository(store, "m1"), RestoreOptions(
         target=tmp_path / "out", base=lambda path, rel: (1, 8, 8)))
     assert mine.read_bytes() == L1 + b'{"typed":1}\n'
@@ -240,13 +241,13 @@ def test_a_local_copy_vouched_for_that_changes_meanwhile_is_never_written_over(
 
 def test_two_conflict_copies_of_one_file_in_one_second_are_both_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
-    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: "20261201T063900")
+    monkeypatch.setattr(conflicts_mod.time, "strftime", lambda fmt: "20261201T063900")
     opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
     staged = write(tmp_path, "staged", b'{"n":2}\n')
-    first = restorer_mod._save_conflict(b'{"n":1}\n', S.encode(), "desk", opts)
-    second = restorer_mod._save_conflict(staged, S.encode(), "desk", opts)
+    first = conflicts_mod._save_conflict(b'{"n":1}\n', S.encode(), "desk", opts)
+    second = conflicts_mod._save_conflict(staged, S.encode(), "desk", opts)
     assert first != second and second.endswith(f"20261201T063900-2/{S}")
     assert Path(first).read_bytes() == b'{"n":1}\n' and Path(second).read_bytes() == b'{"n":2}\n'
     assert os.stat(second).st_mode & 0o777 == 0o600
@@ -257,13 +258,13 @@ def test_a_conflict_copy_that_extends_an_older_one_supersedes_it(
     """Two machines writing one session: each import saves the other's branch again,
     longer; the newest copy holds all the older ones held, which go. One that is not its
     prefix stays."""
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
     seconds = iter(["20261201T070000", "20261201T070001", "20261201T070002",
                     "20261201T070003"])
-    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: next(seconds))
+    monkeypatch.setattr(conflicts_mod.time, "strftime", lambda fmt: next(seconds))
     opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
-    save = restorer_mod._save_conflict
+    save = conflicts_mod._save_conflict
     other = save(L2, S.encode(), "desk", opts)  # another branch: never a prefix
     first = save(L1, S.encode(), "desk", opts)
     second = save(L1 + L2, S.encode(), "desk", opts)
@@ -279,24 +280,24 @@ def test_a_conflict_copy_being_saved_by_another_restore_is_not_superseded_half_w
     """Another restore (the daemon's follow import, ``syncd restore``) saves a copy of the
     same file the moment this one is halfway written: what it holds so far is a prefix of
     the other's, the whole of it is not. Both are kept, whole."""
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
     seconds = iter(["20261201T080000", "20261201T080001"])
-    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: next(seconds))
+    monkeypatch.setattr(conflicts_mod.time, "strftime", lambda fmt: next(seconds))
     opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
     mine = L1 + b'{"branch":"mine"}\n'
     staged = write(tmp_path, "staged", mine)
-    copy = restorer_mod.shutil.copyfileobj
+    copy = conflicts_mod.shutil.copyfileobj
     other: list[str] = []
 
     def halfway(src: Any, dst: Any, length: int = 0) -> None:
         dst.write(src.read(len(L1)))
         dst.flush()
-        other.append(restorer_mod._save_conflict(L1 + L2, S.encode(), "desk", opts))
+        other.append(conflicts_mod._save_conflict(L1 + L2, S.encode(), "desk", opts))
         copy(src, dst)
 
-    monkeypatch.setattr(restorer_mod.shutil, "copyfileobj", halfway)
-    first = restorer_mod._save_conflict(staged, S.encode(), "desk", opts)
+    monkeypatch.setattr(conflicts_mod.shutil, "copyfileobj", halfway)
+    first = conflicts_mod._save_conflict(staged, S.encode(), "desk", opts)
     assert Path(first).read_bytes() == mine
     assert Path(other[0]).read_bytes() == L1 + L2
 
@@ -342,10 +343,10 @@ def test_staging_left_by_a_killed_restore_is_removed_by_the_next(tmp_path: Path)
 
 def _seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each conflict copy is saved in a second of its own (the next one)."""
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
     seconds = iter(f"20261201T09{i // 60:02d}{i % 60:02d}" for i in range(3600))
-    monkeypatch.setattr(restorer_mod.time, "strftime", lambda fmt: next(seconds))
+    monkeypatch.setattr(conflicts_mod.time, "strftime", lambda fmt: next(seconds))
 
 
 def _copies(root: Path) -> list[Path]:
@@ -356,28 +357,28 @@ def test_a_conflict_copy_that_says_nothing_new_is_not_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same diverged copy again (each import of a session that goes on diverging the
     same way), or a part of one kept: the copy kept already says it all."""
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
     _seconds(monkeypatch)
     opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c")
-    kept = restorer_mod._save_conflict(L1 + L2, S.encode(), "desk", opts)
-    again = restorer_mod._save_conflict(write(tmp_path, "staged", L1 + L2), S.encode(),
+    kept = conflicts_mod._save_conflict(L1 + L2, S.encode(), "desk", opts)
+    again = conflicts_mod._save_conflict(write(tmp_path, "staged", L1 + L2), S.encode(),
                                         "desk", opts)
-    part = restorer_mod._save_conflict(L1, S.encode(), "desk", opts)
+    part = conflicts_mod._save_conflict(L1, S.encode(), "desk", opts)
     assert again == part == kept and _copies(tmp_path / "c") == [Path(kept)]
     assert Path(kept).read_bytes() == L1 + L2
 
 
 def test_conflict_copies_of_a_file_are_at_most_conflict_copies_the_oldest_going_first(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
     _seconds(monkeypatch)
     opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c",
                           conflict_copies=3)
-    other = restorer_mod._save_conflict(b'{"other file":1}\n', b"projects/-home-a/t.jsonl",
+    other = conflicts_mod._save_conflict(b'{"other file":1}\n', b"projects/-home-a/t.jsonl",
                                         "desk", opts)
-    saved = [restorer_mod._save_conflict(f'{{"branch":{i}}}\n'.encode(), S.encode(), "desk",
+    saved = [conflicts_mod._save_conflict(f'{{"branch":{i}}}\n'.encode(), S.encode(), "desk",
                                          opts) for i in range(6)]
     assert _copies(tmp_path / "c") == sorted(Path(p) for p in [other, *saved[-3:]])
     assert [Path(p).read_bytes() for p in saved[-3:]] == [
@@ -388,7 +389,7 @@ def test_conflict_copies_stay_within_conflict_bytes_the_oldest_going_first(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every machine's copies of every file count (the daemon's imports and the CLI's
     restores share the folder); a file there that syncd did not write is not touched."""
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.conflicts as conflicts_mod
 
     _seconds(monkeypatch)
     opts = RestoreOptions(target=tmp_path / "out", conflicts_dir=tmp_path / "c",
@@ -399,7 +400,7 @@ def test_conflict_copies_stay_within_conflict_bytes_the_oldest_going_first(
     for i, (machine, rel) in enumerate([("desk", S), ("zulu", S), ("desk", "todos/t.json"),
                                         ("zulu", "plans/p.md"), ("desk", S)]):
         data = bytes([0x41 + i]) * copy
-        saved.append(restorer_mod._save_conflict(data, rel.encode(), machine, opts))
+        saved.append(conflicts_mod._save_conflict(data, rel.encode(), machine, opts))
         held = sum(p.stat().st_size for p in _copies(tmp_path / "c") if p != mine)
         assert held <= 1 << 20, (i, held)
     assert _copies(tmp_path / "c") == sorted([mine, *(Path(p) for p in saved[-3:])])

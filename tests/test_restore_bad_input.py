@@ -163,7 +163,7 @@ def test_a_history_with_a_gap_is_never_restored_as_a_sparse_file() -> None:
     placed far past a gap must not decide the size of that sparse file."""
     from syncd.format.segment import Extent
     from syncd.format.snapshot import Entry
-    from syncd.restore.restorer import _history_of
+    from syncd.restore.plan import _history_of
 
     def ext(start: int, end: int, off: int) -> Extent:
         return Extent(b"history.jsonl", 1, start, end, off, 10, "0" * 64, 0o600, 0)

@@ -255,15 +255,16 @@ def test_rewriting_processes_write_what_one_process_writes(
         chunk: int, sessions: tuple[str, ...]) -> None:
     """A big rewrite runs in worker processes: the files (whole or a chunk of lines at a
     time, a filtered history too) and the report are the same as without them."""
+    import syncd.restore.place as place_mod
     import syncd.restore.remap as remap_mod
-    import syncd.restore.restorer as restorer_mod
+    import syncd.restore.rewrite as rewrite_mod
 
     store, _ = alice
-    monkeypatch.setattr(restorer_mod, "CHUNK", chunk)
+    monkeypatch.setattr(place_mod, "CHUNK", chunk)
     monkeypatch.setattr(remap_mod, "CHUNK", chunk)
     got = {}
     for pool_min in (1 << 60, 0):
-        monkeypatch.setattr(restorer_mod, "POOL_MIN_BYTES", pool_min)
+        monkeypatch.setattr(rewrite_mod, "POOL_MIN_BYTES", pool_min)
         target = tmp_path / f"out-{pool_min}"
         report = restore(Repository(store, "desk"), RestoreOptions(
             target=target, local_home="/home/bob", sessions=sessions))
@@ -272,3 +273,39 @@ def test_rewriting_processes_write_what_one_process_writes(
                                               for a in report.actions])
     assert got[0] == got[1 << 60]
     assert any(b"/home/bob/app" in data for data in got[0][0].values())
+
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_rewriting_process_leaves_the_disk_to_the_installer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
+    """A rewriting process's job goes on with the next file rather than wait for the
+    disk; the installer's thread fsyncs the file as it renames it into place."""
+    import os
+
+    import syncd.restore.rewrite as rewrite_mod
+    from syncd.restore.install import Installer
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc")
+    monkeypatch.setattr(os, "fsync", fsync)
+    rewrite_mod._start_rewriter([Rule("/home/alice", "/home/bob")], {})
+    staged = write(tmp_path, "staged", b'{"cwd":"/home/alice/app"}\n' * 3)
+    out, size = rewrite_mod._rewrite_job(staged, None, False, whole)
+    assert out.read_bytes() == b'{"cwd":"/home/bob/app"}\n' * 3 and size == 3 * 24
+    assert synced == []
+    installer = Installer()
+    try:
+        installer.produce(lambda: os.fsencode(out), os.fsencode(tmp_path / "dest"), 0, 0)
+        assert installer.finish() == []
+    finally:
+        installer.close()
+    assert str(out) in synced
+    assert (tmp_path / "dest").read_bytes() == b'{"cwd":"/home/bob/app"}\n' * 3
