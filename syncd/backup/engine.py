@@ -143,7 +143,8 @@ class Engine:
         # Its own retries, unfenced: a renewal gives up before the renewal thread's next
         # look (which tries again).
         store = RetryStore(self.store.inner, deadline=min(ttl / 3, LOOK_EVERY), stop=self.stop)
-        lease = Lease(store, self.settings.machine_id, owner=owner, ttl=ttl, takeover=takeover)
+        lease = Lease(store, self.settings.machine_id, owner=owner, ttl=ttl, takeover=takeover,
+                      probe=self.store.inner)
         lease.acquire()
         return lease
 
