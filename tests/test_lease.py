@@ -318,9 +318,14 @@ def test_default_lease_costs_at_most_12_puts_an_hour() -> None:
     assert 3600 / (ttl / 3) <= 12
 
 
-def test_a_takeover_stops_the_old_holder_before_its_next_segment(tmp_path: Path) -> None:
+def test_a_takeover_stops_the_old_holder_before_its_next_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the default TTL the old holder's next renewal is minutes away; the HEAD
-    before a flush's first PUT is what stops it writing once someone used --takeover."""
+    before a flush's first PUT (once the lease was last seen ours VERIFY_EVERY ago) is
+    what stops it writing once someone used --takeover."""
+    import syncd.security.lease
+
+    monkeypatch.setattr(syncd.security.lease, "VERIFY_EVERY", 1.0, raising=False)
     s = settings(tmp_path, "state-a", lease_ttl=900.0)
     store = LocalStore(tmp_path / "store")
     write(s.source, "history.jsonl", b"one\n")
@@ -328,7 +333,9 @@ def test_a_takeover_stops_the_old_holder_before_its_next_segment(tmp_path: Path)
     try:
         wait_for(lambda: any(e.path == b"history.jsonl" for e in all_extents(store)),
                  what="the first flush")
+        seen = time.monotonic()  # the lease was last seen ours before this
         Lease(store, "m1", owner="intruder", ttl=900.0, takeover=True).acquire()
+        wait_for(lambda: time.monotonic() - seen > 1.0, what="VERIFY_EVERY to pass")
         write(s.source, "history.jsonl", b"two\n", "ab")
         dt.thread.join(15)
         assert not dt.thread.is_alive()

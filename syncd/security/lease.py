@@ -52,6 +52,9 @@ TTL_MAX = 3600.0
 SAFE_SHARE = 0.8
 # lease.json is ~250 bytes; a bigger object is not one syncd wrote.
 LEASE_MAX = 4 << 10
+# A flush HEADs the lease unless it was seen ours this recently: a --takeover of a live
+# holder stops it within this long (the old renewal period), at <= 360 HEADs an hour.
+VERIFY_EVERY = 10.0
 # The renewal thread looks at its clocks this often: after a suspend (which its waits do
 # not count) it renews within this long of waking.
 LOOK_EVERY = 30.0
@@ -128,6 +131,7 @@ class Lease:
         # When our last confirmed write was sent: on ``elapsed`` and on the wall clock.
         self._confirmed = float("-inf")
         self._confirmed_wall = float("-inf")
+        self._seen = float("-inf")  # on ``elapsed``: when the store last showed it ours
         self._renewing = threading.Lock()  # the thread's renewal and a writer's, one at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,6 +172,7 @@ class Lease:
             except PreconditionFailed:
                 continue  # it changed hands while we looked: look again
             self._confirmed, self._confirmed_wall = sent
+            self._seen = sent[0]
             log.debug("lease %s acquired", self.where)
             return
         raise LeaseHeld(f"{self.where}: the lease keeps changing hands; is another syncd "
@@ -233,6 +238,7 @@ class Lease:
                 else:
                     self._lose(holder)
             self._confirmed, self._confirmed_wall = sent
+            self._seen = sent[0]
 
     def _lose(self, holder: Holder | None) -> None:
         who = holder.describe() if holder else "someone (the lease was removed)"
@@ -262,10 +268,14 @@ class Lease:
 
     def verify(self, *, strict: bool = True) -> None:
         """One HEAD: is the lease in the store still the one we wrote? Not ``strict``
-        (before a flush's first PUT): a store that does not answer it is left to the
-        write itself, which fails the same way or finds the store back (the renewals
-        still see a takeover), and the HEAD is made once, through ``probe``."""
+        (before a flush's first PUT): none when the store showed it ours in the last
+        ``VERIFY_EVERY`` seconds; a store that does not answer it is left to the write
+        itself, which fails the same way or finds the store back (the renewals still see
+        a takeover); and the HEAD is made once, through ``probe``."""
         self.ensure()
+        asked = self.elapsed()
+        if not strict and asked - self._seen < VERIFY_EVERY:
+            return
         try:
             info = (self.store if strict else self.probe).head(self.key)
         except StoreError as e:
@@ -277,6 +287,7 @@ class Lease:
             holder, _, _ = self._current()
             if holder is None or holder.instance != self.instance:
                 self._lose(holder)
+        self._seen = max(self._seen, asked)
 
     def start(self, on_lost: Callable[[str], None] = lambda msg: None) -> None:
         """Renew every ``ttl / 3`` (by ``age``) from a daemon thread until ``release``."""
