@@ -11,10 +11,13 @@ Prints figures; asserts nothing. See bench/README.md, "Request cost".
 All six daemons (three roles, two versions) run at once against one SeaweedFS, each
 through its own counting proxy (bench/restore.py's), each version in its own prefix;
 the follower of a version follows that version's idle and busy machines. After a
-warm-up (seeds shipped, the follower's first import done) every request of the window
-is counted by kind and scaled to 30 days. The hourly jobs (compaction, the reconcile
+warm-up (seeds shipped, the follower's first import done, then one compaction of each
+machine that folds them) every request of the window is counted by kind and scaled to
+30 days. The hourly jobs (compaction, the reconcile
 scan's audit) fall outside a window shorter than an hour: one ``syncd compact`` per
-machine after the window is counted and added 720 times (30 days of hourly runs).
+machine after the window is counted (its GETs and HEADs, one per segment, scaled to an
+hour's segments for a machine that wrote any) and added 720 times (30 days of hourly
+runs), with the audit's two LISTs.
 """
 
 from __future__ import annotations
@@ -197,7 +200,9 @@ class Bench(BenchBase):
             if d.role == "follow":
                 self.start(d)
         self.settle()
-        for d in self.daemons:
+        for d in self.daemons:  # the seeds and first imports folded: not an hour's work
+            run_measured(self.procs, [self.syncd, "compact"], self.env(d), self.logs,
+                         f"compact-first-{d.machine}")
             d.proxy.take()
         stop = threading.Event()
         appenders = [threading.Thread(target=self.append, args=(d, stop), daemon=True)
@@ -221,8 +226,7 @@ class Bench(BenchBase):
         self.procs.stop_all()
         for d in self.daemons:
             d.proxy.take()  # the stops' own requests
-            if d.role != "follow":
-                self.hourly_jobs(d)
+            self.hourly_jobs(d, seconds)
         self.report(seconds, load0)
 
     def append(self, d: Daemon, stop: threading.Event) -> None:
@@ -237,14 +241,21 @@ class Bench(BenchBase):
             n += 1
             stop.wait(max(0.0, start + n / RATE - time.monotonic()))
 
-    def hourly_jobs(self, d: Daemon) -> None:
+    def hourly_jobs(self, d: Daemon, seconds: float) -> None:
         """One compaction of the machine, as its hourly job runs it, and the reconcile
-        audit's two LISTs."""
+        audit's two LISTs. A compaction reads each new segment (a GET or HEAD each): one
+        after a window of ``seconds`` that wrote segments has its GETs and HEADs scaled
+        to an hour's segments."""
         env = self.env(d)
         run_measured(self.procs, [self.syncd, "compact"], env, self.logs,
                      f"compact-{d.machine}")
         d.hourly = Counter(kind(r) for r in d.proxy.take())
+        assert d.window is not None
+        if d.window.all["PUT"] > d.window.lease["PUT"]:
+            for k in ("GET", "HEAD"):
+                d.hourly[k] = round(d.hourly[k] * max(1.0, 3600 / seconds))
         d.hourly["LIST"] += 2
+        log(f"{d.machine}: hourly jobs {dict(d.hourly)}")
 
     def report(self, seconds: float, load0: float) -> None:
         scale = MONTH / seconds
@@ -273,7 +284,8 @@ class Bench(BenchBase):
         self.notes.append(f"window {seconds:.0f} s, scaled to 30 days; load average "
                           f"(1 min) at its start {load0:.2f}; {os.cpu_count()} CPUs")
         self.notes.append("hourly jobs: one `syncd compact` per machine after the window "
-                          "plus the audit's 2 LISTs, counted 720 times")
+                          "(GET/HEAD scaled to an hour of segments) plus the audit's "
+                          "2 LISTs, counted 720 times")
         self.notes.append(f"before: {self.versions['before']}; after: {REPO}")
 
     def table(self) -> str:
