@@ -358,8 +358,8 @@ class Settings(BaseModel):
     # The passphrase itself is never a setting: it would end up in dumps and reloads.
     passphrase_file: Path | None = None
     # One writer per machine id: the lease expires this long after its last renewal
-    # (renewed every third of it).
-    lease_ttl: float = Field(30.0, ge=1.0, le=3600.0)
+    # (renewed every third of it: 12 PUTs an hour at 900).
+    lease_ttl: float = Field(900.0, ge=1.0, le=3600.0)
     # Archives, scheduled inside the daemon. A schedule is an interval ("1h", "30m"), a
     # five-field cron line ("0 3 * * *", local time) or "off".
     compact_schedule: str = "1h"

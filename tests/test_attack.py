@@ -296,7 +296,7 @@ def test_a_segment_forged_at_this_machines_next_seq_does_not_stop_the_backup(
 
 def test_a_lease_planted_with_a_ttl_no_writer_uses_expires(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """README: "A lease left by a machine that died expires after lease_ttl (30 s)". A
+    """README: "A lease left by a machine that died expires after `lease_ttl` (15 minutes)". A
     lease.json put in the laptop's prefix, renewed a year ago, with a ttl of ten years: a
     holder's ttl counts for at most an hour, so the lease has expired and the laptop backs up
     without --takeover. Found by an attack: the laptop took the holder's word for its ttl and

@@ -16,7 +16,7 @@ from syncd.config import Settings, load_settings
 from syncd.errors import LeaseHeld, LeaseLost, LeaseStale, TransientError
 from syncd.security.lease import Holder, Lease
 from syncd.store import LocalStore, MemoryStore, ObjectInfo, Store
-from tests.helpers import LosesAnswers, start_daemon, wait_for, write
+from tests.helpers import LosesAnswers, all_extents, start_daemon, wait_for, write
 
 KEY = "machines/m1/lease.json"
 
@@ -251,3 +251,109 @@ def test_store_down_at_start_then_the_lease_is_taken_while_idle(
     finally:
         dt.stop(15)
     assert not dt.thread.is_alive() and dt.daemon.fatal is None
+
+
+# -- a long TTL: what a writer checks before it writes -----------------------------------
+
+def test_a_holder_that_slept_past_its_ttl_writes_nothing_once_taken_over() -> None:
+    """A laptop suspended for 20 minutes: the wall clock counts the sleep (time.monotonic
+    does not). Someone took the expired lease over meanwhile; before its next write the
+    sleeper sees its lease is stale, and renewing it tells it that it lost it."""
+    store = MemoryStore()
+    wall = Clock()
+    a = lease(store, "owner-a", wall, ttl=900.0)
+    a.acquire()
+    a.check()
+    wall.t += 1200
+    lease(store, "owner-b", wall, ttl=900.0).acquire()  # expired: taken over
+    with pytest.raises(LeaseStale):
+        a.check()
+    with pytest.raises(LeaseLost, match="taken over by host"):
+        a.ensure()
+    with pytest.raises(LeaseLost):
+        a.check()
+
+
+def test_a_stale_lease_still_ours_is_renewed_before_the_write() -> None:
+    store = MemoryStore()
+    wall = Clock()
+    a = lease(store, "owner-a", wall, ttl=900.0)
+    a.acquire()
+    wall.t += 800  # past SAFE_SHARE of the TTL, nobody took it
+    with pytest.raises(LeaseStale):
+        a.check()
+    a.ensure()  # one renewal, then the write may go
+    a.check()
+    holder = Holder.parse(store.get(KEY))
+    assert holder is not None and holder.renewed == wall.t
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="Linux's suspend-counting clock")
+def test_lease_ages_are_measured_on_a_clock_that_counts_a_suspend() -> None:
+    a = Lease(MemoryStore(), "m1", owner="a")
+    assert abs(a.elapsed() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 1.0
+
+
+def test_a_retried_write_is_not_sent_once_the_lease_is_lost() -> None:
+    """The fence runs before every attempt: a PUT that failed once and would be retried
+    after the lease was taken over is never sent again."""
+    from syncd.store import RetryStore
+
+    sent: list[str] = []
+
+    class FailsOnce(MemoryStore):
+        def put(self, key: str, data: bytes, *, if_none_match: bool = True,
+                if_match: str | None = None) -> str:
+            sent.append(key)
+            if len(sent) == 1:
+                raise TransientError("connection reset")
+            return super().put(key, data, if_none_match=if_none_match, if_match=if_match)
+
+    lost = threading.Event()
+
+    def fence() -> None:
+        if lost.is_set():
+            raise LeaseLost("taken over")
+        lost.set()  # taken over while the first attempt was on its way
+
+    store = RetryStore(FailsOnce(), deadline=5.0, base=0.01)
+    store.fence = fence
+    with pytest.raises(LeaseLost):
+        store.put("machines/m1/segments/0000000000000000", b"x")
+    assert sent == ["machines/m1/segments/0000000000000000"]
+    with pytest.raises(LeaseLost):
+        store.delete_many(["machines/m1/segments/0000000000000000"])
+    assert store.inner.head("machines/m1/segments/0000000000000000") is None
+
+
+def test_default_lease_costs_at_most_12_puts_an_hour() -> None:
+    ttl = Settings.model_fields["lease_ttl"].default
+    assert ttl <= 900.0  # a dead holder elsewhere is taken over within 15 minutes
+    assert 3600 / (ttl / 3) <= 12
+
+
+def test_a_takeover_stops_the_old_holder_before_its_next_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default TTL the old holder's next renewal is minutes away; the HEAD
+    before a flush's first PUT (once the lease was last seen ours VERIFY_EVERY ago) is
+    what stops it writing once someone used --takeover."""
+    import syncd.security.lease
+
+    monkeypatch.setattr(syncd.security.lease, "VERIFY_EVERY", 1.0, raising=False)
+    s = settings(tmp_path, "state-a", lease_ttl=900.0)
+    store = LocalStore(tmp_path / "store")
+    write(s.source, "history.jsonl", b"one\n")
+    dt = start_daemon(s)
+    try:
+        wait_for(lambda: any(e.path == b"history.jsonl" for e in all_extents(store)),
+                 what="the first flush")
+        seen = time.monotonic()  # the lease was last seen ours before this
+        Lease(store, "m1", owner="intruder", ttl=900.0, takeover=True).acquire()
+        wait_for(lambda: time.monotonic() - seen > 1.0, what="VERIFY_EVERY to pass")
+        write(s.source, "history.jsonl", b"two\n", "ab")
+        dt.thread.join(15)
+        assert not dt.thread.is_alive()
+    finally:
+        dt.stop()
+    assert len(dt.errors) == 1 and isinstance(dt.errors[0], LeaseLost), dt.errors
+    assert max(e.end for e in all_extents(store)) == len(b"one\n")  # "two" never shipped

@@ -21,7 +21,7 @@ from syncd.progress import Meter
 from syncd.repository import Repository
 from syncd.security.crypto import Crypto
 from syncd.security.keys import open_crypto, passphrase_configured
-from syncd.security.lease import Lease
+from syncd.security.lease import LOOK_EVERY, Lease
 from syncd.security.lock import ProcessLock
 from syncd.store import RetryStore, open_store
 
@@ -97,6 +97,9 @@ class Engine:
         lease.start(self.on_lease_lost)
         self.repo.crypto, self.lease = crypto, lease
         self.shipper.lease = self.head.lease = lease
+        # Every write of this process through its store (segments, head, machine.json,
+        # the archive jobs'), each retry too, first makes sure the lease is still ours.
+        self.store.fence = lease.ensure
         self.connected = True
 
     @property
@@ -137,9 +140,11 @@ class Engine:
             owner = os.urandom(16).hex()
             state.set_meta(lease_owner=owner)
         ttl = self.settings.lease_ttl
-        # Its own retries: a renewal gives up before the next one is due.
-        store = RetryStore(self.store.inner, deadline=ttl / 3, stop=self.stop)
-        lease = Lease(store, self.settings.machine_id, owner=owner, ttl=ttl, takeover=takeover)
+        # Its own retries, unfenced: a renewal gives up before the renewal thread's next
+        # look (which tries again).
+        store = RetryStore(self.store.inner, deadline=min(ttl / 3, LOOK_EVERY), stop=self.stop)
+        lease = Lease(store, self.settings.machine_id, owner=owner, ttl=ttl, takeover=takeover,
+                      probe=self.store.inner)
         lease.acquire()
         return lease
 

@@ -103,7 +103,7 @@ class HeadWriter:
         h = Head(self.repo.machine, written, seq, float(flushed) if flushed else None,
                  machine_facts(self.root), dict(self._objects), sessions)
         if self.lease is not None:
-            self.lease.check()
+            self.lease.ensure()
         self.repo.write_head(h)
         self.state.set_meta(head_due="", head_seq=str(seq), head_written=repr(written))
         return h

@@ -207,6 +207,7 @@ class Shipper:
         self._upload: tuple[_Batch, int, Future[str]] | None = None
         # Per flush: does the directory lead through a symlink (see _through_symlink).
         self._dirs: dict[bytes, bool] = {}
+        self._verified = False  # set by ship: the lease was HEADed before its first PUT
         self._dict: tuple[str, zstandard.ZstdCompressionDict] | None = None
         self._projects_seen: set[str] = set()
         # Files whose bytes the store lost (``audit``): shipped again by the next flush.
@@ -344,7 +345,7 @@ class Shipper:
         w = SegmentWriter(self.machine, seq, time_, cipher=self.repo.cipher(key))
         w.index.extra = {"lost": True}
         if self.lease is not None:
-            self.lease.check()
+            self.lease.ensure()
         with contextlib.suppress(AlreadyExists):  # another run filled it
             self.repo.put(key, w.finish())
 
@@ -352,7 +353,7 @@ class Shipper:
         doc = {"machine": self.machine, **machine_facts(self.root), "created": self.clock(),
                "format": 1}
         if self.lease is not None:
-            self.lease.check()
+            self.lease.ensure()
         self.repo.write_info(doc)  # one written by an earlier run stays
         self.state.set_meta(machine_json="1")
 
@@ -428,7 +429,7 @@ class Shipper:
             key = layout.segment_key(self.machine, seq)
             try:
                 if self.lease is not None:
-                    self.lease.check()
+                    self.lease.ensure()
                 self.repo.delete([key])
                 self._fill(seq, self.clock())
             except StoreError as e:  # it stays passed over; compaction deletes it
@@ -538,6 +539,7 @@ class Shipper:
     def ship(self, paths: Iterable[bytes]) -> FlushResult:
         """Ship the new bytes of ``paths``; one segment unless they exceed ``segment_max``."""
         result = FlushResult()
+        self._verified = False  # the lease's HEAD before this flush's first segment
         self._dirs = {}
         self._sessions = None
         self._copied = {}
@@ -602,7 +604,13 @@ class Shipper:
         batch.writer.bind(seq, self.repo.cipher(key))
         blob = batch.writer.finish()
         if self.lease is not None:
-            self.lease.check()  # no store call: lost or not renewed lately → no PUT
+            if self._verified:
+                self.lease.ensure()  # lost → no PUT; not renewed lately → renewed first
+            else:
+                # A flush's first PUT: one HEAD shows the lease is still ours, however
+                # long ago the last renewal was (a --takeover meanwhile stops us here).
+                self.lease.verify(strict=False)
+                self._verified = True
         self._upload = (batch, len(blob), worker("upload").submit(self.repo.put, key, blob))
 
     def _next_segment(self, batch: _Batch, result: FlushResult) -> _Batch:

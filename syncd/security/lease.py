@@ -7,9 +7,12 @@ second refuses to start and names the holder. A lease whose holder stopped renew
 for ``ttl`` seconds is taken over (with a warning); ``--takeover`` takes it at once. A
 holder whose renewal is refused (someone took over) stops writing and exits non-zero.
 
-The writer checks the lease before every PUT without a store call: lost, or not renewed
-for ``SAFE_SHARE`` of the TTL (the store is unreachable), means no PUT until it is again.
-The margin covers clocks that disagree by a few seconds between hosts.
+Before every write (each attempt of a PUT or DELETE, ``ensure``) the writer asks its own
+clocks whether its last confirmed renewal is younger than ``SAFE_SHARE`` of the TTL;
+when it is not (a suspended laptop that woke, a store that was unreachable) it renews
+first, and learns that way whether someone took over, before anything else is written.
+The ages are measured on a clock that counts suspend and on the wall clock, whichever
+says older (docs/FORMAT.md, "lease.json", has the argument).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from syncd.store import Store, layout
 
 log = logging.getLogger("syncd.lease")
 
-DEFAULT_TTL = 30.0
+# 900 s: a renewal every 5 minutes, 12 PUTs an hour; a dead holder elsewhere is taken
+# over 15 minutes after its last renewal (one of this state database at once).
+DEFAULT_TTL = 900.0
 # The longest lease a writer takes (the config's lease_ttl is at most this).
 TTL_MAX = 3600.0
 # A holder writes only while its last confirmed renewal is younger than this share of
@@ -47,6 +52,27 @@ TTL_MAX = 3600.0
 SAFE_SHARE = 0.8
 # lease.json is ~250 bytes; a bigger object is not one syncd wrote.
 LEASE_MAX = 4 << 10
+# A flush HEADs the lease unless it was seen ours this recently: a --takeover of a live
+# holder stops it within this long (the old renewal period), at <= 360 HEADs an hour.
+VERIFY_EVERY = 10.0
+# The renewal thread looks at its clocks this often: after a suspend (which its waits do
+# not count) it renews within this long of waking.
+LOOK_EVERY = 30.0
+
+
+def _suspend_counting_clock() -> Callable[[], float]:
+    """A monotonic clock that keeps counting while the machine sleeps: Linux's
+    CLOCK_BOOTTIME, macOS's CLOCK_MONOTONIC (time.monotonic stops during a suspend on
+    both)."""
+    for name in ("CLOCK_BOOTTIME", "CLOCK_MONOTONIC"):
+        clk = getattr(time, name, None)
+        if clk is not None:
+            try:
+                time.clock_gettime(clk)
+            except OSError:
+                continue
+            return lambda: time.clock_gettime(clk)
+    return time.monotonic
 
 
 def _when(t: float) -> str:
@@ -84,21 +110,29 @@ class Lease:
     ``check`` before every write; ``release`` at the end."""
 
     def __init__(self, store: Store, machine: str, *, owner: str, ttl: float = DEFAULT_TTL,
-                 takeover: bool = False, clock: Callable[[], float] = time.time) -> None:
+                 takeover: bool = False, clock: Callable[[], float] = time.time,
+                 elapsed: Callable[[], float] | None = None,
+                 probe: Store | None = None) -> None:
         self.store = store
+        self.probe = probe or store  # for verify(strict=False): one try, no retries
         self.machine = machine
         self.key = layout.lease_key(machine)
         self.where = f"{store.url}{self.key}"
         self.owner = owner
         self.ttl = ttl
         self.takeover = takeover
-        self.clock = clock
+        self.clock = clock  # wall time: what the lease says, and a second age
+        self.elapsed = elapsed or _suspend_counting_clock()
         self.hostname = socket.gethostname()
         self.instance = os.urandom(8).hex()
         self.etag: str | None = None
         self.since = 0.0
         self.lost: str | None = None
-        self._confirmed = float("-inf")  # monotonic time our last confirmed write was sent
+        # When our last confirmed write was sent: on ``elapsed`` and on the wall clock.
+        self._confirmed = float("-inf")
+        self._confirmed_wall = float("-inf")
+        self._seen = float("-inf")  # on ``elapsed``: when the store last showed it ours
+        self._renewing = threading.Lock()  # the thread's renewal and a writer's, one at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -127,7 +161,7 @@ class Lease:
         for _ in range(5):
             holder, etag, exists = self._current()
             self.since = self.clock()
-            sent = time.monotonic()
+            sent = self._now()
             try:
                 if not exists:
                     self.etag = self.store.put(self.key, self._body(), if_none_match=True)
@@ -137,7 +171,8 @@ class Lease:
                     self.etag = self.store.put(self.key, self._body(), if_match=etag)
             except PreconditionFailed:
                 continue  # it changed hands while we looked: look again
-            self._confirmed = sent
+            self._confirmed, self._confirmed_wall = sent
+            self._seen = sent[0]
             log.debug("lease %s acquired", self.where)
             return
         raise LeaseHeld(f"{self.where}: the lease keeps changing hands; is another syncd "
@@ -178,20 +213,32 @@ class Lease:
             "pass --takeover")
 
     # -- keeping it --------------------------------------------------------------------
+    def _now(self) -> tuple[float, float]:
+        return self.elapsed(), self.clock()
+
+    def age(self) -> float:
+        """Seconds since our last confirmed write was sent, by whichever of our clocks
+        says longer: the suspend-counting one, or the wall clock (a VM paused by its
+        host, a platform whose monotonic clock stops in a suspend)."""
+        now, wall = self._now()
+        return max(now - self._confirmed, wall - self._confirmed_wall)
+
     def renew(self) -> None:
         """One renewal; ``LeaseLost`` when someone else holds the lease now."""
-        if self.lost:
-            raise LeaseLost(self.lost)
-        sent = time.monotonic()
-        try:
-            self.etag = self.store.put(self.key, self._body(), if_match=self.etag)
-        except PreconditionFailed:
-            holder, etag, _ = self._current()
-            if holder is not None and holder.instance == self.instance:
-                self.etag = etag  # our own write, whose answer was lost
-            else:
-                self._lose(holder)
-        self._confirmed = sent
+        with self._renewing:
+            if self.lost:
+                raise LeaseLost(self.lost)
+            sent = self._now()
+            try:
+                self.etag = self.store.put(self.key, self._body(), if_match=self.etag)
+            except PreconditionFailed:
+                holder, etag, _ = self._current()
+                if holder is not None and holder.instance == self.instance:
+                    self.etag = etag  # our own write, whose answer was lost
+                else:
+                    self._lose(holder)
+            self._confirmed, self._confirmed_wall = sent
+            self._seen = sent[0]
 
     def _lose(self, holder: Holder | None) -> None:
         who = holder.describe() if holder else "someone (the lease was removed)"
@@ -203,28 +250,58 @@ class Lease:
         """Before a write, without a store call: raise when we may not write now."""
         if self.lost:
             raise LeaseLost(self.lost)
-        age = time.monotonic() - self._confirmed
+        age = self.age()
         if age > self.ttl * SAFE_SHARE:
             raise LeaseStale(f"{self.where}: lease not renewed for {age:.0f}s (store "
                              "unreachable?); not writing until it is")
 
-    def verify(self) -> None:
-        """One HEAD: is the lease in the store still the one we wrote?"""
-        self.check()
-        info = self.store.head(self.key)
+    def ensure(self) -> None:
+        """Before each write attempt: ``check``, and when the lease is stale renew it
+        first (one PUT), so a writer that slept past its TTL learns that it lost the
+        lease (``LeaseLost``) before it writes anything. ``StoreError``: the renewal
+        failed (store unreachable), nothing may be written yet."""
+        try:
+            self.check()
+        except LeaseStale:
+            self.renew()
+            self.check()
+
+    def verify(self, *, strict: bool = True) -> None:
+        """One HEAD: is the lease in the store still the one we wrote? Not ``strict``
+        (before a flush's first PUT): none when the store showed it ours in the last
+        ``VERIFY_EVERY`` seconds; a store that does not answer it is left to the write
+        itself, which fails the same way or finds the store back (the renewals still see
+        a takeover); and the HEAD is made once, through ``probe``."""
+        self.ensure()
+        asked = self.elapsed()
+        if not strict and asked - self._seen < VERIFY_EVERY:
+            return
+        try:
+            info = (self.store if strict else self.probe).head(self.key)
+        except StoreError as e:
+            if strict:
+                raise
+            log.debug("lease %s not checked before the flush: %s", self.where, e)
+            return
         if info is None or info.etag != self.etag:
             holder, _, _ = self._current()
             if holder is None or holder.instance != self.instance:
                 self._lose(holder)
+        self._seen = max(self._seen, asked)
 
     def start(self, on_lost: Callable[[str], None] = lambda msg: None) -> None:
-        """Renew every ``ttl / 3`` from a daemon thread until ``release``."""
+        """Renew every ``ttl / 3`` (by ``age``) from a daemon thread until ``release``."""
         self._thread = threading.Thread(target=self._run, args=(on_lost,),
                                         name="syncd-lease", daemon=True)
         self._thread.start()
 
     def _run(self, on_lost: Callable[[str], None]) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        period = self.ttl / 3
+        # Waits count no suspend: look at the clocks every LOOK_EVERY seconds and renew
+        # once the last renewal is a third of the TTL old (a failed one: at the next look).
+        while not self._stop.wait(max(0.0, min(period - self.age(), LOOK_EVERY))):
+            if self.age() < period:
+                continue
             try:
                 self.renew()
             except LeaseLost as e:
@@ -232,14 +309,19 @@ class Lease:
                 on_lost(str(e))
                 return
             except Exception as e:  # the thread must outlive any one failure
-                log.warning("lease renewal failed, retrying in %.0fs: %s", self.ttl / 3, e)
+                log.warning("lease renewal failed, retrying in %.0fs: %s",
+                            min(period, LOOK_EVERY), e)
+                self._stop.wait(min(period, LOOK_EVERY))
 
     # -- giving it back ----------------------------------------------------------------
     def release(self) -> None:
         """Stop renewing; delete the lease if it is still ours (a clean stop)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.ttl)
+            # A renewal in flight gives up within its store's deadline; one left running
+            # may rewrite the lease after we delete it: it expires, or our state's next
+            # run takes it at once.
+            self._thread.join(timeout=min(self.ttl, LOOK_EVERY))
         if self.lost or self.etag is None:
             return
         try:

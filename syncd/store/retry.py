@@ -21,6 +21,8 @@ class RetryStore:
     re-raises the last error.
 
     ``stop`` (an Event) cuts the wait short so a shutting-down daemon does not hang.
+    ``fence``, when set, is called before every attempt of a PUT or DELETE (a writer's
+    lease check, ``Lease.ensure``), as part of the attempt: a refusal ends the call.
     """
 
     # How loud each retry is: WARNING in the daemon. A command run by hand lowers it to
@@ -35,6 +37,11 @@ class RetryStore:
         self.base = base
         self.cap = cap
         self.stop = stop or threading.Event()
+        self.fence: Callable[[], None] | None = None
+
+    def _fenced(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         # The budget runs from the first failure: a long upload that then fails once is
@@ -63,6 +70,7 @@ class RetryStore:
         def once() -> str:
             nonlocal attempts
             attempts += 1
+            self._fenced()
             try:
                 return self.inner.put(key, data, if_none_match=if_none_match,
                                       if_match=if_match)
@@ -95,4 +103,9 @@ class RetryStore:
 
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = list(keys)
-        self._call("delete", lambda: self.inner.delete_many(batch))
+
+        def once() -> None:
+            self._fenced()
+            self.inner.delete_many(batch)
+
+        self._call("delete", once)
