@@ -280,9 +280,12 @@ def test_json_is_what_it_was(world: dict[str, str]) -> None:
     assert [m["machine"] for m in machines] == ["desk", "laptop-long-name"]
 
 
-def on_a_terminal(env: dict[str, str], *args: str) -> str:
-    """What ``syncd ARGS`` writes to a terminal (a pseudo-terminal, COLUMNS wide)."""
+def on_a_terminal(env: dict[str, str], *args: str, columns: int | None = None) -> str:
+    """What ``syncd ARGS`` writes to a pseudo-terminal (``columns`` wide, its size set as
+    a terminal's; else as COLUMNS says)."""
     master, slave = pty.openpty()
+    if columns is not None:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     p = subprocess.Popen([sys.executable, "-m", "syncd", *args], env=env, stdout=slave,
                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     os.close(slave)
@@ -302,7 +305,7 @@ def on_a_terminal(env: dict[str, str], *args: str) -> str:
         os.close(master)
         err = p.communicate(timeout=60)[1]
     assert p.returncode == 0 and not err, (p.returncode, out, err)
-    return out.decode().replace("\r\n", "\n")
+    return out.decode()
 
 
 def test_sessions_on_a_terminal_is_a_rich_table_that_prints_titles_literally(
@@ -395,28 +398,8 @@ def crowd(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def sized_terminal(env: dict[str, str], columns: int, *args: str) -> list[str]:
     """The lines ``syncd ARGS`` writes to a pseudo-terminal ``columns`` wide (its size
     set as a terminal's, no COLUMNS), rich's styling taken out."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    p = subprocess.Popen([sys.executable, "-m", "syncd", *args], env=env, stdout=slave,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    out = b""
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 60)
-            assert ready, "no output from syncd within 60 s"
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-        err = p.communicate(timeout=60)[1]
-    assert p.returncode == 0 and not err, (p.returncode, out, err)
-    text = SGR.sub("", out.decode())
+    out = on_a_terminal(env, *args, columns=columns)
+    text = SGR.sub("", out)
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, out
     assert text.endswith("\r\n") and "\r\n\n" not in text, out
     return text[:-2].split("\r\n")
