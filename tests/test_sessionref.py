@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,28 @@ def test_a_hostile_machines_long_strings_leave_the_error_line_short() -> None:
     with pytest.raises(LookupFailed) as e:
         one(ALIKE1, twin, machine_named=False)
     assert len(str(e.value)) < 600, len(str(e.value))
+
+
+def test_restore_at_a_time_resolves_a_prefix_in_the_backup_as_of_then(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """Two sessions alike in their first 8 characters, the second made after the first
+    flush: as of that flush the prefix names one session, as of now it is ambiguous."""
+    store = LocalStore(tmp_path / "store")
+    src = tmp_path / "src"
+    ship = shipper(src, store, tmp_path / "desk.db", machine="desk")
+    for sid in (ALIKE1, ALIKE2):
+        rel = f"projects/{project_folder('/home/alice/p')}/{sid}.jsonl"
+        write(src, rel, transcript(sid, "/home/alice/p"))
+        ship.ship([rel.encode()])
+        shipped = time.time()
+        while time.time() < shipped + 0.002:  # the next flush a later millisecond
+            pass
+    e = dict(env, SYNCD_STORE=(tmp_path / "store").as_uri(),
+             SYNCD_STATE_DIR=str(tmp_path / "state"))
+    r = syncd(e, "snapshots", "--json")
+    assert r.returncode == 0, r.stderr
+    first = min(json.loads(r.stdout), key=lambda p: p["seq"])["at"]
+    assert planned(syncd(e, "restore", "--session", "0f8e4c2a", "--at", first,
+                         "--dry-run")) == {ALIKE1}
+    assert one_line(syncd(e, "restore", "--session", "0f8e4c2a", "--dry-run"), 2) \
+        .startswith("syncd: session 0f8e4c2a matches 2 sessions: ")

@@ -415,7 +415,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     opts.seen = Seen(settings.state_dir, repo.url)
     notes: list[str] = []
     # A prefix (as `sessions` shows ids) becomes the one id it names, before the restore.
-    opts.sessions = resolve_sessions(repo, sessions_, notes, opts.seen)
+    opts.sessions = resolve_sessions(repo, sessions_, notes, opts.seen, at)
     with meter("restoring") as m, _provenance(settings, opts, notes):
         opts.progress = m
         report = restore(repo, opts)

@@ -438,16 +438,32 @@ def locate_session(repo: Repository, session_id: str, machine: str | None = None
 
 
 def resolve_sessions(repo: Repository, refs: Iterable[str], problems: list[str] | None = None,
-                     seen: Seen | None = None) -> tuple[str, ...]:
+                     seen: Seen | None = None, at: float | None = None) -> tuple[str, ...]:
     """The ids of the sessions of ``repo``'s machine that ``refs`` name (``restore
     --session``): whole ids as they are (the restore says when its backup lacks one),
-    prefixes resolved against its head (its backup when that lacks them), all at once."""
+    prefixes resolved against its head (its backup when that lacks them), all at once;
+    with ``at``, against its backup as of then (what that restore reads)."""
     refs = list(refs)
     short = [r for r in refs if not is_session_id(r)]
+    if short and at is not None:
+        try:
+            then = list(load_backup(repo, at=at, seen=seen).sessions.values())
+        except NoBackup:
+            then = []
+        named = {r: one(r, _known(r, matching(r, ((repo.machine, s) for s in then)),
+                                  repo.machine), True) for r in short}
+        return tuple(dict.fromkeys(named.get(r, r.lower()) for r in refs))
     found = dict(zip(short, _located(repo, short, repo.machine, problems, seen),
                      strict=True)) if short else {}
     return tuple(dict.fromkeys(
         found[r][1][0].session_id if r in found else r.lower() for r in refs))
+
+
+def _known(ref: str, found: list[tuple[str, Session]], machine: str) -> list[tuple[str, Session]]:
+    """``found``, or the line that says ``ref`` names no session of ``machine``."""
+    if not found:
+        raise LookupFailed(f"session {ref} is not in machine {machine!r}'s backup at that time")
+    return found
 
 
 def _located(repo: Repository, refs: list[str], machine: str | None,
