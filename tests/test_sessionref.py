@@ -211,6 +211,9 @@ def test_restore_at_a_time_resolves_a_prefix_in_the_backup_as_of_then(
     r = syncd(e, "snapshots", "--json")
     assert r.returncode == 0, r.stderr
     first = min(json.loads(r.stdout), key=lambda p: p["seq"])["at"]
+    # `snapshots` shows each as the commands take it: longer where the two begin alike.
+    table = syncd(e, "snapshots").stdout
+    assert ALIKE1[:10] in table and ALIKE2[:10] in table and " 0f8e4c2a " not in table, table
     assert planned(syncd(e, "restore", "--session", "0f8e4c2a", "--at", first,
                          "--dry-run")) == {ALIKE1}
     assert one_line(syncd(e, "restore", "--session", "0f8e4c2a", "--dry-run"), 2) \

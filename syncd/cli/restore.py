@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from syncd.cli.table import Column, Table, wide_option
+from syncd.cli.table import Column, Table, short_ids, wide_option
 from syncd.cli.util import (
     chosen_source,
     echo_json,
@@ -163,9 +163,12 @@ def snapshots(ctx: click.Context, machine: str | None, as_json: bool, wide: bool
                     "sessions": p.sessions, "bytes_added": p.added, "kept_as": groups[p.seq],
                     "object": p.key} for p in newest_first])
     else:
+        # Each id as `restore --session` takes it: longer where two begin alike.
+        shown = {s: s for p in newest_first for s in p.sessions} if wide else short_ids(
+            [s for p in newest_first for s in p.sessions], MIN_PREFIX)
         Table(POINT_COLUMNS, newest_first, lambda p: (
             format_time(p.time), p.kind, str(p.seq), "-" if p.added is None else _size(p.added),
-            groups[p.seq], " ".join(_text(s)[:8] for s in p.sessions[:6])
+            groups[p.seq], " ".join(_text(shown[s]) for s in p.sessions[:6])
             + (f" +{len(p.sessions) - 6}" if len(p.sessions) > 6 else ""))).echo(wide=wide)
     _problems(problems)
 
