@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.config import format_time
+from syncd.duration import format_time
 from syncd.errors import BackupError, CryptoError, FormatError, NoBackup, StoreError
 from syncd.format.catalog import Session, session_of
 from syncd.format.delta import by_start, manifest_points

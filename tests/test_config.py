@@ -221,7 +221,7 @@ def test_catchup_child_is_on_by_default_and_can_be_turned_off(
 
 
 def test_one_parser_for_durations_and_times() -> None:
-    from syncd.config import parse_duration, parse_time
+    from syncd.duration import parse_duration, parse_time
     from syncd.errors import ConfigError
 
     now = 1_800_000_000.0
@@ -235,7 +235,8 @@ def test_one_parser_for_durations_and_times() -> None:
 
 def test_a_list_variable_that_is_not_json_is_a_config_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from syncd.config import load_settings, parse_duration
+    from syncd.config import load_settings
+    from syncd.duration import parse_duration
     from syncd.errors import ConfigError
 
     monkeypatch.setenv("SYNCD_INCLUDE", "projects/**")

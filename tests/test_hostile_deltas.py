@@ -18,7 +18,7 @@ from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
 from syncd.archive.verify import verify
-from syncd.config import format_time
+from syncd.duration import format_time
 from syncd.errors import FormatError
 from syncd.format import points as pointfmt
 from syncd.format.delta import KIND, Delta

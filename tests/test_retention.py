@@ -16,7 +16,7 @@ from syncd.archive.retention import (
     Verdict,
     plan,
 )
-from syncd.config import parse_duration
+from syncd.duration import parse_duration
 from syncd.errors import ConfigError, PolicyError
 
 HOUR = 3600.0

@@ -59,6 +59,8 @@ def imported(env: dict[str, str], *args: str, code: int = 0) -> set[str]:
     (("no-such-command",), 2),
     (("restore", "--no-such-option"), 2),
     (("restore", "--session", "not-a-uuid"), 2),
+    (("restore", "--at", "yesterday-ish"), 2),
+    (("verify", "--max-duration", "3 fortnights"), 2),
 ])
 def test_help_and_bad_usage_import_only_click(tmp_path: Path, args: tuple[str, ...],
                                               code: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.prune import prune
 from syncd.archive.retention import Policy, retention_groups
-from syncd.config import format_time, parse_time
+from syncd.duration import format_time, parse_time
 from syncd.repository import Repository
 from syncd.store import LocalStore, MemoryStore
 from syncd.timeline import timeline

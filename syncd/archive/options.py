@@ -9,7 +9,8 @@ import time
 from syncd.archive.compact import CompactOptions
 from syncd.archive.retention import Policy
 from syncd.backup.state import State
-from syncd.config import Settings, parse_duration
+from syncd.config import Settings
+from syncd.duration import parse_duration
 from syncd.errors import ConfigError
 from syncd.format.dictionary import train
 from syncd.repository import Repository

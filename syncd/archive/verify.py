@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from syncd.config import format_time
+from syncd.duration import format_time
 from syncd.errors import FormatError, StoreError
 from syncd.format.segment import HEADER, PACK_KIND, Extent
 from syncd.format.snapshot import Entry, Group, Manifest, current

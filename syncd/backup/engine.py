@@ -15,7 +15,8 @@ from syncd.backup.scan import scan
 from syncd.backup.ship import FlushResult, Shipper, ship_with_restart
 from syncd.backup.state import State, key_hint
 from syncd.claude import Selection
-from syncd.config import Settings, parse_duration
+from syncd.config import Settings
+from syncd.duration import parse_duration
 from syncd.errors import CryptoError, SyncdError, SyncError, SyncStopped
 from syncd.progress import Meter
 from syncd.repository import Repository

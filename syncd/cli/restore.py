@@ -150,7 +150,7 @@ def snapshots(ctx: click.Context, machine: str | None, as_json: bool, wide: bool
     takes any time printed here."""
     from syncd.archive.options import policy_of
     from syncd.archive.retention import retention_groups
-    from syncd.config import format_time
+    from syncd.duration import format_time
     from syncd.timeline import timeline
 
     settings = settings_of(ctx)

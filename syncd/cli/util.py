@@ -154,13 +154,13 @@ def _parsed(parse: Callable[[str], float]) -> Callable[
 
 
 def _parse_time(text: str) -> float:
-    from syncd.config import parse_time
+    from syncd.duration import parse_time
 
     return parse_time(text)
 
 
 def _parse_duration(text: str) -> float:
-    from syncd.config import parse_duration
+    from syncd.duration import parse_duration
 
     return parse_duration(text)
 

@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from syncd.config import format_time
+from syncd.duration import format_time
 from syncd.errors import BackupError, RestoreError
 from syncd.format.catalog import session_of
 from syncd.gitinfo import find_clones

@@ -35,7 +35,8 @@ from syncd.archive.prune import prune
 from syncd.archive.verify import verify
 from syncd.backup.errorlog import record_error
 from syncd.backup.state import State
-from syncd.config import Settings, parse_duration
+from syncd.config import Settings
+from syncd.duration import parse_duration
 from syncd.errors import CompactError, ConfigError, ScheduleError, SyncdError
 from syncd.repository import Repository
 
