@@ -421,3 +421,39 @@ def test_a_conflict_copy_bigger_than_conflict_bytes_alone_is_refused_in_one_line
     [line] = r.errors
     assert S in line and "conflict_bytes" in line and str(len(big)) in line, line
     assert told == [line] and [a.action for a in r.actions] == ["error"]
+
+
+def _dir_flags(path: Path) -> int:
+    import fcntl
+    import struct
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, 0x80086601, bytes(8))[:4])[0])
+    finally:
+        os.close(fd)
+
+
+def test_staging_asks_the_filesystem_to_spread_its_subdirectories(tmp_path: Path) -> None:
+    # (Its files would all share the target's block group: see fetch._spread.)
+    import fcntl
+    import struct
+
+    from syncd.restore.fetch import Staging
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    try:
+        fd = os.open(probe, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, 0x40086602, struct.pack("i", _dir_flags(probe) | 0x20000)
+                        + bytes(4))
+        finally:
+            os.close(fd)
+    except OSError:
+        pytest.skip("this filesystem keeps no top-directory flag")
+    staging = Staging(tmp_path)
+    try:
+        assert _dir_flags(staging.path) & 0x20000
+    finally:
+        staging.close()

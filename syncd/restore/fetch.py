@@ -11,6 +11,8 @@ import fcntl
 import hashlib
 import os
 import shutil
+import struct
+import sys
 import tempfile
 import threading
 import time
@@ -72,6 +74,7 @@ class Staging:
 
     def __init__(self, target: Path | None) -> None:
         self.path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target))
+        _spread(self.path)
         self._held = os.open(self.path / STAGING_LOCK,
                              os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._held, fcntl.LOCK_EX)
@@ -79,6 +82,33 @@ class Staging:
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
         os.close(self._held)
+
+
+# Linux's FS_IOC_GETFLAGS, FS_IOC_SETFLAGS and FS_TOPDIR_FL (the flag takes an int).
+_GETFLAGS, _SETFLAGS, _TOPDIR = 0x80086601, 0x40086602, 0x00020000
+
+
+def _spread(staging: Path) -> None:
+    """Ask ext2/3/4 to spread the staging directory's subdirectories (and so the files
+    made in them) over block groups, as it spreads top-level directories. Without it they
+    all share the target's group, whose inode search, on a filesystem without a journal,
+    steps over every inode deleted there in the last minutes one by one: after an
+    ``rm -rf`` of a tree, restoring 1 GB into its place cost 1.5-2.5 s more CPU in the
+    kernel. Best effort: another filesystem (or system) just says no."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        flags = struct.unpack("i", fcntl.ioctl(fd, _GETFLAGS, bytes(8))[:4])[0]
+        if not flags & _TOPDIR:
+            fcntl.ioctl(fd, _SETFLAGS, struct.pack("i", flags | _TOPDIR) + bytes(4))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _make_room(target: Path, files: dict[bytes, Entry]) -> None:
