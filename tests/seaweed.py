@@ -79,7 +79,12 @@ def start_seaweed(data_dir: Path, timeout: float = 60.0) -> Seaweed:
     ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS)), strict=True))
     cmd = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
            f"-filer.localSocket={data_dir}/filer.sock", f"-s3.localSocket={data_dir}/s3.sock",
-           "-admin.ui=false", *(f"-{flag}={port}" for flag, port in ports.items())]
+           "-admin.ui=false", *(f"-{flag}={port}" for flag, port in ports.items()),
+           # Every bucket is a collection with a volume of its own, and by default the
+           # number of volumes is free disk / volume size (1 GB on a big disk): a suite's
+           # hundred-odd buckets ran out of writable volumes on a disk with 68 GB free.
+           # Small volumes, and a count that no disk decides (volumes are sparse files).
+           "-master.volumeSizeLimitMB=64", "-volume.max=2000"]
     log_path = data_dir / "weed.log"
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
     with open(log_path, "wb") as log:
