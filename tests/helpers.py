@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -188,3 +190,17 @@ def kept_after(call: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
+
+
+def syncd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``syncd ARGS`` as a whole process with ``env``, its output captured."""
+    return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def one_line(r: subprocess.CompletedProcess[str], code: int) -> str:
+    """The single ``syncd: …`` line on stderr of a run that exited with ``code``."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncd: "), r.stderr
+    return lines[0]

@@ -31,7 +31,7 @@ from syncd.errors import RestoreError
 from syncd.security.keys import init_encryption
 from syncd.store import LocalStore, S3Store
 from tests.counting import Counts
-from tests.helpers import shipper, start_daemon, wait_for, write
+from tests.helpers import one_line, shipper, start_daemon, syncd, wait_for, write
 from tests.seaweed import Seaweed
 
 SID = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -46,19 +46,6 @@ def env_of(tmp_path: Path, **extra: str) -> dict[str, str]:
                 "SYNCD_CONFIG": os.devnull})
     env.update(extra)
     return env
-
-
-def syncd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
-
-
-def one_line(r: subprocess.CompletedProcess[str], code: int) -> str:
-    """The single ``syncd: …`` line on stderr of a run that exited with ``code``."""
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("syncd: "), r.stderr
-    return lines[0]
 
 
 # -- configuration --------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from syncd.errors import AmbiguousSession, LookupFailed, UsageError, exit_code
 from syncd.format.catalog import Session
 from syncd.restore.sessionref import NAMED_MAX, matching, names, one
 from syncd.store import LocalStore
-from tests.helpers import shipper, write
+from tests.helpers import one_line, shipper, syncd, write
 
 ALIKE1 = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
 ALIKE2 = "0f8e4c2a-9c3d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -59,18 +58,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
               "SYNCD_STORE": (tmp / "store").as_uri(), "SYNCD_MACHINE_ID": "desk",
               "SYNCD_STATE_DIR": str(tmp / "state"), "SYNCD_CONFIG": os.devnull})
     return e
-
-
-def syncd(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "syncd", *args], env=env, capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
-
-
-def one_line(r: subprocess.CompletedProcess[str], code: int) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("syncd: "), r.stderr
-    return lines[0]
 
 
 def planned(r: subprocess.CompletedProcess[str]) -> set[str]:

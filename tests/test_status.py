@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from syncd.backup.state import State
-from syncd.config import load_settings
+from syncd.config import Settings, load_settings
 from syncd.security.lock import ProcessLock
 from syncd.service.status import clock, format_status, status
 from tests.helpers import start_daemon, wait_for, write
@@ -122,32 +122,34 @@ def test_lag_of_a_pending_deletion_is_not_nothing_pending() -> None:
         "lag:          0s (nothing pending)"
 
 
+def pending_since(s: Settings) -> str | None:
+    """What the daemon's state says of its oldest pending change (None: no state yet)."""
+    if not s.state_file.exists():
+        return None
+    st = State(s.state_file, readonly=True)
+    try:
+        return st.meta("pending_since")
+    finally:
+        st.close()
+
+
 def test_the_daemon_says_since_when_changes_are_pending(tmp_path: Path) -> None:
     s = load_settings(Path(os.devnull), source=tmp_path / "src", state_dir=tmp_path / "state",
                       store=(tmp_path / "store").as_uri(), machine_id="m1",
                       flush_quiet=3600.0, flush_max_delay=3600.0)
     (tmp_path / "src").mkdir()
 
-    def since() -> str | None:
-        if not s.state_file.exists():
-            return None
-        st = State(s.state_file, readonly=True)
-        try:
-            return st.meta("pending_since")
-        finally:
-            st.close()
-
     dt = start_daemon(s)
     try:
         wait_for(lambda: dt.daemon._ready, what="daemon start")
-        assert not since()
+        assert not pending_since(s)
         before = time.time()
         write(s.source, REL, b'{"a":1}\n')
-        published = float(wait_for(since, what="pending_since"))
+        published = float(wait_for(lambda: pending_since(s), what="pending_since"))
         assert before - 1 <= published <= time.time()
         assert status(s)["lag_seconds"] >= time.time() - published - 1
         dt.daemon.request_scan()  # its flush ships everything: nothing pending then
-        wait_for(lambda: since() == "", what="pending_since cleared by the flush")
+        wait_for(lambda: pending_since(s) == "", what="pending_since cleared by the flush")
     finally:
         dt.stop()
     assert not dt.thread.is_alive() and not dt.errors, dt.errors
@@ -164,18 +166,11 @@ def test_a_dead_daemons_pending_since_is_not_the_next_ones(tmp_path: Path) -> No
     st.set_meta(pending_since=repr(time.time() - 3 * DAY))
     st.close()
 
-    def since() -> str | None:
-        st = State(s.state_file, readonly=True)
-        try:
-            return st.meta("pending_since")
-        finally:
-            st.close()
-
     dt = start_daemon(s)
     try:
         wait_for(lambda: dt.daemon._ready, what="daemon start")
-        wait_for(lambda: since() == "", timeout=10, what="the dead daemon's word cleared",
-                 explain=lambda: f"pending_since {since()!r}")
+        wait_for(lambda: pending_since(s) == "", timeout=10, what="the dead daemon's word cleared",
+                 explain=lambda: f"pending_since {pending_since(s)!r}")
     finally:
         dt.stop()
     assert not dt.thread.is_alive() and not dt.errors, dt.errors
