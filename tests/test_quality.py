@@ -48,8 +48,9 @@ RANKS: list[tuple[str, ...]] = [
     ("syncd.repository", "syncd.seen", "syncd.sibling", "syncd.backup.state",
      "syncd.backup.errorlog"),
     ("syncd.view", "syncd.timeline"),
-    ("syncd.backup", "syncd.archive", "syncd.restore", "syncd.follow"),
-    ("syncd.service",),
+    ("syncd.backup", "syncd.archive", "syncd.restore", "syncd.follow", "syncd.search",
+     "syncd.render"),
+    ("syncd.service", "syncd.web"),
     ("syncd.cli", "syncd", "syncd.__main__"),
 ]
 
