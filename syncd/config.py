@@ -255,6 +255,9 @@ class Settings(BaseModel):
     follow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     follow_interval: float = Field(30.0, ge=1)
     follow_quiet: float = Field(60.0, ge=0)
+    # Keep the full-text index `syncd search` reads (<state_dir>/search.db) current with
+    # every flush, on a low-priority thread of the daemon's.
+    search: bool = True
     # Copies of diverged files another machine's backup held (an import's, a restore's)
     # kept under <state_dir>/conflicts/: at most this many of one file, these bytes in
     # all, the oldest going first; a copy bigger than conflict_bytes alone is refused.

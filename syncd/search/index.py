@@ -14,15 +14,20 @@ Writes are the caller's to ``commit``; one writer at a time (WAL: readers never 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
 import sqlite3
 import zlib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
 from syncd.errors import StateError
-from syncd.format.catalog import MAX_LINE, session_of, session_of_any
+from syncd.format.catalog import FIRST, LATEST, MAX_LINE, TITLE_ORDER, session_of, session_of_any
+from syncd.private import create_private, private_dir
 from syncd.search import extract
 
 FILE_NAME = "search.db"
@@ -43,7 +48,7 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(
     id INTEGER PRIMARY KEY, machine TEXT NOT NULL, session TEXT NOT NULL,
     project TEXT, title TEXT, last_activity REAL, git_branch TEXT, origin TEXT,
-    first_prompt TEXT, last_prompt TEXT,
+    first_prompt TEXT, last_prompt TEXT, catalog TEXT,
     deleted INTEGER NOT NULL DEFAULT 0, catalog_doc INTEGER,
     UNIQUE(machine, session));
 CREATE TABLE IF NOT EXISTS files(
@@ -80,6 +85,15 @@ def _unpack(value: str | bytes | None) -> str | None:
     return value
 
 
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
 def _hash(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()[:16]
 
@@ -107,7 +121,10 @@ class SearchIndex:
     @classmethod
     def open(cls, path: Path) -> SearchIndex:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # The transcripts' text: as private as they are.
+            private_dir(path.parent)
+            with contextlib.suppress(FileExistsError):
+                os.close(create_private(path, os.O_EXCL))
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                  timeout=30)
             db.create_function("syncd_unpack", 1, _unpack, deterministic=True)
@@ -115,8 +132,7 @@ class SearchIndex:
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta VALUES('version', ?)", (SCHEMA_VERSION,))
-            db.execute("BEGIN")
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             raise StateError.of("search index", path, e) from e
         return cls(db, path)
 
@@ -129,10 +145,20 @@ class SearchIndex:
 
     # -- writing --------------------------------------------------------------------------
 
+    def _begin(self) -> None:
+        # A writer takes the lock when it starts writing, so that its reads (a cursor)
+        # and writes are one view: two writers (a daemon, a command) take turns.
+        if not self.db.in_transaction:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise StateError.of("search index", self.path, e) from e
+
     def commit(self) -> None:
+        if not self.db.in_transaction:
+            return
         try:
             self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
         except sqlite3.Error as e:
             raise StateError.of("search index", self.path, e) from e
 
@@ -191,6 +217,7 @@ class SearchIndex:
         if sid is None:  # not a session's: nothing of it is searched, nothing kept
             return data.rfind(b"\n") + 1
         db = self.db
+        self._begin()
         row = db.execute("SELECT id, gen, size, midline, head_len, head, tail_start, tail "
                          "FROM files WHERE machine=? AND path=?", (machine, path)).fetchone()
         fresh = row is None or row[1] != gen or row[2] != start
@@ -247,6 +274,7 @@ class SearchIndex:
         Its title and prompts are searched too, as one row of their own."""
         known = {("project" if k == "cwd" else k): v for k, v in fields.items()
                  if k in FIELDS or k == "cwd"}
+        self._begin()
         sess = self._session_id(machine, session)
         if not known:
             return
@@ -267,9 +295,39 @@ class SearchIndex:
             doc = self._insert(None, sess, [extract.Row(body, "", "")])
         self.db.execute("UPDATE sessions SET catalog_doc=? WHERE id=?", (doc, sess))
 
+    def fold_catalog(self, machine: str, session: str, found: dict[str, str], *,
+                     reset: bool = False) -> None:
+        """Fold the raw catalog fields one stretch of a transcript named (``MetaScanner``)
+        into the session's, as the catalog does (first ``cwd`` and prompt, newest title),
+        and set the searched fields from them. ``reset``: the transcript is read anew."""
+        self._begin()
+        sess = self._session_id(machine, session)
+        row = self.db.execute("SELECT catalog FROM sessions WHERE id=?", (sess,)).fetchone()
+        try:
+            have = {} if reset or not row[0] else dict(json.loads(row[0]))
+        except (ValueError, TypeError):
+            have = {}
+        for key in FIRST:
+            if key in found and key not in have:
+                have[key] = found[key]
+        for key in LATEST:
+            if key in found:
+                have[key] = found[key]
+        self.db.execute("UPDATE sessions SET catalog=? WHERE id=?",
+                        (json.dumps(have, ensure_ascii=False), sess))
+        fields: dict[str, str | float | None] = {
+            "title": next((have[k] for k in TITLE_ORDER if have.get(k)), None),
+            "project": have.get("relocated_cwd") or have.get("cwd"),
+            "git_branch": have.get("git_branch"),
+            "first_prompt": have.get("first_prompt"),
+            "last_prompt": have.get("last_prompt"),
+            "last_activity": _epoch(have.get("last_activity"))}
+        self.set_session(machine, session, fields)
+
     def mark_deleted(self, machine: str, path: bytes) -> None:
         """The file is gone: its text stays findable; a session whose transcript is gone
         is marked deleted."""
+        self._begin()
         self.db.execute("UPDATE files SET deleted=1 WHERE machine=? AND path=?",
                         (machine, path))
         sid = session_of(path)
