@@ -101,7 +101,7 @@ def _time(when: str | None) -> str:
     return f' <time datetime="{_esc(when)}">{_esc(shown)}</time>'
 
 
-def _item(i: Item, with_thinking: bool, with_tools: bool) -> str:
+def _item(i: Item, with_thinking: bool, with_tools: bool, agents: set[str]) -> str:
     cut = f'<p class="cut">[{i.cut} characters cut]</p>' if i.cut else ""
     if i.kind == "prompt":
         return (f'<section class="turn prompt"><div class="who">You{_time(i.time)}</div>'
@@ -115,8 +115,9 @@ def _item(i: Item, with_thinking: bool, with_tools: bool) -> str:
         return (f'<details class="thinking"><summary>Thinking</summary>'
                 f'<div class="md">{markdown_html(i.text)}</div>{cut}</details>')
     if i.kind == "tool":
+        # A link only to a section this page has (the subagent's file may be gone).
         link = f' <a class="agent-link" href="#{_anchor(i.agent)}">subagent</a>' \
-            if i.agent else ""
+            if i.agent and _anchor(i.agent) in agents else ""
         return (f'<div class="tool"><span class="tool-name">{_esc(i.name)}</span> '
                 f'<code class="tool-arg">{_esc(i.text)}</code>{link}</div>')
     if i.kind in ("result", "injected"):
@@ -141,8 +142,9 @@ def _item(i: Item, with_thinking: bool, with_tools: bool) -> str:
     return f'<p class="{note}">{_esc(i.text)}{cut}</p>'
 
 
-def _body(t: Transcript, with_thinking: bool, with_tools: bool) -> list[str]:
-    parts = [_item(i, with_thinking, with_tools) for i in t.items]
+def _body(t: Transcript, with_thinking: bool, with_tools: bool, agents: set[str]
+          ) -> list[str]:
+    parts = [_item(i, with_thinking, with_tools, agents) for i in t.items]
     parts += [f'<p class="cut">{_esc(n)}</p>' for n in t.notes]
     return parts
 
@@ -165,13 +167,14 @@ def html_fragment(t: Transcript, *, with_thinking: bool = False,
     script, every string escaped; subagents as sections the tool calls link to."""
     parts = [f'<article class="transcript" id="session-{_ANCHOR.sub("", t.session)[:64]}">',
              f'<header><h1 class="title">{_esc(display_title(t))}</h1>{_meta(t)}</header>']
-    parts += _body(t, with_thinking, with_tools)
+    agents = {_anchor(sub.agent or "") for sub in t.subagents}
+    parts += _body(t, with_thinking, with_tools, agents)
     for sub in t.subagents:
         agent = sub.agent or ""
         about = f": {_esc(sub.description)}" if sub.description else ""
         parts.append(f'<section class="subagent" id="{_anchor(agent)}">'
                      f'<h2>Subagent {_esc(agent)}{about}</h2>')
-        parts += _body(sub, with_thinking, with_tools)
+        parts += _body(sub, with_thinking, with_tools, agents)
         parts.append("</section>")
     parts.append("</article>")
     return "\n".join(p for p in parts if p)

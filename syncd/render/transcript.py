@@ -89,6 +89,18 @@ class Transcript:
     at: float | None = None
 
 
+# What a terminal or a text file must not get from a store: control characters (escape
+# sequences), bidirectional overrides. Newlines stay; a tab becomes spaces.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                     "\u2066-\u2069]")
+
+
+def readable(text: str) -> str:
+    """``text`` with every control character but the newline shown as ``?``."""
+    text = text.replace("\r\n", "\n").replace("\t", "    ")
+    return _UNSAFE.sub("?", text)
+
+
 def display_title(t: Transcript) -> str:
     """What to call the transcript: its title, else its first prompt's start, else its id."""
     if t.title:
@@ -514,13 +526,14 @@ def open_repository(settings: Settings) -> Repository:
 
 
 def load_transcript(settings: Settings, session: str, *, machine: str | None = None,
-                    at: float | None = None, repo: Repository | None = None) -> Transcript:
+                    at: float | None = None,
+                    repository: Callable[[], Repository] | None = None) -> Transcript:
     """The session ``session`` names (its id or a unique prefix of 8 characters or more)
     as a person reads it: from the local tree when ``machine`` is None or this machine
     and ``at`` is None (and the tree has it); else from that machine's backup (the one
     machine holding it, when none is named) as of ``at`` (None: its last flush), read
-    through its extents, nothing written. ``repo``: the store to read (default: the
-    configured one, opened without a prompt). Unknown or ambiguous: the lines
+    through its extents, nothing written. ``repository``: opens the store to read when
+    one is needed (default: the configured one, without a prompt). Unknown or ambiguous: the lines
     ``restore --session`` gives."""
     from syncd.restore.listing import locate_session, resolve_sessions
     from syncd.view import load_backup
@@ -532,7 +545,7 @@ def load_transcript(settings: Settings, session: str, *, machine: str | None = N
             sid = one(session, found, True)
             rel = next(s.path for _, s in found if s.session_id == sid)
             return _local(settings.source, sid, rel, here)
-    repo = repo or open_repository(settings)
+    repo = (repository or partial(open_repository, settings))()
     if machine is None:
         where, copies = locate_session(repo, session, None)
         sid = copies[0].session_id
