@@ -17,6 +17,7 @@ from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.search import COMMANDS as SEARCH_COMMANDS
+from syncd.cli.show import COMMANDS as SHOW_COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
 from syncd.errors import StoreError, SyncdError, SyncError, SyncStopped, UsageError, exit_code
 from syncd.redact import redact
@@ -204,7 +205,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                                     for one, text in zip((s, *others), blocks, strict=True))))
 
 
-for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *SEARCH_COMMANDS):
+for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *SEARCH_COMMANDS, *SHOW_COMMANDS):
     cli.add_command(_command)
 
 
