@@ -17,6 +17,7 @@ from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
+from syncd.cli.web import COMMANDS as WEB_COMMANDS
 from syncd.errors import StoreError, SyncdError, SyncError, SyncStopped, UsageError, exit_code
 from syncd.redact import redact
 from syncd.service.log import setup as setup_logging
@@ -203,7 +204,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                                     for one, text in zip((s, *others), blocks, strict=True))))
 
 
-for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS):
+for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *WEB_COMMANDS):
     cli.add_command(_command)
 
 
