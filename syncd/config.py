@@ -282,6 +282,10 @@ class Settings(BaseModel):
     log_level: str = "INFO"
     # Prometheus text endpoint on 127.0.0.1:<port>/metrics while the daemon runs; 0 = off.
     metrics_port: int = Field(0, ge=0, le=65535)
+    # The local page (syncd web) served by the daemon too, on 127.0.0.1:<web_port>; its
+    # URL, with the start's token, is logged and kept in <state_dir>/web-url (0600).
+    web: bool = False
+    web_port: int = Field(8767, ge=0, le=65535)
     # Encrypted stores: a file holding the passphrase ($SYNCD_PASSPHRASE wins over it).
     # The passphrase itself is never a setting: it would end up in dumps and reloads.
     passphrase_file: Path | None = None
