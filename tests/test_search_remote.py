@@ -6,6 +6,7 @@ catalogs of machines not indexed searched from their heads (syncd/search/catalog
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,9 @@ from syncd.search import remote
 from syncd.search.remote import index_machine
 from syncd.security.crypto import Crypto
 from syncd.security.keys import init_encryption
-from syncd.store import MemoryStore, Store, layout, open_store
+from syncd.store import LocalStore, MemoryStore, Store, layout, open_store
 from tests.counting import CountingStore
-from tests.helpers import write
+from tests.helpers import one_line, syncd, write
 from tests.hostile import Craft, good_machine
 from tests.seaweed import Seaweed
 
@@ -72,6 +73,9 @@ class StandIn:
 
     def mark_deleted(self, machine: str, path: bytes) -> None:
         self.deleted.add((machine, path))
+
+    def files(self, machine: str) -> dict[bytes, bool]:
+        return {p: (m, p) in self.deleted for m, p in self.cursors if m == machine}
 
     def commit(self) -> None:
         pass
@@ -285,3 +289,50 @@ def test_windows_are_bounded() -> None:
     runs = list(remote._windows(exts))
     assert all(sum(e.end - e.start for e in run) <= remote.WINDOW for _, run in runs)
     assert [e for _, run in runs for e in run] == [e for _, e in exts]
+
+
+def _env(tmp: Path, store: Path) -> dict[str, str]:
+    return {**os.environ, "HOME": str(tmp / "home"), "SYNCD_STORE": store.as_uri(),
+            "SYNCD_MACHINE_ID": "here", "SYNCD_STATE_DIR": str(tmp / "state"),
+            "SYNCD_SOURCE": str(tmp / "home" / ".claude"), "SYNCD_STORE_RETRY_DEADLINE": "2"}
+
+
+def test_the_index_command(tmp_path: Path) -> None:
+    pytest.importorskip("syncd.search.index")
+    from syncd.search.index import FILE_NAME, SearchIndex
+
+    other = Other(tmp_path, LocalStore(tmp_path / "store"))
+    write(other.root, A, row(0, "the wombat burrows") + row(1))
+    other.ship(A)
+    env = _env(tmp_path, tmp_path / "store")
+    r = syncd(env, "index", "--machine", "m2", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    [plan] = json.loads(r.stdout)
+    assert plan["to_index"] == 1 and plan["planned_bytes"] > 0 and plan["indexed_bytes"] == 0
+    assert "m2: 1 of 1 transcripts to index" in r.stderr
+    db = tmp_path / "state" / FILE_NAME
+    ix = SearchIndex.open(db)
+    try:
+        assert ix.cursor("m2", A.encode()) is None
+    finally:
+        ix.close()
+
+    r = syncd(env, "index", "--all")
+    assert r.returncode == 0, r.stderr
+    assert "m2: 1 of 1 transcripts to index" in r.stdout and "m2: indexed" in r.stdout
+    ix = SearchIndex.open(db)
+    try:
+        assert ix.cursor("m2", A.encode()) == (1, (other.root / A).stat().st_size)
+        found = ix.db.execute("SELECT s.machine, s.session FROM text JOIN docs d ON "
+                              "d.id = text.rowid JOIN sessions s ON s.id = d.sess "
+                              "WHERE text MATCH 'wombat'").fetchall()
+        assert set(found) == {("m2", SID)} and len(found) == 2  # its line and its title
+    finally:
+        ix.close()
+    r = syncd(env, "index", "--machine", "m2")
+    assert r.returncode == 0 and "all indexed already: nothing to download" in r.stdout
+
+    assert "name the machines" in one_line(syncd(env, "index"), 2)
+    assert "this machine" in one_line(syncd(env, "index", "--machine", "here"), 2)
+    assert "no backup for machine 'nope'" in one_line(
+        syncd(env, "index", "--machine", "nope"), 1)

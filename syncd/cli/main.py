@@ -14,6 +14,7 @@ import click
 
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.group import Group
+from syncd.cli.index import COMMANDS as INDEX_COMMANDS
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
@@ -203,7 +204,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                                     for one, text in zip((s, *others), blocks, strict=True))))
 
 
-for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS):
+for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *INDEX_COMMANDS):
     cli.add_command(_command)
 
 

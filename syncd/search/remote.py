@@ -40,6 +40,8 @@ class Index(Protocol):
 
     def mark_deleted(self, machine: str, path: bytes) -> None: ...
 
+    def files(self, machine: str) -> dict[bytes, bool]: ...
+
     def commit(self) -> None: ...
 
 
@@ -99,9 +101,13 @@ def index_machine(repo: Repository, machine: str, index: Index, *, dry_run: bool
     for t in todo:
         _index_file(repo.for_machine(machine), machine, t, index, r)
         index.commit()
-    for f in b.files.values():
-        if f.deleted_at is not None and is_transcript(f.path):
-            index.mark_deleted(machine, f.path)
+    # Deleted there, or gone from the backup (expired): still findable, marked so.
+    known = index.files(machine)
+    gone = {p for p, f in b.files.items() if f.deleted_at is not None and is_transcript(p)}
+    gone |= {p for p in known if p not in b.files}
+    for path in sorted(gone):
+        if not known.get(path, False):
+            index.mark_deleted(machine, path)
             r.deleted += 1
     for sid, s in _sessions(b.sessions).items():
         index.set_session(machine, sid, catalog_fields(s))
