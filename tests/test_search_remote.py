@@ -336,3 +336,48 @@ def test_the_index_command(tmp_path: Path) -> None:
     assert "this machine" in one_line(syncd(env, "index", "--machine", "here"), 2)
     assert "no backup for machine 'nope'" in one_line(
         syncd(env, "index", "--machine", "nope"), 1)
+
+
+def _head(store: Store, machine: str, sessions: list[tuple[str, str, dict[str, str]]],
+          deleted: float | None = None) -> None:
+    from syncd.format.head import Head, HeadSession
+
+    listed = [HeadSession(f"projects/-home-u-{proj}/{sid}.jsonl".encode(), 1, 100,
+                          deleted, {"cwd": f"/home/u/{proj}", **f})
+              for sid, proj, f in sessions]
+    Repository(store, machine).write_head(Head(machine, 2e9, 0, 2e9, {}, {}, listed))
+
+
+def test_catalogs_of_machines_not_indexed_are_searched_from_their_heads() -> None:
+    pytest.importorskip("syncd.search.query")
+    from syncd.search.catalogs import search_catalogs
+    from syncd.search.query import BadQuery
+
+    logged = Logged(MemoryStore())
+    _head(logged, "m2", [(SID, "app", {"ai_title": "Refactor the quokka parser",
+                                       "last_activity": "2026-11-01T10:00:00.000Z"}),
+                         (SID2, "lib", {"first_prompt": "why is the build slow"})])
+    _head(logged, "m3", [(SID, "app", {"ai_title": "quokka in m3"})])
+    _head(logged, "indexed", [(SID2, "app", {"ai_title": "quokka indexed already"})])
+    logged.reset()
+    problems: list[str] = []
+    hits = search_catalogs(Repository(logged, "here"), "quokka", skip={"indexed"},
+                           problems=problems)
+    assert sorted((h.machine, h.session) for h in hits) == [("m2", SID), ("m3", SID)]
+    assert hits[0].score <= hits[1].score  # best first (BM25: lower is better)
+    top = next(h for h in hits if h.machine == "m2")
+    assert top.catalog_only and top.title == "Refactor the quokka parser"
+    assert top.project == "/home/u/app" and top.last_activity == 1793527200.0
+    assert ("quokka", True) in top.snippet and problems == []
+    # The heads alone were read: one GET each, no segment, no index.
+    assert {k for k, _, _ in logged.gets} == {f"machines/{m}/head" for m in ("m2", "m3")}
+
+    assert [h.session for h in search_catalogs(Repository(logged, "here"), "build AND slo*",
+                                               machine="m2")] == [SID2]
+    assert search_catalogs(Repository(logged, "here"), "quokka NOT parser",
+                           skip={"m3", "indexed"}) == []
+    assert [h.machine for h in search_catalogs(Repository(logged, "here"), "quokka",
+                                               project="/home/u/app", since=1.7e9)] \
+        == ["m2"]  # m3's session has no activity time: not since anything
+    with pytest.raises(BadQuery, match="cannot parse the query"):
+        search_catalogs(Repository(logged, "here"), '"unclosed AND')
