@@ -381,3 +381,24 @@ def test_catalogs_of_machines_not_indexed_are_searched_from_their_heads() -> Non
         == ["m2"]  # m3's session has no activity time: not since anything
     with pytest.raises(BadQuery, match="cannot parse the query"):
         search_catalogs(Repository(logged, "here"), '"unclosed AND')
+
+
+def test_a_cut_tail_shipped_as_a_copy_is_indexed_through_its_parts(tmp_path: Path) -> None:
+    from tests.test_copies import cut_tail
+    from tests.test_copies import rows as big_rows
+
+    store = MemoryStore()
+    other = Other(tmp_path, store)
+    f = write(other.root, A, big_rows(0, 300))
+    other.ship(A)
+    ix = StandIn()
+    reader = Repository(store, "here")
+    index_machine(reader, "m2", ix)
+    cut_tail(f, 290, big_rows(1000, 1003))  # Claude withdrawing streamed rows
+    [seg1] = other.ship(A)
+    assert reader.for_machine("m2").read_index(seg1).copies, "shipped as a copy"
+    r = index_machine(reader, "m2", ix)
+    assert ix.text("m2", A) == f.read_bytes() and r.problems == []
+    fresh = StandIn()  # and from nothing: the copy's parts are frames of the first segment
+    index_machine(reader, "m2", fresh)
+    assert fresh.text("m2", A) == f.read_bytes()
