@@ -402,3 +402,26 @@ def test_a_cut_tail_shipped_as_a_copy_is_indexed_through_its_parts(tmp_path: Pat
     fresh = StandIn()  # and from nothing: the copy's parts are frames of the first segment
     index_machine(reader, "m2", fresh)
     assert fresh.text("m2", A) == f.read_bytes()
+
+
+def test_a_session_moved_to_another_folder_is_not_marked_deleted(tmp_path: Path) -> None:
+    pytest.importorskip("syncd.search.index")
+    from syncd.search.index import SearchIndex
+
+    store = MemoryStore()
+    other = Other(tmp_path, store)
+    write(other.root, A, row(0, "the echidna plan"))
+    other.ship(A)
+    ix = SearchIndex.open(tmp_path / "search.db")
+    reader = Repository(store, "here")
+    index_machine(reader, "m2", ix)
+    moved = f"projects/-home-u-lib/{SID}.jsonl"  # Claude's /cd: the transcript moves
+    write(other.root, moved, (other.root / A).read_bytes() + row(1))
+    (other.root / A).unlink()
+    other.ship(A, moved)
+    index_machine(reader, "m2", ix)
+    [(deleted,)] = ix.db.execute("SELECT deleted FROM sessions WHERE machine='m2' AND "
+                                 "session=?", (SID,)).fetchall()
+    assert not deleted
+    assert ix.cursor("m2", moved.encode())[1] == (other.root / moved).stat().st_size  # type: ignore[index]
+    ix.close()

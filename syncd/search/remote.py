@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol
 
 from syncd.errors import FormatError, StoreError
-from syncd.format.catalog import Session
+from syncd.format.catalog import Session, session_of
 from syncd.format.segment import Extent
 from syncd.format.snapshot import Entry
 from syncd.repository import Repository
@@ -101,12 +101,16 @@ def index_machine(repo: Repository, machine: str, index: Index, *, dry_run: bool
     for t in todo:
         _index_file(repo.for_machine(machine), machine, t, index, r)
         index.commit()
-    # Deleted there, or gone from the backup (expired): still findable, marked so.
+    # Deleted there, or gone from the backup (expired): still findable, marked so. Not
+    # the old copy of a session moved to another project folder: it lives on there
+    # (marking a transcript marks its session).
     known = index.files(machine)
+    live = {sid for p, f in b.files.items()
+            if f.deleted_at is None and (sid := session_of(p)) is not None}
     gone = {p for p, f in b.files.items() if f.deleted_at is not None and is_transcript(p)}
     gone |= {p for p in known if p not in b.files}
     for path in sorted(gone):
-        if not known.get(path, False):
+        if not known.get(path, False) and session_of(path) not in live:
             index.mark_deleted(machine, path)
             r.deleted += 1
     for sid, s in _sessions(b.sessions).items():
@@ -221,12 +225,11 @@ def _sessions(sessions: dict[bytes, Session]) -> dict[str, Session]:
 
 def catalog_fields(s: Session) -> dict[str, str | float | None]:
     """What the search index keeps of a session's catalog entry."""
-    return {"title": s.title or None, "project": s.place, "cwd": s.project,
+    return {"title": s.title or None, "project": s.place,
             "last_activity": activity_time(s.fields.get("last_activity")),
             "git_branch": s.fields.get("git_branch"),
             "first_prompt": s.fields.get("first_prompt"),
-            "last_prompt": s.fields.get("last_prompt"),
-            "deleted_at": s.deleted_at}
+            "last_prompt": s.fields.get("last_prompt")}
 
 
 def activity_time(text: str | None) -> float | None:
