@@ -420,6 +420,9 @@ def test_a_session_moved_to_another_folder_is_not_marked_deleted(tmp_path: Path)
     (other.root / A).unlink()
     other.ship(A, moved)
     index_machine(reader, "m2", ix)
+    from syncd.search.catalogs import indexed_machines
+
+    assert indexed_machines(ix) == {"m2"}
     [(deleted,)] = ix.db.execute("SELECT deleted FROM sessions WHERE machine='m2' AND "
                                  "session=?", (SID,)).fetchall()
     assert not deleted

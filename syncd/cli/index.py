@@ -71,7 +71,7 @@ def index_cmd(ctx: click.Context, machines: tuple[str, ...], every: bool, dry_ru
 
     reports = []
     failed: list[str] = []
-    index = SearchIndex.open(settings.state_file.parent / FILE_NAME)
+    index = SearchIndex.open(settings.state_dir / FILE_NAME)
     try:
         for name in names:
             try:

@@ -16,6 +16,7 @@ from syncd.format.catalog import TITLE_ORDER, Session
 from syncd.repository import Repository
 from syncd.restore.listing import machine_sessions
 from syncd.search.extract import MARK_END, MARK_START
+from syncd.search.index import SearchIndex
 from syncd.search.query import QUERY_MAX, SNIPPET_TOKENS, BadQuery, Hit, pieces
 from syncd.search.remote import activity_time
 from syncd.seen import Seen
@@ -32,6 +33,15 @@ class CatalogHit(Hit):
     """A session found in its machine's catalog only (its full text is not indexed)."""
 
     catalog_only: bool = True
+
+
+def indexed_machines(index: SearchIndex) -> set[str]:
+    """The machines whose full text the index holds: those indexed on request, and those
+    followed (their imports are this machine's sessions, of that origin). Their
+    catalogs need no searching."""
+    return {m for (m,) in index.db.execute(
+        "SELECT DISTINCT machine FROM files UNION "
+        "SELECT DISTINCT origin FROM sessions WHERE origin IS NOT NULL") if m}
 
 
 def _text(s: Session) -> str:
