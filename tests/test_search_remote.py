@@ -428,3 +428,34 @@ def test_a_session_moved_to_another_folder_is_not_marked_deleted(tmp_path: Path)
     assert not deleted
     assert ix.cursor("m2", moved.encode())[1] == (other.root / moved).stat().st_size  # type: ignore[index]
     ix.close()
+
+
+def test_index_all_of_a_store_of_bombs(tmp_path: Path) -> None:
+    """Every kind of hostile object at once (tests/hostile.py): the good machines are
+    indexed whole, each bad object is a line naming its machine, and the peak RSS stays
+    that of indexing a clean store."""
+    pytest.importorskip("syncd.search.index")
+    from syncd.search.index import FILE_NAME, SearchIndex
+    from tests.hostile import every_bomb, rss_bound, run_syncd, syncd_env
+
+    good_machine(Craft(tmp_path / "clean"), "alpha")
+    clean = run_syncd(("index", "--all"), syncd_env(
+        tmp_path / "h1", tmp_path / "clean", extra={"SYNCD_STATE_DIR": str(tmp_path / "s1")}))
+    assert clean.rc == 0, clean.describe()
+    good = every_bomb(Craft(tmp_path / "store"))
+    r = run_syncd(("index", "--all"), syncd_env(
+        tmp_path / "h2", tmp_path / "store", extra={"SYNCD_STATE_DIR": str(tmp_path / "s2")}))
+    assert r.rc == 1, r.describe()
+    assert r.maxrss <= rss_bound(clean), r.describe()
+    ix = SearchIndex.open(tmp_path / "s2" / FILE_NAME)
+    try:
+        for name, m in good.items():
+            for path, data in m.files.items():
+                if path.startswith("projects/") and path.endswith(".jsonl"):
+                    assert ix.cursor(name, path.encode()) == (1, len(data)), (name, path)
+    finally:
+        ix.close()
+    said = [ln for ln in r.err_lines if ln.startswith("syncd: b-")]
+    for bad in ("b-index", "b-index10", "b-manifest", "b-group", "b-noise", "b-trailer",
+                "b-all"):
+        assert any(ln.startswith(f"syncd: {bad}: ") for ln in said), (bad, r.describe())

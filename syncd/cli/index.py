@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def _plan_line(r: RemoteIndexReport) -> str:
