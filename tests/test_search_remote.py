@@ -333,7 +333,7 @@ def test_the_index_command(tmp_path: Path) -> None:
     assert r.returncode == 0 and "all indexed already: nothing to download" in r.stdout
 
     assert "name the machines" in one_line(syncd(env, "index"), 2)
-    assert "this machine" in one_line(syncd(env, "index", "--machine", "here"), 2)
+    assert "is this machine's" in one_line(syncd(env, "index", "--machine", "here"), 2)
     assert "no backup for machine 'nope'" in one_line(
         syncd(env, "index", "--machine", "nope"), 1)
 

@@ -44,7 +44,7 @@ def index_cmd(ctx: click.Context, machines: tuple[str, ...], every: bool, dry_ru
     not hold yet, so the next run downloads only what those machines flushed since. A
     transcript rewritten there is indexed again; one deleted there stays findable,
     marked deleted. An object that does not read is one line; the rest is indexed.
-    This machine's sessions are indexed by its daemon from its own tree.
+    This machine's sessions (those of each of its trees) are indexed from its trees.
     """
     from syncd.cli.util import repository_of
     from syncd.errors import CryptoError, FormatError, NoBackup, StoreError
@@ -56,12 +56,15 @@ def index_cmd(ctx: click.Context, machines: tuple[str, ...], every: bool, dry_ru
     if every == bool(machines):
         raise UsageError("index: name the machines (--machine M, repeatable) or --all")
     settings = settings_of(ctx)
-    here = settings.machine_id
-    if here in machines:
-        raise UsageError(f"index: {here} is this machine: its sessions are indexed from "
-                         "its tree by the daemon")
+    # This host's trees (``sources``: one machine id each) are indexed from the trees.
+    here = {t.machine_id for t in settings.trees()}
+    mine = [m for m in machines if m in here]
+    if mine:
+        raise UsageError(f"index: {mine[0]} is this machine's: its sessions are indexed "
+                         "from its tree")
     repo = repository_of(settings)
-    names = [m for m in repo.machines() if m != here] if every else list(dict.fromkeys(machines))
+    names = [m for m in repo.machines() if m not in here] if every \
+        else list(dict.fromkeys(machines))
 
     def say(line: str) -> None:
         click.echo(redact(printable(line)), err=as_json)
