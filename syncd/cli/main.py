@@ -14,6 +14,7 @@ import click
 
 from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.group import Group
+from syncd.cli.index import COMMANDS as INDEX_COMMANDS
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.search import COMMANDS as SEARCH_COMMANDS
@@ -207,7 +208,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *SEARCH_COMMANDS,
-                 *SHOW_COMMANDS, *WEB_COMMANDS):
+                 *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS):
     cli.add_command(_command)
 
 

@@ -379,6 +379,19 @@ def session_rows(repo: Repository, local: Here | Path, machine: str | None = Non
         yield from rows
 
 
+def machine_sessions(repo: Repository, names: Iterable[str], project: str | None = None,
+                     problems: list[str] | None = None, seen: Seen | None = None
+                     ) -> Iterator[tuple[str, list[Session]]]:
+    """Each machine's sessions (of ``project`` only, as ``sessions --project`` finds
+    them), in name order, as ``session_rows`` reads them: from the heads, read
+    concurrently; ``problems`` hears of what could not be read."""
+    said = problems if problems is not None else []
+    for name, (sessions, home, lines) in _each_machine(names, lambda m, most: _sessions_of(
+            repo.for_machine(m), False, seen, most)):
+        said += lines
+        yield name, [s for s in sessions if not project or _matches(s, home, project)]
+
+
 def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
                  ) -> tuple[list[Session], str | None, list[str]]:
     """A machine's sessions and home: its head's, or its backup's (``strict``: a backup
