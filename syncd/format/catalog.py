@@ -91,7 +91,7 @@ def title_file_fields(data: bytes) -> dict[str, str]:
         return {}
     try:
         doc = json.loads(data)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deep
         return {}
     title = doc.get("customTitle") if isinstance(doc, dict) else None
     if not isinstance(title, str) or not title.strip():
@@ -223,7 +223,7 @@ class MetaScanner:
                 continue
             try:
                 entry = json.loads(text[start:stop])
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deep
                 continue
             if isinstance(entry, dict) and entry.get("type") in ("user", "assistant") and \
                     isinstance(entry.get("timestamp"), str) and entry["timestamp"]:
@@ -249,7 +249,7 @@ class MetaScanner:
             return
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep
             return
         if not isinstance(entry, dict):
             return
@@ -315,7 +315,7 @@ def parse_origin(text: str | None) -> Origin | None:
         return None
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(doc, dict):
         return None

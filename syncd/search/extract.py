@@ -122,7 +122,9 @@ def rows(complete: bytes) -> Iterator[Row]:
                              complete.find(_ASSISTANT, start, stop) >= 0):
                 try:
                     row = row_of(json.loads(complete[start:stop]))
-                except ValueError:  # a torn or foreign line: not ours to read
+                # A torn or foreign line, or one nested deeper than the parser recurses:
+                # not ours to read.
+                except (ValueError, RecursionError):
                     row = None
                 if row is not None:
                     yield row
