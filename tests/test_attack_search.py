@@ -13,8 +13,8 @@ import pytest
 
 from syncd.format.catalog import MetaScanner, parse_origin, title_file_fields
 from syncd.search.index import FILE_NAME, SearchIndex
-from syncd.search.query import search
-from tests.helpers import syncd, write
+from syncd.search.query import BadQuery, search
+from tests.helpers import one_line, syncd, write
 
 S1 = "11111111-1111-4111-8111-111111111111"
 S2 = "22222222-2222-4222-8222-222222222222"
@@ -64,6 +64,27 @@ def test_syncd_search_over_a_tree_holding_a_nested_line(tmp_path: Path) -> None:
     r = syncd(_env(tmp_path), "search", "--json", "findable")
     assert r.returncode == 0, r.stderr
     assert sorted(h["session"] for h in json.loads(r.stdout)) == [S1, S2]
+
+
+# What FTS5 refuses with an error of its own words (not "syntax error"), and what would
+# reach past the column filter.
+BAD = ['"unbalanced', 'unbalanced"', "NEAR(a b, x)", "NEAR(a b, -1)", "*", "title:x",
+       "-x", "a NOT", "(" * 500 + "a", "\x00", "x" * 5000]
+
+
+@pytest.mark.parametrize("query", BAD)
+def test_a_hostile_query_is_bad_query(index: SearchIndex, query: str) -> None:
+    index.feed("m1", REL, 1, 0, user("x a b"))
+    index.commit()
+    with pytest.raises(BadQuery):
+        search(index, query)
+
+
+def test_cli_hostile_queries_one_line_exit_2(tmp_path: Path) -> None:
+    write(tmp_path / "src", REL, user("hello"))
+    for query in ['"unbalanced', "NEAR(a b, x)"]:
+        assert one_line(syncd(_env(tmp_path), "search", query), 2).startswith(
+            "syncd: search: cannot parse the query")
 
 
 # The catalog's readers meet the same lines: the daemon's scanner of what it ships (and
