@@ -144,7 +144,11 @@ class Guarded:
             # the address bar (and the history) at once.
             rest = urlencode([(k, v) for k, v in parse_qsl(
                 scope.get("query_string", b"").decode("latin-1")) if k != "token"])
-            where = scope.get("path", "/") + (f"?{rest}" if rest else "")
+            # The path as sent (still percent-encoded: no CR/LF can reach the header),
+            # and ours only: "//host/" or "/\\host/" would send the browser elsewhere.
+            raw = scope.get("raw_path") or scope.get("path", "/").encode()
+            path = "/" + raw.decode("latin-1").lstrip("/\\")
+            where = path + (f"?{rest}" if rest else "")
             cookie = f"{g.cookie}={g.token}; HttpOnly; SameSite=Strict; Path=/"
             await _plain(send, 303, "see other\n", (
                 (b"location", where.encode()), (b"set-cookie", cookie.encode())))
