@@ -5,10 +5,15 @@ nothing is sent elsewhere, nothing changes without our token."""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from syncd.web.security import Guard, Guarded, Message, Receive, Scope, Send
+from tests.browser import browser, env_of, page, screenshot, sync, web  # noqa: F401
+from tests.helpers import write
 
 TOKEN = "t" * 43
 HOST = "127.0.0.1:8765"
@@ -61,3 +66,59 @@ def test_the_first_visit_redirect_keeps_the_path_as_sent() -> None:
     assert where == "/x%0d%0aSet-Cookie:%20a=b"
     assert location(call("GET", b"/sessions%3Fq=1", b"token=" + TOKEN.encode())) == \
         "/sessions%3Fq=1"
+
+
+# -- a hostile store's strings in a real browser -------------------------------------------
+
+# Each one sets window.__pwned if it ever runs, whatever context it lands in.
+PAYLOADS = [
+    "<script>window.__pwned=1</script>",
+    "<img src=x onerror=\"window.__pwned=1\">",
+    "\"><svg onload=window.__pwned=1>",
+    "'><iframe src=javascript:window.__pwned=1>",
+    "</textarea></title><script>window.__pwned=1</script>",
+    "<a href=\"javascript:window.__pwned=1\">x</a>",
+    "<style>body{background:url(https://evil.example/x)}</style>",
+    "\u202egnp.exe <math><mi xlink:href=javascript:window.__pwned=1>x",
+]
+SIDS = [f"{i:08x}-1b3d-4e5f-8a9b-0c1d2e3f4a5b" for i in range(len(PAYLOADS))]
+
+
+def hostile_tree(tmp_path: Path) -> dict[str, str]:
+    src = tmp_path / "src"
+    for sid, bad in zip(SIDS, PAYLOADS, strict=True):
+        cwd = f"/home/u/{bad}"
+        lines = [
+            {"type": "user", "sessionId": sid, "cwd": cwd, "timestamp":
+             "2026-11-30T10:00:00.000Z", "message": {"role": "user", "content": bad}},
+            {"type": "assistant", "sessionId": sid, "cwd": cwd, "timestamp":
+             "2026-11-30T10:00:01.000Z", "message": {"role": "assistant", "content": [
+                 {"type": "text", "text": f"[link](javascript:window.__pwned=1) {bad}"}]}},
+            {"type": "custom-title", "sessionId": sid, "customTitle": bad},
+        ]
+        write(src, f"projects/-home-u-x/{sid}.jsonl",
+              b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n"
+                       for x in lines))
+    env = env_of(tmp_path)
+    sync(env)
+    return env
+
+
+def test_hostile_titles_projects_and_queries_run_nothing(tmp_path: Path, web: Any,  # noqa: F811
+                                                        page: Any) -> None:  # noqa: F811
+    w = web(hostile_tree(tmp_path))
+    page.goto(w.url)
+    page.goto(f"{w.base}/sessions")
+    rows = page.locator("#sessions tbody tr")
+    assert rows.count() == len(PAYLOADS)
+    titles = set(page.locator("#sessions .title a").all_inner_texts())
+    assert titles == {p.strip() for p in PAYLOADS}  # shown as typed, not as markup
+    # A query parameter reflected in the form (and the search's snippets).
+    for bad in PAYLOADS:
+        page.goto(f"{w.base}/sessions?q={bad}&project={bad}")
+        assert page.locator("input[name=q]").input_value() == bad
+    screenshot(page, tmp_path, "hostile-sessions")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("main script, main img, main svg, main iframe, main style, "
+                        "main math").count() == 0
+    assert not [e for e in page.syncd_errors if "Content Security Policy" in e]
