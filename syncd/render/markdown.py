@@ -2,7 +2,8 @@
 
 Prompts and answers are Markdown already and stay so, contained: a code fence an
 answer leaves open is closed at its end, and raw HTML in one (a ``<script>``, an
-unclosed ``<!--`` that would hide the rest of the file in a viewer) is escaped to text.
+unclosed ``<!--`` that would hide the rest of the file in a viewer) is escaped to text,
+as are links to anything but http(s) and images (never loaded).
 Everything else from the store (tool arguments and results, titles, paths) is text:
 inline escaped, or in a fence longer than any run of its backticks, so no transcript
 breaks the file's structure. Control characters never reach the file.
@@ -19,8 +20,16 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _BACKTICKS = re.compile(r"`+")
 # Characters that mean something inline in Markdown (escaped in text taken literally).
 _SPECIAL = re.compile(r"([\\`*_\[\]<>#|~!&$])")
+# Each of these is escaped where it is not already: after an even run of backslashes
+# (none included), since "\\" + "\\<" would be an escaped backslash, then raw HTML.
+_UNESCAPED = r"(?<!\\)((?:\\\\)*)"
 # What opens raw HTML or an autolink: '<' before a letter, '/', '!' or '?'.
-_HTML_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+_HTML_OPEN = re.compile(_UNESCAPED + r"<(?=[A-Za-z/!?])")
+# A link's or a link definition's end, unless what follows is http(s) or an anchor here
+# (the HTML's rule): a viewer would follow javascript:, data:… as the store wrote them.
+_LINK_END = re.compile(_UNESCAPED + r"\](?=[(:](?!\s*<?(?:https?://|#)))")
+# An image: a viewer that loads a store's image tells a third party the file is read.
+_IMAGE = re.compile(_UNESCAPED + r"!(?=\[)")
 
 
 def escape(text: str) -> str:
@@ -52,7 +61,8 @@ def fenced(text: str, info: str = "") -> str:
 
 def contained(text: str) -> str:
     """A store's Markdown kept as Markdown, but unable to reach past its own end: raw
-    HTML escaped outside code blocks, an open fence closed."""
+    HTML escaped outside code blocks, an open fence closed; links only to http(s) and
+    images as text."""
     out = []
     fence: str | None = None  # the open fence's characters
     for line in readable(text).split("\n"):
@@ -62,7 +72,8 @@ def contained(text: str) -> str:
                 fence = m.group(1)
                 out.append(line)
                 continue
-            out.append(_HTML_OPEN.sub(r"\\<", line))
+            line = _HTML_OPEN.sub(r"\1\\<", line)
+            out.append(_IMAGE.sub(r"\1\\!", _LINK_END.sub(r"\1\\]", line)))
         else:
             if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and \
                     not m.group(2).strip():
