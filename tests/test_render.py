@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import tracemalloc
 from html.parser import HTMLParser
@@ -342,6 +343,19 @@ def test_the_terminal_gets_no_markup_and_no_escape_sequences() -> None:
     for evil in ("\x1b[31mred", "\x1b]0;pwned", "\x1b]8;;http://e", "\x1b[2J", "\x9b", "\x07"):
         assert evil not in got, evil
     assert "?[31mred" in got
+
+
+def test_a_terminal_pages_through_the_pager(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pydoc
+
+    paged: list[str] = []
+    monkeypatch.setattr(pydoc, "pager", paged.append)
+    monkeypatch.setenv("LESS", "")  # (so that the test leaves it as it was)
+    monkeypatch.delenv("LESS")
+    out = io.StringIO()
+    print_text(parse_bytes(user("a prompt to page"), SID), _console(out))  # a terminal
+    assert out.getvalue() == "" and len(paged) == 1 and "a prompt to page" in paged[0]
+    assert os.environ["LESS"] == "FRX"  # less shows the colours
 
 
 # -- bounds -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ and its control characters and escape sequences are neutralised before rich sees
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -137,6 +138,8 @@ def print_text(t: Transcript, console: Console | None = None, *, with_thinking: 
     page = console.is_terminal if page is None else page
     items = renderables(t, with_thinking=with_thinking, with_tools=with_tools)
     if page:
+        # less shows colours only with -R; as git does, when the user set no options.
+        os.environ.setdefault("LESS", "FRX")
         with console.pager(styles=True):
             for r in items:
                 console.print(r)
