@@ -404,6 +404,32 @@ def test_lines_of_splits_across_chunks_and_keeps_a_torn_last_line() -> None:
     assert list(lines_of(chunks)) == [b'{"a":1}', b'{"b":2}', b"", b'{"torn"']
 
 
+def test_a_deleted_session_shows_from_its_backup_and_says_so(tmp_path: Path) -> None:
+    """What that session said before it was lost: its bytes are still in the backup."""
+    from syncd.repository import Repository
+    from syncd.store.memory import MemoryStore
+    from syncd.view import load_backup
+    from tests.helpers import shipper
+
+    store, rel = MemoryStore(), f"projects/-home-alice-code-app/{SID}.jsonl"
+    root = tree(tmp_path)
+    ship = shipper(root, store, tmp_path / "s.db", machine="desk")
+    agent = f"projects/-home-alice-code-app/{SID}/subagents/agent-a1b2c3.jsonl"
+    ship.ship([rel.encode(), agent.encode()])
+    (root / rel).unlink()
+    (root / agent).unlink()
+    ship.ship([rel.encode(), agent.encode()])
+    repo = Repository(store, "desk")
+    b = load_backup(repo, sessions=[SID])
+    s = b.find_session(SID)
+    assert s is not None and s.deleted_at is not None
+    t = tr._from_backup(repo, b, s, None)
+    assert t.deleted_at == s.deleted_at and t.machine == "desk"
+    assert [i.kind for i in t.items] == [i.kind for i in parse_bytes(SESSION, SID).items]
+    assert [sub.agent for sub in t.subagents] == ["a1b2c3"]
+    assert "<dt>deleted</dt>" in html_fragment(t) and "- **Deleted:**" in to_markdown(t)
+
+
 # -- the real samples ---------------------------------------------------------------------
 
 def test_the_real_samples_render(samples: Path) -> None:

@@ -110,11 +110,15 @@ def renderables(t: Transcript, *, with_thinking: bool = False,
     from rich.rule import Rule
     from rich.text import Text
 
+    from syncd.duration import format_time
+
     yield _text(display_title(t), "bold")
+    when = {"as of": format_time(t.at) if t.at is not None else "",
+            "deleted": format_time(t.deleted_at) if t.deleted_at is not None else ""}
     for label, value in (("session", t.session), ("machine", t.machine),
                          ("project", t.cwd), ("branch", t.git_branch),
                          ("models", ", ".join(t.models)), ("from", t.first_time),
-                         ("to", t.last_time)):
+                         ("to", t.last_time), *when.items()):
         if value:
             line = Text(f"{label}: ", style="dim")
             line.append(readable(value))

@@ -85,8 +85,10 @@ class Transcript:
     subagents: list[Transcript] = field(default_factory=list)
     # What was left out (limits reached), one line each.
     notes: list[str] = field(default_factory=list)
-    # The point in time of the backup read (None: the local tree, now).
+    # The point in time of the backup read (None: the local tree, now), and when the
+    # session was deleted on its machine as of then (None: it was there).
     at: float | None = None
+    deleted_at: float | None = None
 
 
 # What a terminal or a text file must not get from a store: control characters (escape
@@ -505,9 +507,11 @@ def _from_backup(repo: Repository, b: Backup, s: Session, at: float | None) -> T
         agents.append((name, partial(_entry_lines, repo, f), meta))
     t = _with_subagents(lines_of(entry_bytes(repo, e)), s.session_id, agents,
                         machine=b.machine, path=s.path.decode("utf-8", "replace"),
-                        at=b.point[1] if b.point else at)
-    if s.title and t.title is None:
-        t.title = _one_line(s.title, 256)
+                        at=b.point[1] if b.point else at, deleted_at=s.deleted_at)
+    # A title its catalog knows from elsewhere (custom-title.json), not its prompts'.
+    title = s.fields.get("custom_title") or s.fields.get("ai_title")
+    if title and t.title is None:
+        t.title = _one_line(title, 256)
     return t
 
 
