@@ -63,7 +63,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, seaweed: Seaweed) -> dict[st
     assert point1 is not None and point2 is not None and point2[1] > point1[1]
     laptop = tmp / "laptop"
     write(laptop, rel(LAPTOPS), entry("user", "LAPTOP PROMPT", sid=LAPTOPS))
-    shipper(laptop, store, tmp / "laptop.db", machine="laptop").ship([rel(LAPTOPS).encode()])
+    # The laptop holds a copy of desk's session too (as follow imports it), its own way.
+    write(laptop, rel(DESKS), first + entry("assistant", "LAPTOP'S COPY"))
+    shipper(laptop, store, tmp / "laptop.db", machine="laptop").ship(
+        [rel(LAPTOPS).encode(), rel(DESKS).encode()])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SYNCD_", "AWS_"))}
     env.update({**seaweed.env(), "HOME": str(tmp / "home"), "SYNCD_SOURCE": str(tmp / "here"),
                 "SYNCD_STORE": url, "SYNCD_S3_ENDPOINT_URL": seaweed.endpoint,
@@ -95,6 +98,11 @@ def test_show_another_machines_session(world: dict[str, Any]) -> None:
     for args in ((LAPTOPS, "--machine", "laptop"), (LAPTOPS[:8],)):
         md = shown(env, *args, "--format", "md")
         assert "LAPTOP PROMPT" in md and "- **Machine:** `laptop`" in md
+    # A session on two machines: this one's unless another is named, as restore reads it.
+    assert "LAPTOP'S COPY" in shown(env, DESKS[:8], "--machine", "laptop", "--format", "md")
+    for args in ((), ("--at", world["at1"])):
+        md = shown(env, DESKS[:8], *args, "--format", "md")
+        assert "LAPTOP'S COPY" not in md and "- **Machine:** `desk`" in md
 
 
 def test_show_text_and_html_and_a_file(world: dict[str, Any], tmp_path: Path) -> None:
