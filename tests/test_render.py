@@ -451,3 +451,5 @@ def test_the_real_samples_render(samples: Path) -> None:
         assert len(out.getvalue()) > 10_000
         if path.stem.startswith("4d5611e5"):
             assert sorted(s.agent or "" for s in t.subagents) == ["a2898e3", "acompact-e1f845"]
+            # The Task call that started the first links to its section.
+            assert [a["href"] for a in classes(doc, "agent-link")] == ["#agent-a2898e3"]
