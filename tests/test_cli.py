@@ -498,6 +498,8 @@ Commands:
   run          The daemon: watch ~/.claude, back up every appended byte.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
+  show         Show a session: prompts, answers and tool calls, from the local
+               tree or any machine's backup as of any time.
   snapshots    The points in time a restore can reach, newest first: every flush
                within the retention window, then the compacted snapshots the
                policy keeps.
