@@ -1,0 +1,45 @@
+// The session pages: the copy button of the resume line, and a live session's transcript
+// reloaded when it grows (polling its size). No inline script: CSP script-src 'self'.
+"use strict";
+(function () {
+  document.querySelectorAll("[data-copy]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var source = document.getElementById(button.getAttribute("data-copy"));
+      if (!source || !navigator.clipboard) { return; }
+      navigator.clipboard.writeText(source.textContent).then(function () {
+        var note = document.getElementById("copied");
+        if (note) { note.hidden = false; }
+      });
+    });
+  });
+
+  var box = document.getElementById("transcript");
+  if (!box || !box.getAttribute("data-size-url")) { return; }
+  var every = 2000;
+  var busy = false;
+  function poll() {
+    if (busy || document.hidden) { return; }
+    busy = true;
+    fetch(box.getAttribute("data-size-url"), {credentials: "same-origin", cache: "no-store"})
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (doc) {
+        if (!doc || doc.size === null || String(doc.size) === box.getAttribute("data-size")) {
+          return null;
+        }
+        return fetch(box.getAttribute("data-fragment-url"),
+                     {credentials: "same-origin", cache: "no-store"})
+          .then(function (r) { return r.ok ? r.text() : null; })
+          .then(function (html) {
+            if (html === null) { return; }
+            // The server's fragment: escaped, and no script in it runs (CSP).
+            box.innerHTML = html;
+            box.setAttribute("data-size", String(doc.size));
+            var size = document.getElementById("session-size");
+            if (size) { size.textContent = doc.size + " B"; }
+          });
+      })
+      .catch(function () { /* the next poll tries again */ })
+      .then(function () { busy = false; });
+  }
+  setInterval(poll, every);
+})();
