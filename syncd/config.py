@@ -255,6 +255,9 @@ class Settings(BaseModel):
     follow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     follow_interval: float = Field(30.0, ge=1)
     follow_quiet: float = Field(60.0, ge=0)
+    # Keep the full-text index `syncd search` reads (<state_dir>/search.db) current with
+    # every flush, on a low-priority thread of the daemon's.
+    search: bool = True
     # Copies of diverged files another machine's backup held (an import's, a restore's)
     # kept under <state_dir>/conflicts/: at most this many of one file, these bytes in
     # all, the oldest going first; a copy bigger than conflict_bytes alone is refused.
@@ -279,6 +282,10 @@ class Settings(BaseModel):
     log_level: str = "INFO"
     # Prometheus text endpoint on 127.0.0.1:<port>/metrics while the daemon runs; 0 = off.
     metrics_port: int = Field(0, ge=0, le=65535)
+    # The local page (syncd web) served by the daemon too, on 127.0.0.1:<web_port>; its
+    # URL, with the start's token, is logged and kept in <state_dir>/web-url (0600).
+    web: bool = False
+    web_port: int = Field(8767, ge=0, le=65535)
     # Encrypted stores: a file holding the passphrase ($SYNCD_PASSPHRASE wins over it).
     # The passphrase itself is never a setting: it would end up in dumps and reloads.
     passphrase_file: Path | None = None

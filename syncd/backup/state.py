@@ -319,6 +319,15 @@ class State:
                           (sid,))
         return _origin(rows[0]) if rows else None
 
+    def origin_machines(self) -> dict[str, str]:
+        """Each session a restore or an import brought here: the machine it came from."""
+        out = {str(sid): str(m) for sid, m in self._read("SELECT sid, machine FROM origins")}
+        for path, source in self._read("SELECT path, source FROM imported"):
+            sid = session_of(bytes(path))
+            if sid is not None:
+                out.setdefault(sid, str(source))
+        return out
+
     def record_origins(self, records: Iterable[OriginRecord], replace: bool = False) -> None:
         """Remember where sessions came from; the first record of a session stays (where it
         was first brought from, not where it was last merged from), unless ``replace``

@@ -16,7 +16,10 @@ from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.group import Group
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
+from syncd.cli.search import COMMANDS as SEARCH_COMMANDS
+from syncd.cli.show import COMMANDS as SHOW_COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
+from syncd.cli.web import COMMANDS as WEB_COMMANDS
 from syncd.errors import StoreError, SyncdError, SyncError, SyncStopped, UsageError, exit_code
 from syncd.redact import redact
 from syncd.service.log import setup as setup_logging
@@ -203,7 +206,8 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                                     for one, text in zip((s, *others), blocks, strict=True))))
 
 
-for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS):
+for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *SEARCH_COMMANDS,
+                 *SHOW_COMMANDS, *WEB_COMMANDS):
     cli.add_command(_command)
 
 

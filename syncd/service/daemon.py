@@ -29,6 +29,7 @@ from syncd.errors import (
     SyncdError,
 )
 from syncd.follow.follower import Follower
+from syncd.search.indexer import Background
 from syncd.service.catchup import Wakeup, catch_up
 from syncd.service.log import set_level
 from syncd.service.metrics import MetricsServer
@@ -85,6 +86,7 @@ class Daemon:
         self._stored_changed = False  # an archive job ran: the head lists objects again
         self._head_at: float | None = None  # when the head is due (monotonic)
         self._follower: Follower | None = None
+        self._search: Background | None = None  # the search index's thread (search = true)
         self._follow_at = 0.0  # when the followed machines are looked at next (monotonic)
         # The pending_since status was told (monotonic); NaN: nothing told yet, so that
         # the first word replaces a dead daemon's (none is equal to NaN).
@@ -212,6 +214,11 @@ class Daemon:
                      self.settings.machine_id, self.settings.source, engine.store.url)
             self._unconnected = not engine.connected
             archiver.start()
+            if self.settings.search:
+                self._search = Background(self.settings.state_dir, self.settings.source,
+                                          self.settings.machine_id)
+                self._search.start()
+                self._search.submit((), engine.state.origin_machines())  # the first pass
             # Watch first, then scan: a change between the two is seen at least once.
             watcher.start()
             next_scan = 0.0
@@ -244,6 +251,9 @@ class Daemon:
         finally:
             archiver.shutdown()
             watcher.stop()
+            if self._search is not None:
+                self._search.stop()
+                self._search = None
             if engine.connected and self.fatal is None:
                 engine.head.write_if_due(now=True)  # a clean stop leaves the head current
             if metrics is not None:
@@ -434,6 +444,9 @@ class Daemon:
         if result.segments:
             self._last_flush = (time.time(), result.segments[-1])
             _release_memory()
+        if self._search is not None and paths:
+            # What was flushed is what changed: indexed on the search thread, after.
+            self._search.submit(paths, engine.state.origin_machines())
         if result.requeue:
             self._requeue(result.requeue)
         # Unreadable files wait for the next reconcile scan instead of spinning here.

@@ -1,0 +1,251 @@
+"""A transcript as HTML: a fragment the web page embeds, and a standalone document.
+
+Every string comes from a transcript, so from a store: untrusted. Markdown is rendered
+by markdown-it-py with raw HTML disabled, links only to http(s) (anything else stays
+text), images as links (never loaded), code highlighted by Pygments with classes; every
+other string is escaped here. The output holds no script, no event attribute and no
+style attribute (a page's CSP forbids inline script; classes only), so a hostile
+transcript runs nothing in a browser.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING
+
+from syncd.render.transcript import Item, Transcript, display_title
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.renderer import RendererHTML
+    from markdown_it.token import Token
+    from markdown_it.utils import EnvType, OptionsDict
+
+_SAFE_SCHEMES = ("http://", "https://")
+# An anchor made of a store's agent id: only what such ids are made of.
+_ANCHOR = re.compile(r"[^A-Za-z0-9_-]")
+_CODE_CLASS = "hl"
+
+
+def _esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _validate_link(url: str) -> bool:
+    return url.strip().lower().startswith(_SAFE_SCHEMES)
+
+
+def _highlight(code: str, lang: str, attrs: str) -> str:
+    # (Pygments ships no type information.)
+    from pygments import highlight  # type: ignore[import-untyped]
+    from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+    from pygments.lexers import get_lexer_by_name  # type: ignore[import-untyped]
+    from pygments.util import ClassNotFound  # type: ignore[import-untyped]
+
+    try:
+        lexer = get_lexer_by_name(lang.strip().split()[0]) if lang.strip() else None
+    except ClassNotFound:
+        lexer = None
+    if lexer is None:
+        return f'<pre class="{_CODE_CLASS}"><code>{_esc(code)}</code></pre>\n'
+    body: str = highlight(code, lexer, HtmlFormatter(nowrap=True, classprefix="hl-"))
+    return f'<pre class="{_CODE_CLASS}"><code>{body}</code></pre>\n'
+
+
+def _image(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict,
+           env: EnvType) -> str:
+    """An image as a link to it (a page that loads a store's images would tell a third
+    party it is being read)."""
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    alt = self.renderInlineAsText(token.children or [], options, env) or src
+    return (f'<a class="image" href="{_esc(src)}" rel="noopener noreferrer nofollow">'
+            f'[image: {_esc(alt)}]</a>')
+
+
+def _link_open(self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict,
+               env: EnvType) -> str:
+    tokens[idx].attrSet("rel", "noopener noreferrer nofollow")
+    return self.renderToken(tokens, idx, options, env)
+
+
+@cache
+def _md() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable("table")
+    md.enable("strikethrough")
+    md.validateLink = _validate_link  # type: ignore[method-assign]
+    md.add_render_rule("image", _image)
+    md.add_render_rule("link_open", _link_open)
+    return md
+
+
+def markdown_html(text: str) -> str:
+    """``text`` (a store's Markdown) as safe HTML."""
+    out: str = _md().render(text)
+    return out
+
+
+def _anchor(agent: str) -> str:
+    return "agent-" + _ANCHOR.sub("", agent)[:64]
+
+
+def _time(when: str | None) -> str:
+    if not when:
+        return ""
+    shown = when[:19].replace("T", " ")
+    return f' <time datetime="{_esc(when)}">{_esc(shown)}</time>'
+
+
+def _item(i: Item, with_thinking: bool, with_tools: bool, agents: set[str]) -> str:
+    cut = f'<p class="cut">[{i.cut} characters cut]</p>' if i.cut else ""
+    if i.kind == "prompt":
+        return (f'<section class="turn prompt"><div class="who">You{_time(i.time)}</div>'
+                f'<div class="md">{markdown_html(i.text)}</div>{cut}</section>')
+    if i.kind == "answer":
+        return (f'<section class="turn answer"><div class="who">Claude{_time(i.time)}</div>'
+                f'<div class="md">{markdown_html(i.text)}</div>{cut}</section>')
+    if i.kind == "thinking":
+        if not with_thinking:
+            return ""
+        return (f'<details class="thinking"><summary>Thinking</summary>'
+                f'<div class="md">{markdown_html(i.text)}</div>{cut}</details>')
+    if i.kind == "tool":
+        # A link only to a section this page has (the subagent's file may be gone).
+        link = f' <a class="agent-link" href="#{_anchor(i.agent)}">subagent</a>' \
+            if i.agent and _anchor(i.agent) in agents else ""
+        return (f'<div class="tool"><span class="tool-name">{_esc(i.name)}</span> '
+                f'<code class="tool-arg">{_esc(i.text)}</code>{link}</div>')
+    if i.kind in ("result", "injected"):
+        if not with_tools:
+            return ""
+        label = "injected by Claude Code" if i.kind == "injected" else \
+            "error" if i.error else "result"
+        klass = "result error" if i.error else i.kind
+        return (f'<details class="{klass}"><summary>{label}</summary>'
+                f'<pre>{_esc(i.text)}</pre>{cut}</details>')
+    if i.kind == "compact":
+        return (f'<div class="compact" role="separator"><span>{_esc(i.text)}'
+                f'{_time(i.time)}</span></div>')
+    if i.kind == "summary":
+        return (f'<details class="summary"><summary>Summary of the earlier conversation'
+                f'</summary><div class="md">{markdown_html(i.text)}</div>{cut}</details>')
+    if i.kind == "title":
+        return f'<p class="note title">Titled: {_esc(i.text)}</p>'
+    if i.kind == "command":
+        return f'<div class="command"><code>{_esc(i.text)}</code>{_time(i.time)}</div>'
+    note = "note error" if i.kind == "error" else "note"
+    return f'<p class="{note}">{_esc(i.text)}{cut}</p>'
+
+
+def _body(t: Transcript, with_thinking: bool, with_tools: bool, agents: set[str]
+          ) -> list[str]:
+    parts = [_item(i, with_thinking, with_tools, agents) for i in t.items]
+    parts += [f'<p class="cut">{_esc(n)}</p>' for n in t.notes]
+    return parts
+
+
+def _meta(t: Transcript) -> str:
+    rows = [("session", t.session), ("machine", t.machine), ("project", t.cwd),
+            ("branch", t.git_branch), ("models", ", ".join(t.models) or None),
+            ("from", t.first_time), ("to", t.last_time)]
+    if t.at is not None:
+        from syncd.duration import format_time
+
+        rows.append(("as of", format_time(t.at)))
+    cells = "".join(f"<dt>{k}</dt><dd>{_esc(v)}</dd>" for k, v in rows if v)
+    return f'<dl class="meta">{cells}</dl>'
+
+
+def html_fragment(t: Transcript, *, with_thinking: bool = False,
+                  with_tools: bool = True) -> str:
+    """The transcript as an HTML fragment (no ``<html>`` or ``<head>``): classes only, no
+    script, every string escaped; subagents as sections the tool calls link to."""
+    parts = [f'<article class="transcript" id="session-{_ANCHOR.sub("", t.session)[:64]}">',
+             f'<header><h1 class="title">{_esc(display_title(t))}</h1>{_meta(t)}</header>']
+    agents = {_anchor(sub.agent or "") for sub in t.subagents}
+    parts += _body(t, with_thinking, with_tools, agents)
+    for sub in t.subagents:
+        agent = sub.agent or ""
+        about = f": {_esc(sub.description)}" if sub.description else ""
+        parts.append(f'<section class="subagent" id="{_anchor(agent)}">'
+                     f'<h2>Subagent {_esc(agent)}{about}</h2>')
+        parts += _body(sub, with_thinking, with_tools, agents)
+        parts.append("</section>")
+    parts.append("</article>")
+    return "\n".join(p for p in parts if p)
+
+
+@cache
+def stylesheet() -> str:
+    """The CSS of a rendered transcript (light and dark), Pygments' classes included."""
+    from pygments.formatters import HtmlFormatter
+
+    light: str = HtmlFormatter(style="default", classprefix="hl-").get_style_defs(
+        f".{_CODE_CLASS}")
+    dark: str = HtmlFormatter(style="monokai", classprefix="hl-").get_style_defs(
+        f".{_CODE_CLASS}")
+    return _CSS + light + "\n@media (prefers-color-scheme: dark) {\n" + dark + "\n}\n"
+
+
+_CSS = """\
+:root { color-scheme: light dark; --fg: #1f2328; --bg: #ffffff; --muted: #656d76;
+  --line: #d0d7de; --prompt: #eef4ff; --tool: #f6f8fa; --err: #cf222e; }
+@media (prefers-color-scheme: dark) {
+  :root { --fg: #e6edf3; --bg: #0d1117; --muted: #8d96a0; --line: #30363d;
+    --prompt: #132339; --tool: #161b22; --err: #ff7b72; } }
+body { margin: 0; background: var(--bg); color: var(--fg);
+  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; }
+.transcript { max-width: 60rem; margin: 0 auto; padding: 1rem 1.5rem 4rem; }
+.transcript h1.title { font-size: 1.4rem; margin: .5rem 0; overflow-wrap: anywhere; }
+.meta { display: grid; grid-template-columns: max-content 1fr; gap: 0 1rem;
+  color: var(--muted); font-size: .85rem; margin: 0 0 1.5rem; }
+.meta dt { font-weight: 600; } .meta dd { margin: 0; overflow-wrap: anywhere; }
+.turn { margin: 1rem 0; padding: .5rem 1rem; border-radius: 6px; }
+.turn.prompt { background: var(--prompt); }
+.who { color: var(--muted); font-size: .8rem; font-weight: 600; }
+time { font-weight: 400; margin-left: .5rem; }
+.md { overflow-wrap: anywhere; } .md pre { overflow-x: auto; }
+.md table { border-collapse: collapse; } .md td, .md th { border: 1px solid var(--line);
+  padding: .2rem .5rem; }
+pre.hl, details pre { padding: .6rem; border-radius: 6px; overflow-x: auto;
+  font-size: .85rem; }
+details pre { background: var(--tool); white-space: pre-wrap; max-height: 30rem; }
+.tool, .command { font-family: ui-monospace, monospace; font-size: .85rem;
+  background: var(--tool); padding: .15rem .6rem; margin: .2rem 0; border-radius: 4px;
+  white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.tool-name { font-weight: 700; }
+details { margin: .3rem 0; } details > summary { color: var(--muted); cursor: pointer;
+  font-size: .85rem; }
+details.error > summary, .note.error { color: var(--err); }
+.compact { display: flex; align-items: center; gap: .8rem; margin: 2rem 0;
+  color: var(--muted); font-size: .85rem; }
+.compact::before, .compact::after { content: ""; flex: 1; border-top: 3px double var(--line); }
+.note, .cut { color: var(--muted); font-size: .85rem; font-style: italic; }
+.subagent { border-left: 3px solid var(--line); padding-left: 1rem; margin-top: 3rem; }
+.subagent h2 { font-size: 1.1rem; overflow-wrap: anywhere; }
+a { color: #0969da; } @media (prefers-color-scheme: dark) { a { color: #4493f8; } }
+"""
+
+# Exported files forbid everything but their own stylesheet (a second wall behind the
+# escaping: nothing loads, nothing runs).
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; " \
+       "form-action 'none'"
+
+
+def html_document(t: Transcript, *, with_thinking: bool = False,
+                  with_tools: bool = True) -> str:
+    """A standalone HTML file of the transcript: its CSS in a ``<style>`` element, light
+    and dark by ``prefers-color-scheme``, no script at all."""
+    title = _esc(display_title(t))
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            '<meta name="color-scheme" content="light dark">\n'
+            f"<title>{title}</title>\n<style>\n{stylesheet()}</style>\n</head>\n<body>\n"
+            f"{html_fragment(t, with_thinking=with_thinking, with_tools=with_tools)}\n"
+            "</body>\n</html>\n")

@@ -1,0 +1,248 @@
+"""Keeping the index up to date with this machine's Claude tree: its transcripts
+(``projects/**.jsonl``, subagents included, each under its session).
+
+Incremental: only bytes past a file's cursor are read, in chunks of ``CHUNK``; a file
+whose head or last indexed line changed (a cut, a rewrite), that is shorter, or that is
+another inode (renamed over) is read again from 0; a file gone is marked deleted and
+stays findable. Sessions another machine's were brought here from (follow, restore)
+record that machine. ``Background`` runs it in the daemon, on a low-priority thread of
+its own that sleeps on an event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from syncd.errors import SyncdError
+from syncd.format.catalog import MetaScanner, session_of, session_of_any
+from syncd.search.index import FILE_NAME, FileMarks, SearchIndex
+
+log = logging.getLogger(__name__)
+
+CHUNK = 4 << 20
+# Files committed per transaction: a long first pass leaves room to a command's search.
+COMMIT_EVERY = 64
+
+
+@dataclass
+class Pass:
+    """What one pass did."""
+
+    files: int = 0      # files read (some of their bytes)
+    bytes: int = 0      # bytes read
+    reindexed: int = 0  # files read again from 0 (a cut or a rewrite)
+    deleted: int = 0    # files marked deleted
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()[:16]
+
+
+def _still(fd: int, size: int, m: FileMarks) -> bool:
+    """Whether the file's first ``m.size`` bytes are those indexed (head and last line)."""
+    if size < m.size:
+        return False
+    if m.head is not None and _digest(os.pread(fd, m.head_len, 0)) != m.head:
+        return False
+    return m.tail is None or \
+        _digest(os.pread(fd, m.size - m.tail_start, m.tail_start)) == m.tail
+
+
+class Indexer:
+    """Brings ``index`` up to date with the tree at ``root`` (machine ``machine``).
+    ``origins``: each session brought here from another machine, that machine."""
+
+    def __init__(self, index: SearchIndex, root: Path, machine: str,
+                 origins: Callable[[], dict[str, str]] | None = None) -> None:
+        self.index = index
+        self.root = root
+        self.machine = machine
+        self._origins = origins
+        self._stats: dict[bytes, tuple[int, int, int]] = {}  # path: ino, size, mtime
+
+    def transcripts(self) -> Iterable[bytes]:
+        """Every transcript under ``projects/`` (relative paths); symlinks not followed."""
+        top = self.root / "projects"
+        for dirpath, dirs, names in os.walk(top):
+            rel = os.fsencode(os.path.relpath(dirpath, self.root))
+            for name in names:
+                if name.endswith(".jsonl"):
+                    path = rel + b"/" + os.fsencode(name)
+                    if session_of_any(path) is not None:
+                        yield path
+            dirs.sort()
+
+    def update_all(self, stop: threading.Event | None = None,
+                   origins: dict[str, str] | None = None) -> Pass:
+        """One pass over the whole tree: unchanged files cost a stat."""
+        done = Pass()
+        seen = set()
+        if origins is None:
+            origins = self._origins() if self._origins is not None else {}
+        for i, path in enumerate(self.transcripts()):
+            if stop is not None and stop.is_set():
+                self.index.commit()
+                return done
+            seen.add(path)
+            self._update(path, done, origins, quick=True)
+            if i % COMMIT_EVERY == COMMIT_EVERY - 1:
+                self.index.commit()
+        for path, deleted in self.index.files(self.machine).items():
+            if not deleted and path not in seen:
+                self.index.mark_deleted(self.machine, path)
+                done.deleted += 1
+        self.index.commit()
+        return done
+
+    def update(self, paths: Iterable[bytes], origins: dict[str, str] | None = None) -> Pass:
+        """The given paths (relative to the root): those not transcripts are passed over."""
+        done = Pass()
+        if origins is None:
+            origins = self._origins() if self._origins is not None else {}
+        for path in paths:
+            if path.startswith(b"projects/") and path.endswith(b".jsonl") and \
+                    session_of_any(path) is not None:
+                self._update(path, done, origins, quick=False)
+        self.index.commit()
+        return done
+
+    def _update(self, path: bytes, done: Pass, origins: dict[str, str], *,
+                quick: bool) -> None:
+        full = os.path.join(os.fsencode(self.root), path)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            if self.index.cursor(self.machine, path) is not None:
+                self.index.mark_deleted(self.machine, path)
+                done.deleted += 1
+            return
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._stats.get(path) == key:
+                return
+            m = self.index.marks(self.machine, path)
+            if quick and m is not None and m.gen == st.st_ino and m.size == st.st_size:
+                self._stats[path] = key  # unchanged since indexed: a stat is all it costs
+                return
+            start = 0
+            if m is not None and m.gen == st.st_ino and _still(fd, st.st_size, m):
+                start = m.size
+            elif m is not None:
+                done.reindexed += 1
+            if start < st.st_size or m is None or (start == 0 and m.size > 0):
+                self._read(fd, path, st.st_ino, start, st.st_size, done, origins)
+            self._stats[path] = key
+        except OSError as e:
+            log.warning("search: cannot index %s: %s", os.fsdecode(full), e)
+        finally:
+            os.close(fd)
+
+    def _read(self, fd: int, path: bytes, gen: int, start: int, size: int, done: Pass,
+              origins: dict[str, str]) -> None:
+        sid = session_of(path)  # a top-level transcript: its lines name the catalog
+        scan = MetaScanner(at_line_start=True) if sid is not None else None
+        pos = start
+        done.files += 1
+        if start == 0:  # read anew: what was indexed of it goes first (even when empty)
+            self.index.feed(self.machine, path, gen, 0, b"")
+        while pos < size:
+            data = os.pread(fd, min(CHUNK, size - pos), pos)
+            if not data:
+                break
+            used = self.index.feed(self.machine, path, gen, pos, data)
+            done.bytes += used
+            if scan is not None:
+                scan.feed(data[:used])
+            if used == 0:  # a last line still being written
+                break
+            pos += used
+        if sid is not None and scan is not None:
+            found = scan.finish()
+            self.index.fold_catalog(self.machine, sid, found, reset=start == 0)
+            if sid in origins:
+                self.index.set_session(self.machine, sid, {"origin": origins[sid]})
+
+
+class Background:
+    """The daemon's indexer: a thread of its own, at the lowest CPU priority, that
+    sleeps on an event until a flush hands it paths (and makes one pass at start)."""
+
+    def __init__(self, state_dir: Path, root: Path, machine: str) -> None:
+        self.path = state_dir / FILE_NAME
+        self.root = root
+        self.machine = machine
+        # Given by the caller's thread, which owns the state database.
+        self._origins: dict[str, str] = {}
+        self._pending: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._all = True
+        self.passes = 0  # rounds done (tests wait on it)
+        self._thread = threading.Thread(target=self._run, name="syncd-search", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, paths: Iterable[bytes], origins: dict[str, str]) -> None:
+        """Index ``paths`` (flushed); ``origins`` as ``Indexer`` takes them."""
+        with self._lock:
+            self._pending.update(paths)
+            self._origins = origins
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: per thread
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        try:
+            index = SearchIndex.open(self.path)
+        except SyncdError as e:
+            log.error("search: %s (search stays off until a restart)", e)
+            return
+        try:
+            indexer = Indexer(index, self.root, self.machine)
+            while not self._stop.is_set():
+                self._wake.wait()
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                with self._lock:
+                    paths, self._pending = self._pending, set()
+                    full, self._all = self._all, False
+                    origins = self._origins
+                try:
+                    if full:
+                        indexer.update_all(self._stop, origins)
+                    indexer.update(paths, origins)
+                except (SyncdError, OSError) as e:
+                    log.warning("search: indexing failed (tried again with the next "
+                                "flush): %s", e)
+                    with self._lock:
+                        self._pending |= paths
+                        self._all = self._all or full
+                self.passes += 1
+        finally:
+            index.close()
+
+
+def update_local(state_dir: Path, root: Path, machine: str,
+                 origins: Callable[[], dict[str, str]] | None = None) -> Pass:
+    """One pass from a command (no daemon running): the index made current."""
+    with SearchIndex.open(state_dir / FILE_NAME) as index:
+        return Indexer(index, root, machine, origins).update_all()

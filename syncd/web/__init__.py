@@ -1,0 +1,1 @@
+"""The local web page: dashboard, sessions, one session; loopback only, token-guarded."""

@@ -1,0 +1,130 @@
+"""The sessions view: every session of every machine, filtered, searched, paged."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from syncd.errors import UsageError
+from syncd.web.pages import page
+from syncd.web.rows import Row, SessionList
+from syncd.web.site import Site, site_of
+
+PAGE = 100
+# A first load of a big store takes a while: the view waits this long, then says so.
+FIRST_LOAD_WAIT = 20.0
+
+
+def _load(site: Site) -> tuple[list[dict[str, Any]], list[str]]:
+    from syncd.restore.listing import here, session_rows
+    from syncd.seen import Seen
+
+    repo = site.repository()
+    seen = Seen(site.settings.state_dir, repo.url)
+    problems: list[str] = []
+    rows = list(session_rows(repo, here(site.settings.source), problems=problems, seen=seen))
+    seen.save()
+    return rows, problems
+
+
+def _version(site: Site) -> object:
+    """The heads' etags: a change of any means the rows are reloaded."""
+    from syncd.store import layout
+
+    repo = site.repository()
+    out = []
+    for m in repo.machines():
+        info = repo.store.head(layout.head_key(m))
+        out.append((m, "" if info is None else info.etag))
+    return tuple(out)
+
+
+def session_list(site: Site) -> SessionList:
+    def make() -> SessionList:
+        rows = SessionList(lambda: _load(site), lambda: _version(site))
+        rows.start()
+        return rows
+
+    found: SessionList = site.cache("sessions", make)
+    return found
+
+
+def _search(site: Site, query: str, machine: str | None, project: str | None
+            ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], Any]]:
+    """The (machine, session) pairs the index finds, and their hits (for snippets)."""
+    try:
+        index_mod = importlib.import_module("syncd.search.index")
+        query_mod = importlib.import_module("syncd.search.query")
+    except ImportError:
+        return set(), {}
+    path = site.settings.state_dir / "search.db"
+    if not path.exists():
+        return set(), {}
+    index = index_mod.SearchIndex.open(path)
+    try:
+        hits = query_mod.search(index, query, machine=machine, project=project, limit=1000)
+    finally:
+        index.close()
+    found = {(h.machine, h.session): h for h in hits}
+    return set(found), found
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return max(0, int(value)) if value else default
+    except ValueError:
+        return default
+
+
+async def sessions(request: Request) -> Response:
+    site = site_of(request)
+    q = request.query_params
+    machine = q.get("machine") or None
+    project = q.get("project") or None
+    since, until = q.get("since") or None, q.get("until") or None
+    text = (q.get("q") or "").strip()
+    offset = _int(q.get("offset"), 0)
+    rows = session_list(site)
+    loading = not rows.wait(FIRST_LOAD_WAIT)
+    only: set[tuple[str, str]] | None = None
+    hits: dict[tuple[str, str], Any] = {}
+    bad_query = None
+    if text:
+        try:
+            only, hits = _search(site, text, machine, project)
+        except UsageError as e:  # BadQuery: FTS5 could not parse it
+            bad_query, only = str(e), set()
+        if not hits and bad_query is None:
+            # No index (yet): what the heads' catalogs say, titles and projects.
+            low = text.lower()
+            only = {(r.machine, r.session) for r in rows.rows
+                    if low in r.title.lower() or low in r.project.lower()}
+    found = rows.page(machine=machine, project=project, since=since, until=until,
+                      only=only, offset=offset, limit=PAGE,
+                      # ranked: the index's order, not the time's
+                      rank={key: i for i, key in enumerate(hits)} if hits else None)
+
+    def link(at: int) -> str:
+        from urllib.parse import urlencode
+
+        keep = {k: v for k, v in q.items() if k != "offset" and v}
+        return "/sessions?" + urlencode({**keep, "offset": str(at)})
+
+    def snippet(r: Row) -> list[tuple[str, bool]]:
+        hit = hits.get((r.machine, r.session))
+        return list(hit.snippet) if hit is not None else []
+
+    return page(request, "sessions.html", page=found, machines=rows.machines,
+                problems=rows.problems, loading=loading, bad_query=bad_query,
+                filters={"machine": machine or "", "project": project or "",
+                         "since": since or "", "until": until or "", "q": text},
+                prev_link=link(max(0, offset - PAGE)) if offset else None,
+                next_link=link(offset + PAGE) if offset + PAGE < found.total else None,
+                snippet=snippet)
+
+
+routes: list[BaseRoute] = [Route("/sessions", sessions, methods=["GET", "HEAD"])]
