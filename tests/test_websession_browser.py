@@ -123,6 +123,7 @@ def test_conflict_copies_side_by_side(tmp_path: Path, web: Any, page: Any  # noq
     write(second, rel, entry(S1, cwd, 0, "copy words <script>window.__pwned=1</script>"))
     write(second, "notes.txt", b"<img src=x onerror=window.__pwned=1>\n")
     write(tmp_path / "src", "notes.txt", b"plain\n")
+    sync(env_of(tmp_path))
     w = web(env_of(tmp_path))
     page.goto(w.url)
     page.goto(f"{w.base}/conflicts")
@@ -148,6 +149,7 @@ def test_a_live_session_updates_without_reload(tmp_path: Path, web: Any,  # noqa
     cwd = "/home/u/app"
     path = write(tmp_path / "src", f"projects/{project_folder(cwd)}/{S4}.jsonl",
                  entry(S4, cwd, 0, "an early prompt"))
+    sync(env_of(tmp_path))
     w = web(env_of(tmp_path))
     page.goto(w.url)
     page.goto(f"{w.base}/session/m1/{S4}")
@@ -155,9 +157,9 @@ def test_a_live_session_updates_without_reload(tmp_path: Path, web: Any,  # noqa
     assert "an early prompt" in page.locator("#transcript").inner_text()
     write(tmp_path / "src", os.fspath(path.relative_to(tmp_path / "src")),
           entry(S4, cwd, 1, "a later answer", "assistant"), "ab")
-    page.wait_for_function(
-        "document.getElementById('transcript').innerText.includes('a later answer')",
-        timeout=30_000)
+    # The static script polls the size every 2 s and reloads the fragment when it grew.
+    wait_until(lambda: "a later answer" in page.locator("#transcript").inner_text(), 30,
+               "the new line on the page")
     assert page.evaluate("window.__same_page") == 1  # no reload
     screenshot(page, tmp_path, "live")
 
@@ -168,7 +170,7 @@ def test_a_hostile_transcript_runs_nothing(tmp_path: Path, web: Any,  # noqa: F8
                  SYNCD_SOURCE=str(tmp_path / "lsrc"), SYNCD_STATE_DIR=str(tmp_path / "lstate"))
     cwd = "/home/evil/<img src=x onerror=window.__pwned=1>"
     write(tmp_path / "lsrc", f"projects/{project_folder(cwd)}/{S3}.jsonl", b"".join([
-        entry(S3, cwd, 0, "<script>window.__pwned=1</script>"),
+        entry(S3, cwd, 0, "look: <script>window.__pwned=1</script>"),
         entry(S3, cwd, 1, '<img src=x onerror="window.__pwned=1"> and '
               "[click me](javascript:window.__pwned=1)", "assistant"),
         entry(S3, cwd, 2, '<a href="javascript:window.__pwned=1">raw link</a>'),
@@ -179,6 +181,7 @@ def test_a_hostile_transcript_runs_nothing(tmp_path: Path, web: Any,  # noqa: F8
     page.goto(f"{w.base}/session/laptop/{S3}")
     text = page.locator("#transcript").inner_text()
     assert "<script>window.__pwned=1</script>" in text  # shown as text
+    assert '<img src=x onerror="window.__pwned=1">' in text
     assert page.locator("#transcript script, #transcript img").count() == 0
     for link in page.locator("#transcript a").all():
         href = link.get_attribute("href") or ""

@@ -77,7 +77,7 @@ def _fragment(desk: SessionDesk, machine: str, sid: str, point: PointRow | None
 
     t = load_transcript(desk.settings, sid, machine=machine,
                         at=None if point is None else point.time,
-                        repo=desk.repository(None))
+                        repository=lambda: desk.repository(None))
     return html_fragment(t)
 
 
@@ -97,7 +97,7 @@ def session_view(request: Request) -> Response:
                 points=points[:POINTS_SHOWN], more=max(0, len(points) - POINTS_SHOWN),
                 problems=problems, fragment=fragment, live=live,
                 size=desk.size(machine, sid) if live else None,
-                local=desk.is_local(machine), here=desk.local_transcript(sid) is not None)
+                local=desk.is_local(machine), in_tree=desk.local_transcript(sid) is not None)
 
 
 def fragment_view(request: Request) -> Response:
@@ -127,8 +127,7 @@ def _outcome(report: RestoreReport) -> dict[str, Any]:
 
 
 async def restore_view(request: Request) -> Response:
-    form = await request.form()
-    return await _run_in_thread(_restore, request, dict(form))
+    return await _run_in_thread(_restore, request, await _form(request))
 
 
 def _restore(request: Request, form: dict[str, Any]) -> Response:
@@ -153,8 +152,7 @@ def _restore(request: Request, form: dict[str, Any]) -> Response:
 
 
 async def resume_view(request: Request) -> Response:
-    form = await request.form()
-    return await _run_in_thread(_resume, request, dict(form))
+    return await _run_in_thread(_resume, request, await _form(request))
 
 
 def _resume(request: Request, form: dict[str, Any]) -> Response:
@@ -183,6 +181,20 @@ def _resume(request: Request, form: dict[str, Any]) -> Response:
     return page(request, "session_resume.html", **context)
 
 
+async def _form(request: Request) -> dict[str, Any]:
+    """A POST's urlencoded fields (a form of ours is small: read up to ``FORM_MAX``)."""
+    from urllib.parse import parse_qsl
+
+    from syncd.web.security import FORM_MAX
+
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > FORM_MAX:
+            return {}
+    return dict(parse_qsl(body.decode("utf-8", "replace")))
+
+
 async def _run_in_thread(fn: Any, *args: Any) -> Response:
     # A restore reads a store and writes files: off the event loop.
     from starlette.concurrency import run_in_threadpool
@@ -206,7 +218,7 @@ def _conflicts_page(request: Request, copies: list[Any], seen: str, done: str | 
     rows = []
     for c in copies:
         local = local_path(settings, c)
-        row: dict[str, Any] = {"copy": c, "local_exists": local.exists(), "diff": None,
+        row: dict[str, Any] = {"c": c, "local_exists": local.exists(), "diff": None,
                                "left": None, "right": None, "cut": False}
         if c.transcript:
             row["left"], row["right"] = _render_file(local), _render_file(c.path)
@@ -237,8 +249,7 @@ def _render_file(path: Any) -> str | None:
 
 
 async def keep_view(request: Request) -> Response:
-    form = await request.form()
-    return await _run_in_thread(_keep, request, dict(form))
+    return await _run_in_thread(_keep, request, await _form(request))
 
 
 def _keep(request: Request, form: dict[str, Any]) -> Response:
@@ -276,7 +287,15 @@ def _keep(request: Request, form: dict[str, Any]) -> Response:
     return _conflicts_page(request, copies, fingerprint(copies), done, None)
 
 
+def transcript_css(request: Request) -> Response:
+    """The rendered transcripts' stylesheet (as ``show --format html`` inlines it)."""
+    from syncd.render.html import stylesheet
+
+    return Response(stylesheet(), media_type="text/css")
+
+
 routes: list[BaseRoute] = [
+    Route("/transcript.css", transcript_css, methods=["GET"]),
     Route("/session/{machine}/{sid}", session_view, methods=["GET"]),
     Route("/session/{machine}/{sid}/fragment", fragment_view, methods=["GET"]),
     Route("/session/{machine}/{sid}/size", size_view, methods=["GET"]),

@@ -14,9 +14,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from syncd.claude import resume_line
 from syncd.config import Settings
@@ -36,19 +35,22 @@ TIMELINE_TTL = 10.0
 READ_FOR_CWD = 256 << 10
 
 
+V = TypeVar("V")
+
+
 class Busy(SyncdError):
     """Another restore of this page is running."""
 
 
-class _Ttl:
+class _Ttl(Generic[V]):
     """Values by key, each reused for ``ttl`` seconds."""
 
     def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl, self.clock = ttl, clock
         self._lock = threading.Lock()
-        self._items: dict[str, tuple[float, object]] = {}
+        self._items: dict[str, tuple[float, V]] = {}
 
-    def get(self, key: str, make: Callable[[], object]) -> object:
+    def get(self, key: str, make: Callable[[], V]) -> V:
         now = self.clock()
         with self._lock:
             hit = self._items.get(key)
@@ -69,8 +71,8 @@ class SessionDesk:
         self.settings = settings
         self.repository = repository  # machine (None: this one) → its repository
         self.restoring = threading.Lock()
-        self._machines = _Ttl(MACHINES_TTL)
-        self._timelines = _Ttl(TIMELINE_TTL)
+        self._machines: _Ttl[frozenset[str]] = _Ttl(MACHINES_TTL)
+        self._timelines: _Ttl[tuple[list[PointRow], list[str]]] = _Ttl(TIMELINE_TTL)
 
     # -- what a request may name ----------------------------------------------------------
 
@@ -84,9 +86,8 @@ class SessionDesk:
             return False
         if machine in self.local_machines():
             return True
-        listed = self._machines.get("", lambda: frozenset(self.repository(None).machines()))
-        assert isinstance(listed, frozenset)
-        return machine in listed
+        return machine in self._machines.get(
+            "", lambda: frozenset(self.repository(None).machines()))
 
     def is_local(self, machine: str) -> bool:
         return machine == self.settings.machine_id
@@ -99,7 +100,7 @@ class SessionDesk:
         from syncd.timeline import timeline
 
         got = self._timelines.get(machine, lambda: timeline(self.repository(machine)))
-        rows, problems = got  # type: ignore[misc]
+        rows, problems = got
         mine = [p for p in rows if sid in p.sessions]
         return list(reversed(mine)), list(problems)
 
@@ -199,14 +200,3 @@ def _first_cwd(path: Path) -> str | None:
     scanner = MetaScanner(at_line_start=True)
     scanner.feed(data)
     return scanner.finish().get("cwd")
-
-
-@dataclass
-class Waiting:
-    """The files a restore left alone (being written here): what the page says."""
-
-    paths: list[str]
-
-    @classmethod
-    def of(cls, report: RestoreReport) -> Waiting:
-        return cls([a.path for a in report.actions if a.action == "wait"])
