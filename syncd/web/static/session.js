@@ -15,7 +15,8 @@
 
   var box = document.getElementById("transcript");
   if (!box || !box.getAttribute("data-size-url")) { return; }
-  var every = 2000;
+  // This machine's file is a stat; another machine's size reads its head from the store.
+  var every = parseInt(box.getAttribute("data-every"), 10) || 2000;
   var busy = false;
   function poll() {
     if (busy || document.hidden) { return; }
@@ -35,11 +36,20 @@
             box.innerHTML = html;
             box.setAttribute("data-size", String(doc.size));
             var size = document.getElementById("session-size");
-            if (size) { size.textContent = doc.size + " B"; }
+            if (size) { size.textContent = readable(doc.size); }
           });
       })
       .catch(function () { /* the next poll tries again */ })
       .then(function () { busy = false; });
+  }
+  function readable(n) {  // as the pages' size filter prints it
+    var units = ["B", "KB", "MB", "GB", "TB"];
+    for (var i = 0; i < units.length; i++) {
+      if (n < 1024 || i === units.length - 1) {
+        return i === 0 ? n + " B" : n.toFixed(1) + " " + units[i];
+      }
+      n /= 1024;
+    }
   }
   setInterval(poll, every);
 })();
