@@ -14,11 +14,11 @@ import pytest
 from syncd.backup.engine import sync_once
 from syncd.claude import project_folder
 from syncd.config import Settings, load_settings
-from syncd.errors import RestoreError
+from syncd.errors import RestoreBusy, RestoreError
 from syncd.repository import Repository
 from syncd.store import LocalStore
 from syncd.web.conflictcopy import fingerprint, keep_copy, keep_local, line_diff, list_copies
-from syncd.web.sessionpage import Busy, SessionDesk
+from syncd.web.sessionpage import SessionDesk
 from tests.helpers import write
 from tests.hostile import line
 
@@ -126,7 +126,7 @@ def test_a_restore_as_of_a_point_restores_the_session_as_it_was(desk: Settings) 
 
 def test_one_restore_at_a_time(desk: Settings) -> None:
     d = desk_of(desk)
-    with d.restoring, pytest.raises(Busy):
+    with d.restoring, pytest.raises(RestoreBusy):
         d.restore("laptop", S1, None, dry_run=True)
     d.restore("laptop", S1, None, dry_run=True)  # free again
 
@@ -241,7 +241,7 @@ def test_a_held_lock_keeps_concurrent_restores_apart(desk: Settings) -> None:
     assert started.wait(30)
     try:
         d.restore("laptop", S1, None, dry_run=False)
-    except Busy as e:
+    except RestoreBusy as e:
         got.append(e)
     release.set()
     t.join(30)
@@ -251,3 +251,19 @@ def test_a_held_lock_keeps_concurrent_restores_apart(desk: Settings) -> None:
 def test_the_line_diff_is_text_not_markup() -> None:
     diff = line_diff(b"a\n<b>\n", b"a\n<script>x</script>\n")
     assert ("-", "<b>") in diff and ("+", "<script>x</script>") in diff
+
+
+@pytest.mark.parametrize("rel", [
+    "settings.json", "CLAUDE.md", "commands/x.md", "projects/-x/memory/notes.md",
+    "projects/-x/app/.claude/settings.local.json", ".credentials.json", "statsig/x.json"])
+def test_keep_the_copy_never_writes_instructions_or_outside_the_include_set(
+        desk: Settings, rel: str) -> None:
+    local = write(desk.source, rel, b"local\n")
+    _old(local)
+    _copy(desk, b"from another machine\n", rel=rel)
+    [c] = list_copies(desk)
+    with pytest.raises(RestoreError, match=r"instructions|include set"):
+        keep_copy(desk, c)
+    assert local.read_bytes() == b"local\n"
+    keep_local(c)  # the other way is always open: it writes nothing
+    assert list_copies(desk) == []

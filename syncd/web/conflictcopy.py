@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd.claude import is_temp, temp_name
+from syncd.claude import Selection, carries_instructions, is_temp, is_user_config, temp_name
 from syncd.config import Settings
 from syncd.errors import RestoreError
 from syncd.private import create_private, private_dir
@@ -151,10 +151,18 @@ def keep_local(c: Copy) -> None:
 def keep_copy(settings: Settings, c: Copy) -> str | None:
     """The copy becomes the local file, atomically (a rename over it); the local file as
     it was is saved first as a conflict copy of this machine, so no byte is lost. Refused
-    (``RestoreError``) while the local file is being written. Returns where the local
-    file was saved (None: there was none)."""
+    (``RestoreError``) while the local file is being written, and for a path outside the
+    include set or one Claude follows as instructions (as a restore refuses it). Returns
+    where the local file was saved (None: there was none)."""
     from syncd.follow.quiet import Quiet
 
+    if not Selection(settings.include, settings.exclude).wants(c.rel):
+        raise RestoreError(f"{c.rel}: outside the include set: not written from the page")
+    if carries_instructions(c.rel, foreign=c.machine != settings.machine_id) or \
+            is_user_config(c.rel):
+        # As a restore: never written from another copy without an explicit opt-in.
+        raise RestoreError(f"{c.rel}: Claude follows it as instructions or runs it as "
+                           "code: not replaced from the page (compare and copy it by hand)")
     dest = local_path(settings, c)
     rel = c.rel.encode()
     try:

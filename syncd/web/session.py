@@ -14,9 +14,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from syncd.errors import LookupFailed, SyncdError
+from syncd.errors import LookupFailed, RestoreBusy, SyncdError
 from syncd.web.pages import page
-from syncd.web.sessionpage import Busy, SessionDesk
+from syncd.web.sessionpage import SessionDesk
 from syncd.web.site import site_of
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _restore(request: Request, form: dict[str, Any]) -> Response:
     try:
         report = desk.restore(machine, sid, None if point is None else point.time,
                               dry_run=not confirm)
-    except Busy as e:
+    except RestoreBusy as e:
         return page(request, "session_restore.html", status=409, machine=machine, sid=sid,
                     point=point, confirm=confirm, error=str(e))
     except SyncdError as e:
@@ -173,7 +173,7 @@ def _resume(request: Request, form: dict[str, Any]) -> Response:
             if not confirm:
                 return page(request, "session_resume.html", **context)
         context["line"] = desk.resume_line(sid, report)
-    except Busy as e:
+    except RestoreBusy as e:
         return page(request, "session_resume.html", status=409, **{**context,
                                                                    "error": str(e)})
     except SyncdError as e:
@@ -268,7 +268,7 @@ def _keep(request: Request, form: dict[str, Any]) -> Response:
     try:
         # One writer of the tree at a time: the page's restores take this lock too.
         if not desk.restoring.acquire(blocking=False):
-            raise Busy("a restore is running: try again when it is done")
+            raise RestoreBusy("a restore is running: try again when it is done")
         try:
             if which == "local":
                 keep_local(c)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from syncd.claude import resume_line
 from syncd.config import Settings
-from syncd.errors import LookupFailed, RestoreError, SyncdError
+from syncd.errors import LookupFailed, RestoreBusy, RestoreError
 from syncd.format.catalog import MetaScanner, is_session_id
 
 if TYPE_CHECKING:
@@ -36,10 +36,6 @@ READ_FOR_CWD = 256 << 10
 
 
 V = TypeVar("V")
-
-
-class Busy(SyncdError):
-    """Another restore of this page is running."""
 
 
 class _Ttl(Generic[V]):
@@ -153,13 +149,13 @@ class SessionDesk:
                 ) -> RestoreReport:
         """``syncd restore --machine M --session SID [--at T] [--dry-run]`` into this
         machine's tree, through its state as the command's (a transcript being written
-        here is left alone: a "wait" action). One at a time: ``Busy`` otherwise."""
+        here is left alone: a "wait" action). One at a time: ``RestoreBusy`` otherwise."""
         from syncd.restore.restorer import restore
         from syncd.seen import Seen
         from syncd.service.localrestore import provenance, restore_options
 
         if not self.restoring.acquire(blocking=False):
-            raise Busy("another restore is running: try again when it is done")
+            raise RestoreBusy("another restore is running: try again when it is done")
         try:
             opts = restore_options(self.settings, target=None, sessions=(sid,), projects=(),
                                    at=at, maps=(), worktrees="map", dry_run=dry_run)
