@@ -17,16 +17,21 @@
   if (!box || !box.getAttribute("data-size-url")) { return; }
   // This machine's file is a stat; another machine's size reads its head from the store.
   var every = parseInt(box.getAttribute("data-every"), 10) || 2000;
-  var busy = false;
+  // A big transcript takes the server a while to render: the next poll waits at least
+  // five times as long as the last reload took, so a session being written never keeps
+  // the server rendering.
+  var wait = every;
   function poll() {
-    if (busy || document.hidden) { return; }
-    busy = true;
+    if (document.hidden) { setTimeout(poll, every); return; }
+    var started = Date.now();
+    var reloaded = false;
     fetch(box.getAttribute("data-size-url"), {credentials: "same-origin", cache: "no-store"})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (doc) {
         if (!doc || doc.size === null || String(doc.size) === box.getAttribute("data-size")) {
           return null;
         }
+        reloaded = true;
         return fetch(box.getAttribute("data-fragment-url"),
                      {credentials: "same-origin", cache: "no-store"})
           .then(function (r) { return r.ok ? r.text() : null; })
@@ -40,7 +45,10 @@
           });
       })
       .catch(function () { /* the next poll tries again */ })
-      .then(function () { busy = false; });
+      .then(function () {
+        if (reloaded) { wait = Math.max(every, 5 * (Date.now() - started)); }
+        setTimeout(poll, wait);
+      });
   }
   function readable(n) {  // as the pages' size filter prints it
     var units = ["B", "KB", "MB", "GB", "TB"];
@@ -51,5 +59,5 @@
       n /= 1024;
     }
   }
-  setInterval(poll, every);
+  setTimeout(poll, every);
 })();
