@@ -267,3 +267,25 @@ def test_keep_the_copy_never_writes_instructions_or_outside_the_include_set(
     assert local.read_bytes() == b"local\n"
     keep_local(c)  # the other way is always open: it writes nothing
     assert list_copies(desk) == []
+
+
+def test_a_rendering_is_reused_for_the_same_version_only(desk: Settings) -> None:
+    d = desk_of(desk)
+    renders: list[str] = []
+
+    def render() -> str:
+        renders.append("x")
+        return f"<p>{len(renders)}</p>"
+
+    seq = d.points("laptop", S1)[0][-1].seq
+    assert d.rendered("laptop", S1, seq, render) == d.rendered("laptop", S1, seq, render)
+    assert len(renders) == 1  # a point never changes
+    d.rendered("laptop", S1, None, render)
+    d.rendered("laptop", S1, None, render)
+    assert len(renders) == 2  # now: the same size
+    d.restore("laptop", S1, None, dry_run=False)
+    d.rendered("desk", S1, None, render)
+    assert d.rendered("desk", S1, None, render) == "<p>3</p>"
+    with open(_transcript(desk, S1), "ab") as f:  # it grew here
+        f.write(line(S1, _app(desk), 9))
+    assert d.rendered("desk", S1, None, render) == "<p>4</p>"

@@ -75,10 +75,13 @@ def _fragment(desk: SessionDesk, machine: str, sid: str, point: PointRow | None
     from syncd.render.html import html_fragment
     from syncd.render.transcript import load_transcript
 
-    t = load_transcript(desk.settings, sid, machine=machine,
-                        at=None if point is None else point.time,
-                        repository=lambda: desk.repository(None))
-    return html_fragment(t)
+    def render() -> str:
+        t = load_transcript(desk.settings, sid, machine=machine,
+                            at=None if point is None else point.time,
+                            repository=lambda: desk.repository(None))
+        return html_fragment(t)
+
+    return desk.rendered(machine, sid, None if point is None else point.seq, render)
 
 
 def session_view(request: Request) -> Response:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 # page switching between points reads the timeline once, and a new flush shows within it.
 MACHINES_TTL = 30.0
 TIMELINE_TTL = 10.0
+# Characters of rendered transcripts kept (a big session takes seconds to render: going
+# back to a point, or a reload that finds it unchanged, costs nothing).
+RENDERED_MAX = 64 << 20
 # Bytes of a local transcript read for its first ``cwd`` (the first lines carry it).
 READ_FOR_CWD = 256 << 10
 
@@ -69,6 +73,9 @@ class SessionDesk:
         self.restoring = threading.Lock()
         self._machines: _Ttl[frozenset[str]] = _Ttl(MACHINES_TTL)
         self._timelines: _Ttl[tuple[list[PointRow], list[str]]] = _Ttl(TIMELINE_TTL)
+        self._rendered: OrderedDict[tuple[object, ...], str] = OrderedDict()
+        self._rendered_chars = 0
+        self._rendered_lock = threading.Lock()
 
     # -- what a request may name ----------------------------------------------------------
 
@@ -103,6 +110,44 @@ class SessionDesk:
     def point(self, machine: str, sid: str, seq: int) -> PointRow | None:
         """The point ``seq`` of the session's points (None: not one of them)."""
         return next((p for p in self.points(machine, sid)[0] if p.seq == seq), None)
+
+    # -- rendered transcripts -------------------------------------------------------------
+
+    def rendered(self, machine: str, sid: str, seq: int | None, render: Callable[[], str]
+                 ) -> str:
+        """``render()``, or what it gave for the same version of the session: a point (a
+        flush never changes), else the transcript's size now (and, here, its mtime)."""
+        key = self._version(machine, sid, seq)
+        if key is not None:
+            with self._rendered_lock:
+                hit = self._rendered.get(key)
+                if hit is not None:
+                    self._rendered.move_to_end(key)
+                    return hit
+        html = render()
+        if key is not None and len(html) <= RENDERED_MAX // 4:
+            with self._rendered_lock:
+                if key not in self._rendered:
+                    self._rendered[key] = html
+                    self._rendered_chars += len(html)
+                while self._rendered_chars > RENDERED_MAX:
+                    _, old = self._rendered.popitem(last=False)
+                    self._rendered_chars -= len(old)
+        return html
+
+    def _version(self, machine: str, sid: str, seq: int | None) -> tuple[object, ...] | None:
+        if seq is not None:
+            return (machine, sid, seq)
+        if self.is_local(machine):
+            path = self.local_transcript(sid)
+            if path is not None:
+                try:
+                    st = path.stat()
+                except OSError:
+                    return None
+                return (machine, sid, "here", str(path), st.st_size, st.st_mtime_ns)
+        size = self.size(machine, sid)
+        return None if size is None else (machine, sid, "now", size)
 
     # -- the local copy -------------------------------------------------------------------
 
