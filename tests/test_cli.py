@@ -18,12 +18,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from syncd.claude import resume_line
 from syncd.cli.main import cli
 from syncd.cli.util import (
     INTERACTIVE_CONNECT_TIMEOUT,
     INTERACTIVE_DEADLINE,
     interactive,
-    resume_line,
     store_of,
 )
 from syncd.config import Settings, load_settings
