@@ -12,13 +12,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from syncd.web.app import make_app
-from syncd.web.security import Guard
 
 from syncd.claude import project_folder
 from syncd.config import Settings
 from syncd.repository import Repository
 from syncd.store import LocalStore
+from syncd.web.app import make_app
+from syncd.web.security import Guard
 from tests.test_sessionpage import REL, S1, S2, _app, _copy, _old, _transcript, settings_of
 from tests.test_sessionpage import desk as desk
 from tests.test_sessionpage import laptop as laptop
