@@ -7,12 +7,15 @@ import contextlib
 import errno
 import os
 import re
+import shlex
 import stat
 import time
 import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+
+from syncd.errors import RestoreError
 
 # What the user wrote by hand and Claude reads at start: instructions, settings, their own
 # commands, agents, skills, rules, hooks and status line scripts, and the plugin lists (not
@@ -353,3 +356,29 @@ def folder_match(path: str, folder: str) -> str | None:
                         for name in (units, chars)):
         return "prefix"
     return None
+
+
+# C0 and C1 controls and the bidi overrides that make a line read otherwise than it runs.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def resume_line(cwd: str, session_id: str, claude_root: Path | None = None,
+                config_dir: Path | None = None) -> str:
+    """``cd <cwd> && claude --resume <id>``, every word quoted: both come from the store,
+    and the line is meant to be pasted into a shell. A word with control characters (a
+    newline, a terminal escape) is refused rather than printed, and so is a ``cwd``
+    inside the Claude tree (``claude_root``), where a store writes: no project is there,
+    but a store's files could be (a ``.git/config`` whose commands run on ``git status``)."""
+    for word in (cwd, session_id):
+        if _CONTROL.search(word):
+            raise RestoreError(f"not printing a shell line for {word!r}: it holds control "
+                               "characters")
+    if claude_root is not None:
+        root = os.path.realpath(claude_root)
+        if os.path.commonpath([root, os.path.realpath(cwd)]) == root:
+            raise RestoreError(f"not printing a shell line for {cwd!r}: it is inside the "
+                               f"Claude tree {claude_root}, where no project lives")
+    # A tree other than ~/.claude is Claude's only when it is told (CLAUDE_CONFIG_DIR).
+    env = "" if config_dir is None else \
+        f"CLAUDE_CONFIG_DIR={shlex.quote(os.fspath(config_dir))} "
+    return f"cd {shlex.quote(cwd)} && {env}claude --resume {shlex.quote(session_id)}"

@@ -144,6 +144,10 @@ class RestoreError(SyncdError):
     """The restore could not be done; the message says which object or path and why."""
 
 
+class RestoreBusy(RestoreError):
+    """Another restore of the web page is running: one at a time."""
+
+
 class LookupFailed(SyncdError):
     """A lookup that cannot be answered as asked (an unknown or ambiguous session)."""
 

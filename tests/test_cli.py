@@ -18,12 +18,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from syncd.claude import resume_line
 from syncd.cli.main import cli
 from syncd.cli.util import (
     INTERACTIVE_CONNECT_TIMEOUT,
     INTERACTIVE_DEADLINE,
     interactive,
-    resume_line,
     store_of,
 )
 from syncd.config import Settings, load_settings
@@ -498,6 +498,8 @@ Commands:
   run          The daemon: watch ~/.claude, back up every appended byte.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
+  show         Show a session: prompts, answers and tool calls, from the local
+               tree or any machine's backup as of any time.
   snapshots    The points in time a restore can reach, newest first: every flush
                within the retention window, then the compacted snapshots the
                policy keeps.

@@ -2,31 +2,29 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from syncd.claude import resume_line
 from syncd.cli.table import Column, Table, short_ids, wide_option
 from syncd.cli.util import (
     chosen_source,
     echo_json,
     echo_json_rows,
     repository_of,
-    resume_line,
     session_ids,
     session_prefix,
     settings_of,
     source_option,
     time_option,
 )
-from syncd.errors import RestoreError, StateError, UsageError
+from syncd.errors import RestoreError, StateError
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.restore.sessionref import MIN_PREFIX
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
     from syncd.config import Settings
     from syncd.format.catalog import Session
     from syncd.restore.listing import Here
-    from syncd.restore.restorer import RestoreOptions, RestoreReport
+    from syncd.restore.restorer import RestoreReport
 
 # What a command needs is imported inside it (see syncd.cli.main): its --help and bad
 # usage load none of it.
@@ -249,75 +247,6 @@ def _problems(lines: list[str]) -> None:
         sys.exit(1)
 
 
-def _options(settings: Settings, *, target: Path | None, sessions: tuple[str, ...],
-             projects: tuple[str, ...], at: float | None, maps: tuple[str, ...],
-             worktrees: str, dry_run: bool) -> RestoreOptions:
-    from syncd.claude import Selection
-    from syncd.restore.remap import Rule, config_rules, local_target
-    from syncd.restore.restorer import ASKED, RestoreOptions
-
-    rules = []
-    for m in maps:
-        old, sep, new = m.partition("=")
-        if not sep or not old or not new:
-            raise UsageError(f"--map takes OLD=NEW, got {m!r}")
-        rules.append(Rule(old, local_target(new), ASKED))
-    rules += config_rules(settings)
-    return RestoreOptions(
-        target=target or settings.source, sessions=sessions, projects=projects,
-        at=at, maps=tuple(rules), worktrees=worktrees,
-        dry_run=dry_run, local_root=None if target else str(settings.source),
-        project_roots=tuple(settings.project_roots),
-        conflicts_dir=settings.state_dir / "conflicts",
-        conflict_copies=settings.conflict_copies, conflict_bytes=settings.conflict_bytes,
-        selection=Selection(settings.include, settings.exclude),
-        local_machine=settings.machine_id)
-
-
-@contextlib.contextmanager
-def _provenance(settings: Settings, opts: RestoreOptions,
-                notes: list[str]) -> Iterator[None]:
-    """A restore into this machine's tree goes through its state: ``opts.record`` tells
-    the daemon which restored files hold what it shipped already, ``record_origin`` where
-    the sessions new here came from (and ``origin_of`` what it knows of that), ``shipped``
-    what of a local file it shipped (the merge asks), and ``leave`` keeps it off a
-    transcript being written here, as follow does. A state that cannot take it costs
-    bytes shipped again (a note), never the restore."""
-    from syncd.backup.ship import open_provenance
-    from syncd.follow.quiet import Quiet, as_imported
-
-    if opts.local_root is None:  # --to DIR: not this machine's tree
-        yield
-        return
-    try:
-        prov = open_provenance(settings.state_file, create=True)
-    except StateError as e:
-        notes.append(f"{e}: the daemon will ship the restored files again")
-        prov = None
-    if prov is not None:
-        opts.record, opts.record_origin = prov.record, prov.record_origin
-        opts.origin_of, opts.shipped = prov.origin_of, prov.shipped(os.fsencode(
-            settings.source))
-    quiet = Quiet(settings.source, settings.follow_quiet, ours=as_imported(
-        prov.state, settings.source) if prov is not None and prov.state is not None
-        else None)
-
-    def leave(rel: bytes, st: os.stat_result) -> str | None:
-        # Transcripts: what a running Claude writes (anything else is only appended to
-        # in place, or replaced with a copy kept, as before).
-        return quiet(rel, st) if rel.startswith(b"projects/") and rel.endswith(b".jsonl") \
-            else None
-
-    opts.leave = leave
-    try:
-        yield
-    finally:
-        if prov is not None:
-            prov.close()
-            if prov.problem:
-                notes.append(prov.problem)
-
-
 def _waiting(report: RestoreReport) -> None:
     """Exit 1, saying why, when a local file was left alone (being written here)."""
     left = [a for a in report.actions if a.action == "wait"]
@@ -409,9 +338,10 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     from syncd.restore.listing import resolve_sessions
     from syncd.restore.restorer import restore
     from syncd.seen import Seen
+    from syncd.service.localrestore import provenance, restore_options
 
     settings = settings_of(ctx)
-    opts = _options(settings, target=target, sessions=sessions_, projects=projects, at=at,
+    opts = restore_options(settings, target=target, sessions=sessions_, projects=projects, at=at,
                     maps=maps, worktrees=worktrees, dry_run=dry_run)
     opts.config, opts.instructions = config, instructions
     repo = repository_of(settings, machine)
@@ -419,7 +349,7 @@ def restore_cmd(ctx: click.Context, machine: str | None, sessions_: tuple[str, .
     notes: list[str] = []
     # A prefix (as `sessions` shows ids) becomes the one id it names, before the restore.
     opts.sessions = resolve_sessions(repo, sessions_, notes, opts.seen, at)
-    with meter("restoring") as m, _provenance(settings, opts, notes):
+    with meter("restoring") as m, provenance(settings, opts, notes):
         opts.progress = m
         report = restore(repo, opts)
     report.notes += notes
@@ -445,6 +375,7 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     from syncd.restore.listing import locate_session
     from syncd.restore.restorer import restore
     from syncd.seen import Seen
+    from syncd.service.localrestore import provenance, restore_options
 
     settings = settings_of(ctx)
     repo = repository_of(settings)
@@ -469,10 +400,10 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
                    err=True)
         click.echo(resume_line(here_cwd, sid, settings.source, _config_dir(settings)))
         return
-    opts = _options(settings, target=None, sessions=(sid,), projects=(),
+    opts = restore_options(settings, target=None, sessions=(sid,), projects=(),
                     at=None, maps=maps, worktrees=worktrees, dry_run=False)
     notes: list[str] = []
-    with _provenance(settings, opts, notes):
+    with provenance(settings, opts, notes):
         report = restore(repo.for_machine(where), opts)
     report.notes += notes
     _report(report, False, False)

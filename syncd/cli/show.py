@@ -18,8 +18,8 @@ from syncd.errors import UsageError
                           "tree or any machine's backup as of any time.")
 @click.argument("session", callback=session_prefix)
 @click.option("--machine", default=None,
-              help="The machine whose backup to read (default: the local tree, else the one "
-                   "machine holding the session).")
+              help="The machine whose backup to read (default: the local tree, else this "
+                   "machine's backup, else the one machine holding the session).")
 @click.option("--at", default=None, callback=time_option,
               help="As of this time (from the backup): ISO 8601 or a duration ago (2h, 3d).")
 @click.option("--format", "fmt", type=click.Choice(["text", "md", "html"]), default="text",

@@ -153,10 +153,12 @@ def _meta(t: Transcript) -> str:
     rows = [("session", t.session), ("machine", t.machine), ("project", t.cwd),
             ("branch", t.git_branch), ("models", ", ".join(t.models) or None),
             ("from", t.first_time), ("to", t.last_time)]
-    if t.at is not None:
-        from syncd.duration import format_time
+    from syncd.duration import format_time
 
+    if t.at is not None:
         rows.append(("as of", format_time(t.at)))
+    if t.deleted_at is not None:
+        rows.append(("deleted", f"on its machine at {format_time(t.deleted_at)}"))
     cells = "".join(f"<dt>{k}</dt><dd>{_esc(v)}</dd>" for k, v in rows if v)
     return f'<dl class="meta">{cells}</dl>'
 

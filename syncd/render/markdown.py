@@ -141,7 +141,8 @@ def to_markdown(t: Transcript, *, with_thinking: bool = False,
     rows = [("Session", t.session), ("Machine", t.machine), ("Project", t.cwd),
             ("Branch", t.git_branch), ("Models", ", ".join(t.models) or None),
             ("From", t.first_time), ("To", t.last_time),
-            ("As of", format_time(t.at) if t.at is not None else None)]
+            ("As of", format_time(t.at) if t.at is not None else None),
+            ("Deleted", format_time(t.deleted_at) if t.deleted_at is not None else None)]
     parts = [f"# {escape(display_title(t))}",
              "\n".join(f"- **{k}:** {code_span(v)}" for k, v in rows if v)]
     agents = {_anchor(sub.agent or "") for sub in t.subagents}

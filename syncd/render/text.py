@@ -6,6 +6,7 @@ and its control characters and escape sequences are neutralised before rich sees
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -109,11 +110,15 @@ def renderables(t: Transcript, *, with_thinking: bool = False,
     from rich.rule import Rule
     from rich.text import Text
 
+    from syncd.duration import format_time
+
     yield _text(display_title(t), "bold")
+    when = {"as of": format_time(t.at) if t.at is not None else "",
+            "deleted": format_time(t.deleted_at) if t.deleted_at is not None else ""}
     for label, value in (("session", t.session), ("machine", t.machine),
                          ("project", t.cwd), ("branch", t.git_branch),
                          ("models", ", ".join(t.models)), ("from", t.first_time),
-                         ("to", t.last_time)):
+                         ("to", t.last_time), *when.items()):
         if value:
             line = Text(f"{label}: ", style="dim")
             line.append(readable(value))
@@ -137,6 +142,8 @@ def print_text(t: Transcript, console: Console | None = None, *, with_thinking: 
     page = console.is_terminal if page is None else page
     items = renderables(t, with_thinking=with_thinking, with_tools=with_tools)
     if page:
+        # less shows colours only with -R; as git does, when the user set no options.
+        os.environ.setdefault("LESS", "FRX")
         with console.pager(styles=True):
             for r in items:
                 console.print(r)

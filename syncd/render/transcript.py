@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from syncd.errors import LookupFailed
+from syncd.errors import AmbiguousSession, LookupFailed, NoBackup
 from syncd.format.catalog import MAX_LINE, Session, is_session_id
 from syncd.restore.sessionref import matching, one
 from syncd.untrusted import loads
@@ -85,8 +85,10 @@ class Transcript:
     subagents: list[Transcript] = field(default_factory=list)
     # What was left out (limits reached), one line each.
     notes: list[str] = field(default_factory=list)
-    # The point in time of the backup read (None: the local tree, now).
+    # The point in time of the backup read (None: the local tree, now), and when the
+    # session was deleted on its machine as of then (None: it was there).
     at: float | None = None
+    deleted_at: float | None = None
 
 
 # What a terminal or a text file must not get from a store: control characters (escape
@@ -505,9 +507,11 @@ def _from_backup(repo: Repository, b: Backup, s: Session, at: float | None) -> T
         agents.append((name, partial(_entry_lines, repo, f), meta))
     t = _with_subagents(lines_of(entry_bytes(repo, e)), s.session_id, agents,
                         machine=b.machine, path=s.path.decode("utf-8", "replace"),
-                        at=b.point[1] if b.point else at)
-    if s.title and t.title is None:
-        t.title = _one_line(s.title, 256)
+                        at=b.point[1] if b.point else at, deleted_at=s.deleted_at)
+    # A title its catalog knows from elsewhere (custom-title.json), not its prompts'.
+    title = s.fields.get("custom_title") or s.fields.get("ai_title")
+    if title and t.title is None:
+        t.title = _one_line(title, 256)
     return t
 
 
@@ -530,13 +534,12 @@ def load_transcript(settings: Settings, session: str, *, machine: str | None = N
                     repository: Callable[[], Repository] | None = None) -> Transcript:
     """The session ``session`` names (its id or a unique prefix of 8 characters or more)
     as a person reads it: from the local tree when ``machine`` is None or this machine
-    and ``at`` is None (and the tree has it); else from that machine's backup (the one
-    machine holding it, when none is named) as of ``at`` (None: its last flush), read
-    through its extents, nothing written. ``repository``: opens the store to read when
-    one is needed (default: the configured one, without a prompt). Unknown or ambiguous: the lines
-    ``restore --session`` gives."""
-    from syncd.restore.listing import locate_session, resolve_sessions
-    from syncd.view import load_backup
+    and ``at`` is None (and the tree has it); else from that machine's backup (none
+    named: this machine's, else the one machine holding it) as of ``at`` (None: its last
+    flush), read through its extents, nothing written. ``repository``: opens the store
+    when one is needed (default: the configured one, without a prompt). Unknown or
+    ambiguous: the lines ``restore --session`` gives."""
+    from syncd.restore.listing import locate_session
 
     here = settings.machine_id
     if at is None and machine in (None, here):
@@ -547,15 +550,28 @@ def load_transcript(settings: Settings, session: str, *, machine: str | None = N
             return _local(settings.source, sid, rel, here)
     repo = (repository or partial(open_repository, settings))()
     if machine is None:
+        # This machine's backup first, as `restore` reads it (a session follow imported
+        # elsewhere is on two machines: this one's is the one meant), then any machine's.
+        try:
+            return _as_of(repo.for_machine(here), session, at)
+        except AmbiguousSession:
+            raise
+        except (LookupFailed, NoBackup):
+            pass
         where, copies = locate_session(repo, session, None)
-        sid = copies[0].session_id
-    else:
-        where = machine
-        [sid] = resolve_sessions(repo.for_machine(machine), [session], at=at)
-    mrepo = repo.for_machine(where)
-    b = load_backup(mrepo, at=at, sessions=[sid])
+        return _as_of(repo.for_machine(where), copies[0].session_id, at)
+    return _as_of(repo.for_machine(machine), session, at)
+
+
+def _as_of(repo: Repository, session: str, at: float | None) -> Transcript:
+    """The session ``session`` names in ``repo``'s machine's backup as of ``at``."""
+    from syncd.restore.listing import resolve_sessions
+    from syncd.view import load_backup
+
+    [sid] = resolve_sessions(repo, [session], at=at)
+    b = load_backup(repo, at=at, sessions=[sid])
     s = b.find_session(sid)
     if s is None:
-        raise LookupFailed(f"session {sid} is not in machine {where!r}'s backup"
+        raise LookupFailed(f"session {sid} is not in machine {repo.machine!r}'s backup"
                            + (" at that time" if at is not None else ""))
-    return _from_backup(mrepo, b, s, at)
+    return _from_backup(repo, b, s, at)

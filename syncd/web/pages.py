@@ -13,7 +13,7 @@ from starlette.responses import HTMLResponse
 
 from syncd.web.site import site_of
 
-NAV = (("/", "Dashboard"), ("/sessions", "Sessions"))
+NAV = (("/", "Dashboard"), ("/sessions", "Sessions"), ("/conflicts", "Conflicts"))
 
 
 def when(t: float | str | None) -> str:
