@@ -11,9 +11,15 @@ from typing import Any
 
 import pytest
 
+from syncd.config import Settings
 from syncd.web.security import Guard, Guarded, Message, Receive, Scope, Send
 from tests.browser import browser, env_of, page, screenshot, sync, web  # noqa: F401
 from tests.helpers import write
+from tests.test_sessionpage import S1
+from tests.test_sessionpage import desk as desk
+from tests.test_sessionpage import laptop as laptop
+from tests.test_websession import Client
+from tests.test_websession import client as client
 
 TOKEN = "t" * 43
 HOST = "127.0.0.1:8765"
@@ -122,3 +128,21 @@ def test_hostile_titles_projects_and_queries_run_nothing(tmp_path: Path, web: An
     assert page.locator("main script, main img, main svg, main iframe, main style, "
                         "main math").count() == 0
     assert not [e for e in page.syncd_errors if "Content Security Policy" in e]
+
+
+# -- the session pages -------------------------------------------------------------------
+
+@pytest.mark.parametrize("at", ["%C2%B2", "%E2%91%A0"])  # "²", "①": str.isdigit() says yes
+def test_a_point_that_is_a_unicode_digit_is_404(client: Client, at: str) -> None:
+    assert client("GET", f"/session/laptop/{S1}?at={at}")[0] == 404
+    assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 404
+
+
+def test_a_conflict_index_that_is_a_unicode_digit_changes_nothing(client: Client,
+                                                                  desk: Settings) -> None:
+    from syncd.web.conflictcopy import fingerprint, list_copies
+
+    seen = fingerprint(list_copies(desk))
+    code, html = client("POST", "/conflicts/keep", {"index": "²", "keep": "local",
+                                                    "seen": seen})
+    assert code == 409 and "nothing done" in html

@@ -50,7 +50,8 @@ def _named(request: Request) -> tuple[SessionDesk, str, str]:
 def _seq(value: str | None) -> int | None:
     if value is None or value == "":
         return None
-    if not value.isdigit() or len(value) > 18:
+    # ASCII: str.isdigit() takes "²", which int() refuses.
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise _NotFound
     return int(value)
 
@@ -262,8 +263,8 @@ def _keep(request: Request, form: dict[str, Any]) -> Response:
     copies = list_copies(settings)
     seen = fingerprint(copies)
     index, which = form.get("index"), form.get("keep")
-    if form.get("seen") != seen or not isinstance(index, str) or not index.isdigit() or \
-            int(index) >= len(copies) or which not in ("local", "copy"):
+    if form.get("seen") != seen or not isinstance(index, str) or not index.isascii() or \
+            not index.isdigit() or int(index) >= len(copies) or which not in ("local", "copy"):
         return _conflicts_page(request, copies, seen, None, "the conflict copies changed "
                                "since the page was loaded: nothing done", status=409)
     c = copies[int(index)]
