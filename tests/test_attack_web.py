@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,15 @@ def test_a_conflict_index_that_is_a_unicode_digit_changes_nothing(client: Client
     code, html = client("POST", "/conflicts/keep", {"index": "²", "keep": "local",
                                                     "seen": seen})
     assert code == 409 and "nothing done" in html
+
+
+def test_a_backup_that_does_not_read_is_a_page_that_says_so(client: Client,
+                                                           desk: Settings) -> None:
+    code, html = client("GET", f"/session/laptop/{S1}")
+    at = re.findall(rf'href="/session/laptop/{S1}\?at=(\d+)"', html)[0]
+    # What a hostile or damaged store does to an old point: its objects do not read.
+    for obj in (Path(desk.store.removeprefix("file://")) / "machines" / "laptop").glob("seg/*"):
+        obj.unlink()
+    code, html = client("GET", f"/session/laptop/{S1}?at={at}")
+    assert code == 502 and "laptop" in html
+    assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 502

@@ -71,6 +71,13 @@ def _not_found(request: Request, what: str = "no such machine or session") -> HT
     return page(request, "session_missing.html", status=404, what=what)
 
 
+def _unreadable(request: Request, e: SyncdError) -> HTMLResponse:
+    # The store unreachable, or an object of it damaged (or a hostile machine's): a page
+    # that says so, not a 500.
+    return page(request, "session_missing.html", status=502, what=str(e),
+                heading="Could not be read")
+
+
 def _fragment(desk: SessionDesk, machine: str, sid: str, point: PointRow | None
               ) -> str:
     from syncd.render.html import html_fragment
@@ -96,6 +103,8 @@ def session_view(request: Request) -> Response:
         fragment = _fragment(desk, machine, sid, point)
     except LookupFailed as e:
         return _not_found(request, str(e))
+    except SyncdError as e:
+        return _unreadable(request, e)
     live = point is None
     return page(request, "session.html", machine=machine, sid=sid, point=point,
                 points=points[:POINTS_SHOWN], more=max(0, len(points) - POINTS_SHOWN),
@@ -111,6 +120,8 @@ def fragment_view(request: Request) -> Response:
         return HTMLResponse(_fragment(desk, machine, sid, point))
     except (_NotFound, LookupFailed):
         return Response("not found\n", status_code=404, media_type="text/plain")
+    except SyncdError as e:
+        return Response(f"{e}\n", status_code=502, media_type="text/plain")
 
 
 def size_view(request: Request) -> Response:
