@@ -75,7 +75,39 @@ def test_the_first_visit_redirect_keeps_the_path_as_sent() -> None:
         "/sessions%3Fq=1"
 
 
+# -- the session pages -------------------------------------------------------------------
+
+@pytest.mark.parametrize("at", ["%C2%B2", "%E2%91%A0"])  # "²", "①": str.isdigit() says yes
+def test_a_point_that_is_a_unicode_digit_is_404(client: Client, at: str) -> None:
+    assert client("GET", f"/session/laptop/{S1}?at={at}")[0] == 404
+    assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 404
+
+
+def test_a_conflict_index_that_is_a_unicode_digit_changes_nothing(client: Client,
+                                                                  desk: Settings) -> None:
+    from syncd.web.conflictcopy import fingerprint, list_copies
+
+    seen = fingerprint(list_copies(desk))
+    code, html = client("POST", "/conflicts/keep", {"index": "²", "keep": "local",
+                                                    "seen": seen})
+    assert code == 409 and "nothing done" in html
+
+
+def test_a_backup_that_does_not_read_is_a_page_that_says_so(client: Client,
+                                                           desk: Settings) -> None:
+    code, html = client("GET", f"/session/laptop/{S1}")
+    at = re.findall(rf'href="/session/laptop/{S1}\?at=(\d+)"', html)[0]
+    # What a hostile or damaged store does to an old point: its objects do not read.
+    for obj in (Path(desk.store.removeprefix("file://")) / "machines" / "laptop").glob("seg/*"):
+        obj.unlink()
+    code, html = client("GET", f"/session/laptop/{S1}?at={at}")
+    assert code == 502 and "laptop" in html
+    assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 502
+
+
 # -- a hostile store's strings in a real browser -------------------------------------------
+# (Last in the module: while its browser runs, Playwright's sync API holds this thread's
+# event loop, and the ASGI calls above need one of their own.)
 
 # Each one sets window.__pwned if it ever runs, whatever context it lands in.
 PAYLOADS = [
@@ -129,33 +161,3 @@ def test_hostile_titles_projects_and_queries_run_nothing(tmp_path: Path, web: An
     assert page.locator("main script, main img, main svg, main iframe, main style, "
                         "main math").count() == 0
     assert not [e for e in page.syncd_errors if "Content Security Policy" in e]
-
-
-# -- the session pages -------------------------------------------------------------------
-
-@pytest.mark.parametrize("at", ["%C2%B2", "%E2%91%A0"])  # "²", "①": str.isdigit() says yes
-def test_a_point_that_is_a_unicode_digit_is_404(client: Client, at: str) -> None:
-    assert client("GET", f"/session/laptop/{S1}?at={at}")[0] == 404
-    assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 404
-
-
-def test_a_conflict_index_that_is_a_unicode_digit_changes_nothing(client: Client,
-                                                                  desk: Settings) -> None:
-    from syncd.web.conflictcopy import fingerprint, list_copies
-
-    seen = fingerprint(list_copies(desk))
-    code, html = client("POST", "/conflicts/keep", {"index": "²", "keep": "local",
-                                                    "seen": seen})
-    assert code == 409 and "nothing done" in html
-
-
-def test_a_backup_that_does_not_read_is_a_page_that_says_so(client: Client,
-                                                           desk: Settings) -> None:
-    code, html = client("GET", f"/session/laptop/{S1}")
-    at = re.findall(rf'href="/session/laptop/{S1}\?at=(\d+)"', html)[0]
-    # What a hostile or damaged store does to an old point: its objects do not read.
-    for obj in (Path(desk.store.removeprefix("file://")) / "machines" / "laptop").glob("seg/*"):
-        obj.unlink()
-    code, html = client("GET", f"/session/laptop/{S1}?at={at}")
-    assert code == 502 and "laptop" in html
-    assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 502
