@@ -16,7 +16,7 @@ from syncd.config import Settings
 from syncd.web.security import Guard, Guarded, Message, Receive, Scope, Send
 from tests.browser import browser, env_of, page, screenshot, sync, web  # noqa: F401
 from tests.helpers import write
-from tests.test_sessionpage import S1
+from tests.test_sessionpage import S1, _copy
 from tests.test_sessionpage import desk as desk
 from tests.test_sessionpage import laptop as laptop
 from tests.test_websession import Client
@@ -103,6 +103,27 @@ def test_a_backup_that_does_not_read_is_a_page_that_says_so(client: Client,
     code, html = client("GET", f"/session/laptop/{S1}?at={at}")
     assert code == 502 and "laptop" in html
     assert client("GET", f"/session/laptop/{S1}/fragment?at={at}")[0] == 502
+
+
+def test_the_conflicts_page_shares_one_budget(client: Client, desk: Settings,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Copies a store's machines made, each within a transcript's limits, and many: what
+    # the page renders of them all is bounded, not what each may hold.
+    from syncd.render import transcript as transcript_module
+
+    monkeypatch.setattr(transcript_module, "TOTAL_MAX", 64 << 10)
+    words = " ".join(["hostile"] * 6000)  # 47 KiB of one prompt
+    for i in range(6):
+        sid = f"{i:08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+        _copy(desk, json.dumps({"type": "user", "message": {"role": "user",
+                                                            "content": words}}).encode()
+              + b"\n", second=f"2026120{i + 1}T101010",
+              rel=f"projects/-home-alice-app/{sid}.jsonl")
+    code, html = client("GET", "/conflicts")
+    assert code == 200 and html.count('class="conflict"') == 6
+    # The budget's words, and the titles made of each side's first prompt (without it:
+    # every side whole, 6 copies of 47 KiB).
+    assert html.count("hostile") < 2 * ((64 << 10) // len("hostile "))
 
 
 # -- a hostile store's strings in a real browser -------------------------------------------

@@ -111,8 +111,9 @@ def display_title(t: Transcript) -> str:
     return _one_line(first, 100) if first.strip() else (t.agent or t.session)
 
 
-class _Budget:
-    """Items and characters a session (its subagents included) may still take."""
+class Budget:
+    """Items and characters a session (its subagents included), or a page of several,
+    may still take."""
 
     def __init__(self) -> None:
         self.items = ITEMS_MAX
@@ -213,7 +214,7 @@ def _texts(content: object) -> list[str]:
 class _Parser:
     """Items of one transcript, line by line, within a budget."""
 
-    def __init__(self, t: Transcript, budget: _Budget) -> None:
+    def __init__(self, t: Transcript, budget: Budget) -> None:
         self.t = t
         self.budget = budget
         self.agents: dict[str, str] = {}  # tool_use id → agent id (from its result)
@@ -372,11 +373,11 @@ class _Parser:
             self.t.notes.append(f"{cut} characters cut from long items")
 
 
-def parse(lines: Iterable[bytes | int], session: str, *, budget: _Budget | None = None,
+def parse(lines: Iterable[bytes | int], session: str, *, budget: Budget | None = None,
           **fields: Any) -> Transcript:
     """The transcript of ``lines`` (as ``lines_of`` gives them)."""
     t = Transcript(session, **fields)
-    p = _Parser(t, budget or _Budget())
+    p = _Parser(t, budget or Budget())
     for raw in lines:
         p.line(raw)
     p.finish()
@@ -415,7 +416,7 @@ def _with_subagents(main: Iterable[bytes | int], session: str,
                     agents: list[tuple[str, Callable[[], Iterable[bytes | int]],
                                        bytes | None]],
                     **fields: Any) -> Transcript:
-    budget = _Budget()
+    budget = Budget()
     t = parse(main, session, budget=budget, **fields)
     for name, read, meta in sorted(agents, key=lambda a: a[0])[:SUBAGENTS_MAX]:
         sub = parse(read(), session, budget=budget, machine=t.machine,

@@ -20,11 +20,15 @@ from syncd.web.sessionpage import SessionDesk
 from syncd.web.site import site_of
 
 if TYPE_CHECKING:
+    from syncd.render.transcript import Budget
     from syncd.restore.report import RestoreReport
     from syncd.timeline import PointRow
 
 # Points listed on a session's page at most (newest first).
 POINTS_SHOWN = 500
+# Bytes of the conflict copies that are not transcripts (and of their local files) the
+# conflicts page compares in all.
+PAGE_DIFF_MAX = 16 << 20
 
 
 def desk_of(request: Request) -> SessionDesk:
@@ -227,27 +231,34 @@ def conflicts_view(request: Request) -> Response:
 
 def _conflicts_page(request: Request, copies: list[Any], seen: str, done: str | None,
                     error: str | None, status: int = 200) -> Response:
-    from syncd.web.conflictcopy import line_diff, local_path, read_capped
+    from syncd.render.transcript import Budget
+    from syncd.web.conflictcopy import DIFF_MAX, line_diff, local_path, read_capped
 
     settings = site_of(request).settings
     rows = []
+    # What the page shows of all the copies together is bounded, not what each may hold:
+    # the transcripts share one rendering budget, the other files PAGE_DIFF_MAX bytes.
+    budget, diff_left = Budget(), PAGE_DIFF_MAX
     for c in copies:
         local = local_path(settings, c)
         row: dict[str, Any] = {"c": c, "local_exists": local.exists(), "diff": None,
                                "left": None, "right": None, "cut": False}
         if c.transcript:
-            row["left"], row["right"] = _render_file(local), _render_file(c.path)
+            row["left"] = _render_file(local, budget)
+            row["right"] = _render_file(c.path, budget)
         else:
-            a, cut_a = read_capped(local)
-            b, cut_b = read_capped(c.path)
+            a, cut_a = read_capped(local, max(0, min(DIFF_MAX, diff_left)))
+            b, cut_b = read_capped(c.path, max(0, min(DIFF_MAX, diff_left - len(a))))
+            diff_left -= len(a) + len(b)
             row["diff"], row["cut"] = line_diff(a, b), cut_a or cut_b
         rows.append(row)
     return page(request, "conflicts.html", status=status, rows=rows, seen=seen, done=done,
                 error=error)
 
 
-def _render_file(path: Any) -> str | None:
-    """A transcript file rendered as the session page renders one (None: not there)."""
+def _render_file(path: Any, budget: Budget) -> str | None:
+    """A transcript file rendered as the session page renders one (None: not there),
+    within ``budget`` (shared by the page)."""
     from syncd.render.html import html_fragment
     from syncd.render.transcript import lines_of, parse
     from syncd.web.conflictcopy import CHUNK
@@ -260,7 +271,7 @@ def _render_file(path: Any) -> str | None:
         def chunks() -> Any:
             while chunk := fd.read(CHUNK):
                 yield chunk
-        return html_fragment(parse(lines_of(chunks()), path.stem))
+        return html_fragment(parse(lines_of(chunks()), path.stem, budget=budget))
 
 
 async def keep_view(request: Request) -> Response:
