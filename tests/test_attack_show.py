@@ -64,3 +64,21 @@ def test_http_links_stay_links() -> None:
                                         "[here](#subagent-x)"), SID))
     hrefs = [t.attrGet("href") for t in viewer_tokens(md) if t.type == "link_open"]
     assert hrefs == ["https://example.com/a_b", "#subagent-x"]
+
+
+def test_code_blocks_crafted_for_a_slow_lexer_cost_a_bounded_time() -> None:
+    # Pygments' AutoIt lexer is quadratic on spaces (8 KiB: ~11 s). One big block, then
+    # many a little under the size limit: highlighting stops at the rendering's budget.
+    import time
+
+    from syncd.render.html import html_fragment
+
+    big = answer("```autoit\n" + " " * (12 << 10) + "\n```")
+    many = b"".join(answer("```autoit\n" + " " * 2000 + f"x{i}\n```") for i in range(30))
+    small = answer("```python\nprint('still highlighted')\n```")
+    t = parse_bytes(small + big + many, SID)
+    started = time.thread_time()
+    out = html_fragment(t)
+    assert time.thread_time() - started < 6.0
+    assert "hl-" in out.split("still highlighted")[0]  # the small block first, highlighted
+    assert out.count("<pre") == 32

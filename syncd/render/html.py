@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Sequence
+from contextvars import ContextVar
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -28,6 +30,13 @@ _SAFE_SCHEMES = ("http://", "https://")
 # An anchor made of a store's agent id: only what such ids are made of.
 _ANCHOR = re.compile(r"[^A-Za-z0-9_-]")
 _CODE_CLASS = "hl"
+# Pygments' lexers are regular expressions, some quadratic on a crafted block (AutoIt's on
+# 8 KiB of spaces: 11 s of CPU, C#'s on 16 KiB of "a\n": 27 s): a block over
+# HIGHLIGHT_MAX characters is shown plain, and so is every block once one rendering has
+# spent HIGHLIGHT_SECONDS of its thread's CPU highlighting.
+HIGHLIGHT_MAX = 4 << 10
+HIGHLIGHT_SECONDS = 1.0
+_highlight_left: ContextVar[list[float] | None] = ContextVar("highlight_left", default=None)
 
 
 def _esc(text: str) -> str:
@@ -45,13 +54,17 @@ def _highlight(code: str, lang: str, attrs: str) -> str:
     from pygments.lexers import get_lexer_by_name  # type: ignore[import-untyped]
     from pygments.util import ClassNotFound  # type: ignore[import-untyped]
 
+    left = _highlight_left.get()
     try:
         lexer = get_lexer_by_name(lang.strip().split()[0]) if lang.strip() else None
     except ClassNotFound:
         lexer = None
-    if lexer is None:
+    if lexer is None or len(code) > HIGHLIGHT_MAX or (left is not None and left[0] <= 0):
         return f'<pre class="{_CODE_CLASS}"><code>{_esc(code)}</code></pre>\n'
+    started = time.thread_time()
     body: str = highlight(code, lexer, HtmlFormatter(nowrap=True, classprefix="hl-"))
+    if left is not None:
+        left[0] -= time.thread_time() - started
     return f'<pre class="{_CODE_CLASS}"><code>{body}</code></pre>\n'
 
 
@@ -167,6 +180,14 @@ def html_fragment(t: Transcript, *, with_thinking: bool = False,
                   with_tools: bool = True) -> str:
     """The transcript as an HTML fragment (no ``<html>`` or ``<head>``): classes only, no
     script, every string escaped; subagents as sections the tool calls link to."""
+    budget = _highlight_left.set([HIGHLIGHT_SECONDS])
+    try:
+        return _fragment(t, with_thinking, with_tools)
+    finally:
+        _highlight_left.reset(budget)
+
+
+def _fragment(t: Transcript, with_thinking: bool, with_tools: bool) -> str:
     parts = [f'<article class="transcript" id="session-{_ANCHOR.sub("", t.session)[:64]}">',
              f'<header><h1 class="title">{_esc(display_title(t))}</h1>{_meta(t)}</header>']
     agents = {_anchor(sub.agent or "") for sub in t.subagents}
