@@ -82,3 +82,21 @@ def test_code_blocks_crafted_for_a_slow_lexer_cost_a_bounded_time() -> None:
     assert time.thread_time() - started < 6.0
     assert "hl-" in out.split("still highlighted")[0]  # the small block first, highlighted
     assert out.count("<pre") == 32
+
+
+def test_the_terminal_highlights_within_the_same_bounds() -> None:
+    import io
+    import time
+
+    from rich.console import Console
+
+    from syncd.render.text import print_text
+
+    big = answer("```autoit\n" + " " * (12 << 10) + "\n```")
+    many = b"".join(answer("```autoit\n" + " " * 2000 + f"x{i}\n```") for i in range(30))
+    t = parse_bytes(answer("```python\nprint('still highlighted')\n```") + big + many, SID)
+    out = io.StringIO()
+    started = time.thread_time()
+    print_text(t, Console(file=out, force_terminal=True, width=100), page=False)
+    assert time.thread_time() - started < 6.0
+    assert "x29" in out.getvalue() and "\x1b[" in out.getvalue().split("highlighted")[0]

@@ -7,9 +7,13 @@ and its control characters and escape sequences are neutralised before rich sees
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from contextvars import ContextVar
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from syncd.render.html import HIGHLIGHT_MAX, HIGHLIGHT_SECONDS
 from syncd.render.transcript import Item, Transcript, display_title, readable
 
 if TYPE_CHECKING:
@@ -26,11 +30,39 @@ def _text(text: str, style: str = "") -> Text:
     return Text(readable(text), style=style)
 
 
-def _markdown(text: str, style: str = "") -> RenderableType:
-    from rich.markdown import Markdown
+# CPU seconds the printing of one transcript may still spend highlighting code (as the
+# HTML's: some Pygments lexers are quadratic on a crafted block).
+_highlight_left: ContextVar[list[float] | None] = ContextVar("highlight_left", default=None)
 
+
+@cache
+def _markdown_class() -> Any:
+    from rich.markdown import CodeBlock, Markdown, MarkdownElement
+
+    class BoundedCodeBlock(CodeBlock):
+        """A code block highlighted up to HIGHLIGHT_MAX characters, within the budget."""
+
+        def __rich_console__(self, console: Any, options: Any) -> Any:
+            left = _highlight_left.get()
+            if len(self.text) > HIGHLIGHT_MAX or (left is not None and left[0] <= 0):
+                self.lexer_name = "text"
+            started = time.thread_time()
+            yield from super().__rich_console__(console, options)  # rendered as it goes
+            if left is not None and self.lexer_name != "text":
+                left[0] -= time.thread_time() - started
+
+    class BoundedMarkdown(Markdown):
+        elements: ClassVar[dict[str, type[MarkdownElement]]] = {
+            **Markdown.elements, "fence": BoundedCodeBlock, "code_block": BoundedCodeBlock}
+
+    return BoundedMarkdown
+
+
+def _markdown(text: str, style: str = "") -> RenderableType:
     # Links shown as text, not as terminal hyperlinks (a store's URL is not followed).
-    return Markdown(readable(text), style=style or "none", hyperlinks=False)
+    markdown: RenderableType = _markdown_class()(readable(text), style=style or "none",
+                                                 hyperlinks=False)
+    return markdown
 
 
 def _header(who: str, time: str | None, style: str) -> RenderableType:
@@ -141,12 +173,16 @@ def print_text(t: Transcript, console: Console | None = None, *, with_thinking: 
     console = console or Console()
     page = console.is_terminal if page is None else page
     items = renderables(t, with_thinking=with_thinking, with_tools=with_tools)
-    if page:
-        # less shows colours only with -R; as git does, when the user set no options.
-        os.environ.setdefault("LESS", "FRX")
-        with console.pager(styles=True):
+    budget = _highlight_left.set([HIGHLIGHT_SECONDS])
+    try:
+        if page:
+            # less shows colours only with -R; as git does, when the user set no options.
+            os.environ.setdefault("LESS", "FRX")
+            with console.pager(styles=True):
+                for r in items:
+                    console.print(r)
+        else:
             for r in items:
                 console.print(r)
-    else:
-        for r in items:
-            console.print(r)
+    finally:
+        _highlight_left.reset(budget)
