@@ -75,6 +75,20 @@ def test_the_first_visit_redirect_keeps_the_path_as_sent() -> None:
         "/sessions%3Fq=1"
 
 
+def test_the_printed_url_opened_again_leaves_the_address_bar_too() -> None:
+    # The cookie is set already (a second visit of the URL syncd printed, or of
+    # `syncd web --url`'s): the token must not stay in the address bar, the history and
+    # every link the page builds from its query (the sessions view's pager).
+    cookie = [(b"cookie", f"{Guard(TOKEN, HOST).cookie}={TOKEN}".encode())]
+    sent = call("GET", b"/sessions", b"token=" + TOKEN.encode() + b"&q=x", cookie)
+    assert location(sent) == "/sessions?q=x"
+    # A stale token of an earlier start beside a good cookie: dropped too, no cookie set.
+    sent = call("GET", b"/sessions", b"token=old&q=x", cookie)
+    assert location(sent) == "/sessions?q=x"
+    assert b"set-cookie" not in dict(sent[0]["headers"])
+    assert call("GET", b"/sessions", b"token=old")[0]["status"] == 403
+
+
 # -- the session pages -------------------------------------------------------------------
 
 @pytest.mark.parametrize("at", ["%C2%B2", "%E2%91%A0"])  # "²", "①": str.isdigit() says yes

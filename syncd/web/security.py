@@ -139,9 +139,10 @@ class Guarded:
             return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         by_cookie = g.token_ok(_cookie(headers.get(b"cookie", b""), g.cookie))
-        if not by_cookie and g.token_ok(query.get("token")) and method in SAFE:
-            # First visit from the printed URL: the token becomes a cookie, and leaves
-            # the address bar (and the history) at once.
+        by_query = g.token_ok(query.get("token"))
+        if "token" in query and method in SAFE and (by_cookie or by_query):
+            # A visit from the printed URL (the first, or again with the cookie set): the
+            # token becomes a cookie, and leaves the address bar (and the history) at once.
             rest = urlencode([(k, v) for k, v in parse_qsl(
                 scope.get("query_string", b"").decode("latin-1")) if k != "token"])
             # The path as sent (still percent-encoded: no CR/LF can reach the header),
@@ -150,10 +151,10 @@ class Guarded:
             path = "/" + raw.decode("latin-1").lstrip("/\\")
             where = path + (f"?{rest}" if rest else "")
             cookie = f"{g.cookie}={g.token}; HttpOnly; SameSite=Strict; Path=/"
-            await _plain(send, 303, "see other\n", (
-                (b"location", where.encode()), (b"set-cookie", cookie.encode())))
+            await _plain(send, 303, "see other\n", ((b"location", where.encode()),) + (
+                ((b"set-cookie", cookie.encode()),) if by_query else ()))
             return
-        if not by_cookie and not g.token_ok(query.get("token")):
+        if not by_cookie and not by_query:
             await _plain(send, 403, "forbidden: open the URL syncd printed (with its "
                                     "token)\n")
             return
