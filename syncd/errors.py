@@ -144,6 +144,10 @@ class RestoreError(SyncdError):
     """The restore could not be done; the message says which object or path and why."""
 
 
+class BadQuery(UsageError):
+    """A search query SQLite FTS5 cannot parse (exit 2); the message names it."""
+
+
 class LookupFailed(SyncdError):
     """A lookup that cannot be answered as asked (an unknown or ambiguous session)."""
 
@@ -171,7 +175,7 @@ def exit_code(e: SyncdError) -> int:
 
 
 __all__ = [
-    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "CompactError",
+    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "BadQuery", "CompactError",
     "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
     "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
     "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError", "StateError",

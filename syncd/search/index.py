@@ -109,6 +109,7 @@ class FileMarks:
     head: bytes | None
     tail_start: int
     tail: bytes | None
+    deleted: bool = False  # the file was gone when last looked at
 
 
 class SearchIndex:
@@ -204,9 +205,10 @@ class SearchIndex:
 
     def marks(self, machine: str, path: bytes) -> FileMarks | None:
         row = self.db.execute(
-            "SELECT gen, size, head_len, head, tail_start, tail FROM files "
+            "SELECT gen, size, head_len, head, tail_start, tail, deleted FROM files "
             "WHERE machine=? AND path=?", (machine, path)).fetchone()
-        return None if row is None else FileMarks(*row)
+        return None if row is None else FileMarks(row[0], row[1], row[2], row[3], row[4], row[5],
+                                               bool(row[6]))
 
     def feed(self, machine: str, path: bytes, gen: int, start: int, data: bytes) -> int:
         """Index the complete lines of ``data`` (bytes ``start``… of generation ``gen``);

@@ -132,7 +132,8 @@ class Indexer:
             if self._stats.get(path) == key:
                 return
             m = self.index.marks(self.machine, path)
-            if quick and m is not None and m.gen == st.st_ino and m.size == st.st_size:
+            if quick and m is not None and not m.deleted and m.gen == st.st_ino and \
+                    m.size == st.st_size:
                 self._stats[path] = key  # unchanged since indexed: a stat is all it costs
                 return
             start = 0
@@ -140,7 +141,7 @@ class Indexer:
                 start = m.size
             elif m is not None:
                 done.reindexed += 1
-            if start < st.st_size or m is None or (start == 0 and m.size > 0):
+            if start < st.st_size or m is None or m.deleted or (start == 0 and m.size > 0):
                 self._read(fd, path, st.st_ino, start, st.st_size, done, origins)
             self._stats[path] = key
         except OSError as e:
@@ -154,8 +155,9 @@ class Indexer:
         scan = MetaScanner(at_line_start=True) if sid is not None else None
         pos = start
         done.files += 1
-        if start == 0:  # read anew: what was indexed of it goes first (even when empty)
-            self.index.feed(self.machine, path, gen, 0, b"")
+        # Read anew, what was indexed of it goes first (even when it is empty now); back
+        # after a deletion, it is no longer marked.
+        self.index.feed(self.machine, path, gen, start, b"")
         while pos < size:
             data = os.pread(fd, min(CHUNK, size - pos), pos)
             if not data:
