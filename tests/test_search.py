@@ -315,26 +315,33 @@ def test_real_samples_index_and_search(samples: Path, index: SearchIndex) -> Non
     assert total > 1 << 20
     hits = search(index, "charm*", limit=50)
     assert hits and all(any(m for _, m in h.snippet) for h in hits)
-    # Nothing of a thinking block is searched: one of the samples' is looked for.
-    thought = None
-    for f in samples.rglob("*.jsonl"):
+    # Nothing of a thinking block is searched: a run of its words that no searched
+    # text holds is looked for, and not found.
+    files = sorted(samples.rglob("*.jsonl"))
+    searched = " ".join(" ".join(r).lower() for f in files
+                        for r in extract.rows(f.read_bytes()))
+    phrase = None
+    for f in files:
         for raw in f.read_bytes().splitlines():
-            if b'"thinking"' in raw and b'"type":"assistant"' in raw:
-                entry = json.loads(raw)
-                for b in entry["message"]["content"]:
-                    if b.get("type") == "thinking" and len(b.get("thinking", "")) > 40:
-                        thought = b["thinking"]
+            if b'"thinking"' not in raw or b'"type":"assistant"' not in raw:
+                continue
+            for b in json.loads(raw)["message"]["content"]:
+                if b.get("type") != "thinking":
+                    continue
+                words = b.get("thinking", "").split(" ")
+                for i in range(len(words) - 4):
+                    run = words[i:i + 4]
+                    if all(w.isalpha() for w in run) and " ".join(run).lower() not in searched:
+                        phrase = " ".join(run)
                         break
-            if thought:
+                if phrase:
+                    break
+            if phrase:
                 break
-        if thought:
+        if phrase:
             break
-    assert thought is not None
-    words = [w for w in thought.replace("\n", " ").split(" ") if w.isalpha() and len(w) > 3]
-    phrase = " ".join(words[:6])
-    hits = search(index, json.dumps(phrase))
-    texts = [" ".join(t for t, _ in h.snippet) for h in hits]
-    assert not any(phrase in t for t in texts)
+    assert phrase is not None
+    assert search(index, json.dumps(phrase), all_text=True) == []
 
 
 # -- the daemon and the command -------------------------------------------------------------

@@ -36,12 +36,9 @@ SCHEMA_VERSION = 1
 HEAD = 4 << 10
 # Text shorter than this is stored as is (compression would not pay for its header).
 PACK_MIN = 160
-# Rows inserted per executemany batch.
-_BATCH = 512
 # Catalog fields a session keeps; anything else given is not ours to store.
 FIELDS = ("title", "project", "last_activity", "git_branch", "origin", "first_prompt",
           "last_prompt")
-_TEXT_FIELDS = ("title", "first_prompt", "last_prompt")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -187,15 +184,21 @@ class SearchIndex:
         self.db.execute(f"DELETE FROM docs WHERE {where}=?", (arg,))
 
     def _insert(self, file: int | None, sess: int, batch: list[extract.Row]) -> int | None:
-        last = None
-        for row in batch:
-            cur = self.db.execute(
-                "INSERT INTO docs(file, sess, body, tools, output) VALUES(?, ?, ?, ?, ?)",
-                (file, sess, _pack(row.body), _pack(row.tools), _pack(row.output)))
-            last = cur.lastrowid
-            self.db.execute("INSERT INTO text(rowid, body, tools, output) VALUES(?, ?, ?, ?)",
-                            (last, row.body or None, row.tools or None, row.output or None))
-        return last
+        """Insert ``batch`` as new rows; returns the last one's id. Ids are taken past the
+        largest (this writer holds the lock), so each table gets one executemany."""
+        if not batch:
+            return None
+        top = self.db.execute("SELECT max(id) FROM docs").fetchone()[0] or 0
+        ids = range(top + 1, top + 1 + len(batch))
+        self.db.executemany(
+            "INSERT INTO docs(id, file, sess, body, tools, output) VALUES(?, ?, ?, ?, ?, ?)",
+            [(i, file, sess, _pack(r.body), _pack(r.tools), _pack(r.output))
+             for i, r in zip(ids, batch, strict=True)])
+        self.db.executemany(
+            "INSERT INTO text(rowid, body, tools, output) VALUES(?, ?, ?, ?)",
+            [(i, r.body or None, r.tools or None, r.output or None)
+             for i, r in zip(ids, batch, strict=True)])
+        return ids[-1]
 
     def cursor(self, machine: str, path: bytes) -> tuple[int, int] | None:
         """The generation and bytes indexed of one file (None: never indexed)."""
@@ -272,20 +275,26 @@ class SearchIndex:
 
     def set_session(self, machine: str, session: str,
                     fields: dict[str, str | float | None]) -> None:
-        """Set a session's catalog fields (``FIELDS``; ``cwd`` stands for ``project``).
+        """Set a session's catalog fields (``FIELDS``; ``cwd`` stands for ``project``;
+        ``deleted``: truthy or not).
         Its title and prompts are searched too, as one row of their own."""
-        known = {("project" if k == "cwd" else k): v for k, v in fields.items()
-                 if k in FIELDS or k == "cwd"}
+        known: dict[str, str | float | None] = {
+            ("project" if k == "cwd" else k): v for k, v in fields.items()
+            if k in FIELDS or k == "cwd"}
+        if "deleted" in fields:  # a catalog's deletion (another machine's session)
+            known["deleted"] = 1 if fields["deleted"] else 0
         self._begin()
         sess = self._session_id(machine, session)
         if not known:
             return
+        text_sql = "SELECT catalog_doc, title, first_prompt, last_prompt FROM sessions " \
+            "WHERE id=?"
+        before = self.db.execute(text_sql, (sess,)).fetchone()
         cols = ", ".join(f"{k}=?" for k in known)
         self.db.execute(f"UPDATE sessions SET {cols} WHERE id=?", (*known.values(), sess))
-        if not any(k in known for k in _TEXT_FIELDS):
+        row = self.db.execute(text_sql, (sess,)).fetchone()
+        if row[1:] == before[1:]:  # its searched text is as it was (most flushes)
             return
-        row = self.db.execute("SELECT catalog_doc, title, first_prompt, last_prompt "
-                              "FROM sessions WHERE id=?", (sess,)).fetchone()
         texts = [str(t) for t in dict.fromkeys(row[1:]) if t]
         if row[0] is not None:
             self.db.execute("INSERT INTO text(text, rowid, body) SELECT 'delete', id, "
