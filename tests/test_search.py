@@ -280,6 +280,30 @@ def test_a_deleted_session_stays_findable_marked(index: SearchIndex, tree: Path)
     assert not search(index, "ephemeral")[0].deleted
 
 
+@pytest.mark.parametrize("order", ["old first", "new first"])
+def test_a_moved_session_is_not_deleted_nor_twice(index: SearchIndex, tree: Path,
+                                                  order: str) -> None:
+    ix = indexer(index, tree)
+    old = write(tree, rel(S1), user("relocating words"))
+    ix.update_all()
+    # /cd: the whole file moves to the new cwd's folder and says so.
+    new = tree / rel(S1, "-home-u-other")
+    new.parent.mkdir(parents=True)
+    os.rename(old, new)
+    with open(new, "ab") as f:
+        f.write(line({"type": "relocated", "sessionId": S1, "relocatedCwd": "/home/u/other"}))
+    paths = [rel(S1).encode(), rel(S1, "-home-u-other").encode()]
+    ix.update(paths if order == "old first" else paths[::-1])
+    (hit,) = search(index, "relocating")
+    assert not hit.deleted and hit.project == "/home/u/other"
+    assert index.db.execute("SELECT count(*) FROM files").fetchone()[0] == 1
+    assert index.db.execute("SELECT count(*) FROM docs WHERE file IS NOT NULL"
+                            ).fetchone()[0] == 1
+    new.unlink()
+    ix.update_all()
+    assert search(index, "relocating")[0].deleted
+
+
 def test_an_imported_session_is_indexed_once_with_its_origin(index: SearchIndex,
                                                              tree: Path) -> None:
     write(tree, rel(S1), user("imported from laptop: kubernetes operator"))

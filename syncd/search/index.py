@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS docs(
     id INTEGER PRIMARY KEY, file INTEGER, sess INTEGER NOT NULL,
     body, tools, output);
 CREATE INDEX IF NOT EXISTS docs_file ON docs(file);
+CREATE INDEX IF NOT EXISTS files_sess ON files(sess);
 CREATE INDEX IF NOT EXISTS sessions_activity ON sessions(last_activity);
 CREATE VIEW IF NOT EXISTS docs_text AS
     SELECT id, syncd_unpack(body) AS body, syncd_unpack(tools) AS tools,
@@ -270,7 +271,7 @@ class SearchIndex:
                    (sess, gen, start + end, int(midline), head_len, head, tail_start, tail,
                     fid))
         if session_of(path) is not None:
-            db.execute("UPDATE sessions SET deleted=0 WHERE id=?", (sess,))
+            self._settle(sess)
         return end
 
     def set_session(self, machine: str, session: str,
@@ -339,12 +340,29 @@ class SearchIndex:
         """The file is gone: its text stays findable; a session whose transcript is gone
         is marked deleted."""
         self._begin()
+        row = self.db.execute("SELECT sess FROM files WHERE machine=? AND path=?",
+                              (machine, path)).fetchone()
+        if row is None:
+            return
         self.db.execute("UPDATE files SET deleted=1 WHERE machine=? AND path=?",
                         (machine, path))
-        sid = session_of(path)
-        if sid is not None:
-            self.db.execute("UPDATE sessions SET deleted=1 WHERE machine=? AND session=?",
-                            (machine, sid))
+        if session_of(path) is not None:
+            self._settle(int(row[0]))
+
+    def _settle(self, sess: int) -> None:
+        """A session's transcript moved (``/cd``, a worktree: the same session id in another
+        project folder) is not deleted: the copy left behind goes, its text is the live
+        one's. With no live transcript left, the session is marked deleted."""
+        tops = [(int(i), bool(d)) for i, p, d in self.db.execute(
+            "SELECT id, path, deleted FROM files WHERE sess=?", (sess,))
+            if session_of(bytes(p)) is not None]
+        live = any(not d for _, d in tops)
+        if live:
+            for fid, deleted in tops:
+                if deleted:
+                    self._drop_docs("file", fid)
+                    self.db.execute("DELETE FROM files WHERE id=?", (fid,))
+        self.db.execute("UPDATE sessions SET deleted=? WHERE id=?", (int(not live), sess))
 
     def files(self, machine: str) -> dict[bytes, bool]:
         """The paths of ``machine`` indexed here, each with whether it is marked deleted."""
