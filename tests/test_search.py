@@ -220,6 +220,21 @@ def test_the_index_file_is_private(index: SearchIndex) -> None:
 
 # -- the local indexer ----------------------------------------------------------------------
 
+def test_a_renamed_session_is_found_by_its_title(index: SearchIndex, tree: Path) -> None:
+    ix = indexer(index, tree)
+    write(tree, rel(S1), user("some prompt"))
+    ix.update_all()
+    title = f"projects/-home-u-proj/{S1}/custom-title.json"
+    write(tree, title, json.dumps({"customTitle": "Quarterly numbers", "by": "user"}).encode())
+    ix.update([title.encode()])
+    (hit,) = search(index, "quarterly")
+    assert hit.title == "Quarterly numbers"
+    write(tree, title, json.dumps({"customTitle": "Yearly figures"}).encode())
+    ix.update_all()
+    assert search(index, "quarterly") == []
+    assert search(index, "yearly")[0].title == "Yearly figures"
+
+
 def test_appends_only_read_new_bytes(index: SearchIndex, tree: Path) -> None:
     ix = indexer(index, tree)
     write(tree, rel(S1), user("alpha words"))

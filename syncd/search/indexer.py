@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncd.errors import SyncdError
-from syncd.format.catalog import MetaScanner, session_of, session_of_any
+from syncd.format.catalog import (
+    TITLE_FILE_MAX,
+    MetaScanner,
+    session_of,
+    session_of_any,
+    title_file_fields,
+    title_file_owner,
+)
 from syncd.search.index import FILE_NAME, FileMarks, SearchIndex
 
 log = logging.getLogger(__name__)
@@ -74,7 +81,7 @@ class Indexer:
         for dirpath, dirs, names in os.walk(top):
             rel = os.fsencode(os.path.relpath(dirpath, self.root))
             for name in names:
-                if name.endswith(".jsonl"):
+                if name.endswith(".jsonl") or name == "custom-title.json":
                     path = rel + b"/" + os.fsencode(name)
                     if session_of_any(path) is not None:
                         yield path
@@ -91,6 +98,9 @@ class Indexer:
             if stop is not None and stop.is_set():
                 self.index.commit()
                 return done
+            if path.endswith(b".json"):
+                self._title(path)
+                continue
             seen.add(path)
             self._update(path, done, origins, quick=True)
             if i % COMMIT_EVERY == COMMIT_EVERY - 1:
@@ -108,7 +118,9 @@ class Indexer:
         if origins is None:
             origins = self._origins() if self._origins is not None else {}
         for path in paths:
-            if path.startswith(b"projects/") and path.endswith(b".jsonl") and \
+            if title_file_owner(path) is not None:
+                self._title(path)
+            elif path.startswith(b"projects/") and path.endswith(b".jsonl") and \
                     session_of_any(path) is not None:
                 self._update(path, done, origins, quick=False)
         self.index.commit()
@@ -148,6 +160,28 @@ class Indexer:
             log.warning("search: cannot index %s: %s", os.fsdecode(full), e)
         finally:
             os.close(fd)
+
+    def _title(self, path: bytes) -> None:
+        """A session's ``custom-title.json`` (a /rename): its title, as the catalog takes it."""
+        sid = session_of_any(path)
+        full = os.path.join(os.fsencode(self.root), path)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if sid is None or not stat.S_ISREG(st.st_mode) or self._stats.get(path) == key:
+                return
+            self._stats[path] = key
+            found = title_file_fields(os.pread(fd, TITLE_FILE_MAX + 1, 0))
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        if found:
+            self.index.fold_catalog(self.machine, sid, found)
 
     def _read(self, fd: int, path: bytes, gen: int, start: int, size: int, done: Pass,
               origins: dict[str, str]) -> None:
