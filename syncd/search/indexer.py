@@ -112,12 +112,16 @@ class Indexer:
         self.index.commit()
         return done
 
-    def update(self, paths: Iterable[bytes], origins: dict[str, str] | None = None) -> Pass:
-        """The given paths (relative to the root): those not transcripts are passed over."""
+    def update(self, paths: Iterable[bytes], origins: dict[str, str] | None = None,
+               stop: threading.Event | None = None) -> Pass:
+        """The given paths (relative to the root): those not transcripts are passed over.
+        Stopped, the rest waits for the next start's pass (their sizes tell them)."""
         done = Pass()
         if origins is None:
             origins = self._origins() if self._origins is not None else {}
         for path in paths:
+            if stop is not None and stop.is_set():
+                break
             if title_file_owner(path) is not None:
                 self._title(path)
             elif path.startswith(b"projects/") and path.endswith(b".jsonl") and \
@@ -265,7 +269,7 @@ class Background:
                 try:
                     if full:
                         indexer.update_all(self._stop, origins)
-                    indexer.update(paths, origins)
+                    indexer.update(paths, origins, self._stop)
                 except (SyncdError, OSError) as e:
                     log.warning("search: indexing failed (tried again with the next "
                                 "flush): %s", e)
