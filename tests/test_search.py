@@ -214,6 +214,19 @@ def test_an_overlong_line_is_consumed_unread(index: SearchIndex) -> None:
     assert sessions(search(index, "after")) == [S1]
 
 
+def test_a_reader_does_not_wait_for_a_writer(index: SearchIndex) -> None:
+    index.feed("m1", rel(S1).encode(), 1, 0, user("committed words"))
+    index.commit()
+    index.feed("m1", rel(S2).encode(), 1, 0, user("uncommitted words"))  # lock held
+    reader = SearchIndex.open(index.path)
+    reader.db.execute("PRAGMA busy_timeout=0")  # a wait would fail at once
+    try:
+        assert sessions(search(reader, "words")) == [S1]
+    finally:
+        reader.close()
+    index.commit()
+
+
 def test_the_index_file_is_private(index: SearchIndex) -> None:
     assert stat.S_IMODE(os.stat(index.path).st_mode) == 0o600
 
@@ -409,6 +422,9 @@ def test_the_daemon_indexes_after_a_flush(tmp_path: Path) -> None:
         wait_for(lambda: _found(s, "present"), what="the first pass")
         write(tmp_path / "src", rel(S1), answer(text("flushed later")), mode="ab")
         wait_for(lambda: _found(s, "flushed"), what="the flushed bytes indexed")
+        (tmp_path / "src" / rel(S1)).unlink()
+        wait_for(lambda: all(h.deleted for h in _found(s, "flushed")),
+                 what="the deleted session marked")
 
 
 def test_search_off_indexes_nothing(tmp_path: Path) -> None:

@@ -129,8 +129,11 @@ class SearchIndex:
             db.create_function("syncd_unpack", 1, _unpack, deterministic=True)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES('version', ?)", (SCHEMA_VERSION,))
+            # Made once: a reader never waits for the lock a writer holds.
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name='text'").fetchone() is None:
+                db.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}\n"
+                                 f"INSERT OR IGNORE INTO meta VALUES('version', "
+                                 f"{SCHEMA_VERSION});\nCOMMIT;")
         except (sqlite3.Error, OSError) as e:
             raise StateError.of("search index", path, e) from e
         return cls(db, path)
