@@ -148,6 +148,10 @@ class RestoreBusy(RestoreError):
     """Another restore of the web page is running: one at a time."""
 
 
+class BadQuery(UsageError):
+    """A search query SQLite FTS5 cannot parse (exit 2); the message names it."""
+
+
 class LookupFailed(SyncdError):
     """A lookup that cannot be answered as asked (an unknown or ambiguous session)."""
 
@@ -175,7 +179,7 @@ def exit_code(e: SyncdError) -> int:
 
 
 __all__ = [
-    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "CompactError",
+    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "BadQuery", "CompactError",
     "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
     "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
     "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError", "StateError",

@@ -496,6 +496,7 @@ Commands:
   resume       Restore one session from any machine's backup and print how to
                resume it.
   run          The daemon: watch ~/.claude, back up every appended byte.
+  search       Full-text search over the sessions indexed here.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
   show         Show a session: prompts, answers and tool calls, from the local

@@ -85,7 +85,7 @@ def _print(hits: list[Hit]) -> None:
             for t, m in hit.snippet))
 
 
-@click.command(short_help="Full-text search over sessions (FTS5: phrases, prefix*, AND/OR/NOT).")
+@click.command(short_help="Full-text search over the sessions indexed here.")
 @click.argument("query")
 @click.option("--machine", default=None, help="Only this machine's sessions (or those "
               "brought here from it).")
@@ -94,7 +94,8 @@ def _print(hits: list[Hit]) -> None:
 @click.option("--since", default=None, metavar="TIME",
               help="Last active at or after TIME (ISO 8601, or a duration ago: 2h, 7d).")
 @click.option("--until", default=None, metavar="TIME", help="Last active at or before TIME.")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000),
+              help="At most this many sessions.")
 @click.option("--all-text", is_flag=True, help="Search tool outputs too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON "
               "array; snippets as [text, is_match] pieces).")
