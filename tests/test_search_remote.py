@@ -459,3 +459,27 @@ def test_index_all_of_a_store_of_bombs(tmp_path: Path) -> None:
     for bad in ("b-index", "b-index10", "b-manifest", "b-group", "b-noise", "b-trailer",
                 "b-all"):
         assert any(ln.startswith(f"syncd: {bad}: ") for ln in said), (bad, r.describe())
+
+
+def test_search_shows_a_machine_not_indexed_here_by_its_catalog(tmp_path: Path) -> None:
+    other = Other(tmp_path, LocalStore(tmp_path / "store"))
+    write(other.root, A, row(0, "the wombat burrows") + row(1))
+    other.ship(A)
+    env = _env(tmp_path, tmp_path / "store")
+    (tmp_path / "home" / ".claude").mkdir(parents=True)
+
+    r = syncd(env, "search", "wombat", "--json")
+    assert r.returncode == 0, r.stderr
+    [hit] = json.loads(r.stdout)
+    assert (hit["machine"], hit["session"], hit["catalog_only"]) == ("m2", SID, True)
+    r = syncd(env, "search", "wombat", "--local", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+    syncd(env, "index", "--machine", "m2")  # its full text here now: no catalog hit twice
+    r = syncd(env, "search", "wombat", "--json")
+    [hit] = json.loads(r.stdout)
+    assert (hit["machine"], hit["catalog_only"]) == ("m2", False)
+
+    env["SYNCD_STORE"] = (tmp_path / "gone").as_uri()
+    r = syncd(env, "search", "wombat")
+    assert r.returncode == 0 and "were not searched" in r.stderr and SID in r.stdout

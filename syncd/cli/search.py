@@ -12,6 +12,7 @@ from syncd.cli.util import settings_of
 
 if TYPE_CHECKING:
     from syncd.config import Settings
+    from syncd.search.index import SearchIndex
     from syncd.search.query import Hit
 
 
@@ -47,7 +48,8 @@ def _as_json(hit: Hit) -> dict[str, object]:
     return {"machine": hit.machine, "session": hit.session, "project": hit.project,
             "last_activity": hit.last_activity, "title": hit.title,
             "snippet": [[text, match] for text, match in hit.snippet],
-            "deleted": hit.deleted, "origin": hit.origin, "score": hit.score}
+            "deleted": hit.deleted, "origin": hit.origin, "score": hit.score,
+            "catalog_only": getattr(hit, "catalog_only", False)}
 
 
 def _head(hit: Hit) -> str:
@@ -58,6 +60,8 @@ def _head(hit: Hit) -> str:
     machine = hit.machine if hit.origin is None else f"{hit.machine} (from {hit.origin})"
     parts = [hit.session, machine, when, hit.project or "-", hit.title or "-"]
     line = "  ".join(printable(p.replace("\n", " ")) for p in parts)
+    if getattr(hit, "catalog_only", False):
+        line += "  [catalog only]"
     return line + ("  [deleted]" if hit.deleted else "")
 
 
@@ -85,6 +89,31 @@ def _print(hits: list[Hit]) -> None:
             for t, m in hit.snippet))
 
 
+def _in_catalogs(settings: Settings, index: SearchIndex, query: str, *, machine: str | None,
+                 project: str | None, since: float | None, until: float | None,
+                 limit: int) -> list[Hit]:
+    """The catalog hits of the store's machines the index does not hold; a store that does
+    not answer is one line on stderr, and the index's hits stand alone."""
+    from syncd.cli.util import repository_of
+    from syncd.errors import BadQuery, SyncdError
+    from syncd.redact import redact
+    from syncd.search.catalogs import indexed_machines, search_catalogs
+
+    problems: list[str] = []
+    try:
+        found: list[Hit] = list(search_catalogs(
+            repository_of(settings), query, skip=indexed_machines(index) | {
+                settings.machine_id}, machine=machine, project=project, since=since,
+            until=until, limit=limit, problems=problems))
+    except BadQuery:
+        raise
+    except SyncdError as e:
+        problems, found = [f"the store's other machines were not searched: {e}"], []
+    for p in problems:
+        click.echo(redact(f"syncd: search: {p}"), err=True)
+    return found
+
+
 @click.command(short_help="Full-text search over the sessions indexed here.")
 @click.argument("query")
 @click.option("--machine", default=None, help="Only this machine's sessions (or those "
@@ -97,17 +126,22 @@ def _print(hits: list[Hit]) -> None:
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000),
               help="At most this many sessions.")
 @click.option("--all-text", is_flag=True, help="Search tool outputs too.")
+@click.option("--local", is_flag=True, help="Only the index here: not the catalogs (titles, "
+              "prompts, projects) of the store's machines whose text it does not hold.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON "
               "array; snippets as [text, is_match] pieces).")
 @click.pass_context
 def search(ctx: click.Context, query: str, machine: str | None, project: str | None,
-           since: str | None, until: str | None, limit: int, all_text: bool,
+           since: str | None, until: str | None, limit: int, all_text: bool, local: bool,
            as_json: bool) -> None:
     """Search the prompts, answers, tool names and tool inputs of every session indexed
     here (not thinking; tool outputs with --all-text), best first, one row per session.
 
     QUERY is SQLite FTS5 syntax: words (all must match), "a phrase", prefix*, AND, OR,
     NOT, parentheses. Without a daemon running, this machine's tree is indexed first.
+    The store's other machines, whose text is not indexed here (`syncd index`), are
+    searched by their catalogs (one LIST, and one GET of each head), after the index's
+    hits and marked so; --local leaves them out.
     """
     from syncd.duration import parse_time
     from syncd.errors import UsageError
@@ -126,6 +160,9 @@ def search(ctx: click.Context, query: str, machine: str | None, project: str | N
     with SearchIndex.open(settings.state_dir / FILE_NAME) as index:
         hits = run_search(index, query, machine=machine, project=project, since=t0,
                           until=t1, limit=limit, all_text=all_text)
+        if not local and len(hits) < limit:
+            hits += _in_catalogs(settings, index, query, machine=machine, project=project,
+                                 since=t0, until=t1, limit=limit - len(hits))
     if as_json:
         click.echo(json.dumps([_as_json(h) for h in hits], ensure_ascii=False, indent=1))
     else:
