@@ -120,9 +120,11 @@ def web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
         stop_web(w)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Chromium (headless), or the test is skipped with the reason."""
+    """Chromium (headless), or the test is skipped with the reason. One per test module:
+    each module imports its own copy of this fixture, and Playwright's sync API allows
+    one running instance at a time."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

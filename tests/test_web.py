@@ -44,7 +44,7 @@ def test_dashboard_and_sessions_views(tmp_path: Path, web: Any, page: Any) -> No
     assert page.locator("h1").inner_text() == "Dashboard"
     assert page.locator("#status").inner_text().count("m1") >= 1
     # The figures are refreshed from the JSON endpoint by the static script.
-    page.wait_for_function("document.body.dataset.refreshed !== undefined")
+    page.wait_for_selector("body[data-refreshed]", state="attached")
     screenshot(page, tmp_path, "dashboard")
     page.click("nav >> text=Sessions")
     rows = page.locator("#sessions tbody tr")
