@@ -155,7 +155,7 @@ def test_only_get_head_and_post(server: WebServer) -> None:
 
 
 def test_loopback_only() -> None:
-    with pytest.raises(UsageError, match="127.0.0.1 only"):
+    with pytest.raises(UsageError, match=r"127\.0\.0\.1 only"):
         bind(0, address="0.0.0.0")
     with pytest.raises(ValueError):
         loopback_hosts("10.0.0.1:80")
