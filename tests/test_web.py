@@ -45,6 +45,12 @@ def test_dashboard_and_sessions_views(tmp_path: Path, web: Any, page: Any) -> No
     assert page.locator("#status").inner_text().count("m1") >= 1
     # The figures are refreshed from the JSON endpoint by the static script.
     page.wait_for_selector("body[data-refreshed]", state="attached")
+    # Stored bytes per machine: a sample taken at the first view, drawn as SVG.
+    line = page.locator('#stored-plot polyline[data-machine="m1"]')
+    assert line.count() == 1
+    assert len(line.get_attribute("points").split()) >= 1
+    assert "m1" in page.locator(".legend").inner_text()
+    assert page.locator('#cost [data-field="cost_total"]').inner_text().startswith("$")
     screenshot(page, tmp_path, "dashboard")
     page.click("nav >> text=Sessions")
     rows = page.locator("#sessions tbody tr")
