@@ -29,6 +29,12 @@ class Row:
     size: int
     here: str
     deleted: bool
+    # Title and project in lower case: what the search box matches without an index.
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            object.__setattr__(self, "text", f"{self.title}\n{self.project}".lower())
 
 
 def _row(r: dict[str, Any]) -> Row:
@@ -102,6 +108,14 @@ class SessionList:
             self.machines = sorted({r.machine for r in rows})
             self.loaded_at = time.time()
         return True
+
+    def matching(self, text: str) -> set[tuple[str, str]]:
+        """The (machine, session) of the rows whose title or project holds ``text``
+        (case aside): the catalogs' own search, for machines the index lacks."""
+        low = text.lower()
+        with self._lock:
+            rows = self.rows
+        return {(r.machine, r.session) for r in rows if low in r.text}
 
     def page(self, *, machine: str | None = None, project: str | None = None,
              since: str | None = None, until: str | None = None,

@@ -100,9 +100,7 @@ async def sessions(request: Request) -> Response:
             bad_query, only = str(e), set()
         if not hits and bad_query is None:
             # No index (yet): what the heads' catalogs say, titles and projects.
-            low = text.lower()
-            only = {(r.machine, r.session) for r in rows.rows
-                    if low in r.title.lower() or low in r.project.lower()}
+            only = rows.matching(text)
     found = rows.page(machine=machine, project=project, since=since, until=until,
                       only=only, offset=offset, limit=PAGE,
                       # ranked: the index's order, not the time's
