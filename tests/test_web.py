@@ -157,3 +157,9 @@ def test_the_search_box_asks_the_index_and_shows_its_rank_and_snippets(
         assert "data-session=" not in body  # nothing found by a query that did not parse
     finally:
         srv.stop()
+
+
+def test_syncd_web_stops_on_sigterm_with_exit_0(tmp_path: Path, web: Any) -> None:  # noqa: F811
+    w = web(tree(tmp_path))
+    w.process.terminate()
+    assert w.process.wait(30) == 0

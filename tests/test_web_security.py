@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from syncd.backup.state import State
 from syncd.config import Settings, load_settings
 from syncd.errors import UsageError
 from syncd.web.security import CSP, Guard, loopback_hosts
@@ -220,6 +221,14 @@ def hostile_store(tmp_path: Path) -> dict[str, str]:
           b'{"type":"user","cwd":"/home/u/a","timestamp":"2026-11-01T00:00:00.000Z",'
           b'"message":{"role":"user","content":"mine"}}\n')
     sync(mine)
+    # m1 follows evil, whose last poll failed with words of its store's.
+    st = State(settings(tmp_path).state_file)
+    try:
+        st.set_meta(follow=json.dumps({"evil": {"seq": 0, "last_check": 1.0,
+                                                "problem": EVIL_TITLE,
+                                                "conflicts": [EVIL_PROJECT]}}))
+    finally:
+        st.close()
     return mine
 
 
@@ -240,7 +249,13 @@ def test_a_hostile_machine_s_markup_is_shown_as_text(tmp_path: Path, web: Any,  
     page.goto(f"{w.base}/sessions?project=%3Cscript%3E")
     assert page.locator("input[name=project]").input_value() == "<script>"
     assert page.locator('#sessions tr[data-machine="evil"]').count() == 1
-    page.goto(f"{w.base}/")
-    page.wait_for_selector("body[data-refreshed]", state="attached")
     screenshot(page, tmp_path, "hostile-sessions")
+    page.goto(f"{w.base}/")
+    # The followed machine's problem, in the table and in the problems list the script
+    # redraws: text, both.
+    assert EVIL_TITLE in page.locator("#following").inner_text()
+    page.wait_for_selector("body[data-refreshed]", state="attached")
+    assert any(EVIL_TITLE in t for t in page.locator("#problems li").all_inner_texts())
+    assert page.locator("main img").count() == 0
+    screenshot(page, tmp_path, "hostile-dashboard")
     assert page.evaluate("typeof window.__pwned") == "undefined"

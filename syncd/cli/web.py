@@ -45,6 +45,8 @@ def web(ctx: click.Context, port: int | None, socket_path: Path | None, open_bro
         return
     if port is not None and socket_path is not None:
         raise UsageError("--port and --socket: one or the other")
+    import signal
+
     from syncd.cli.util import repository_of
     from syncd.web.server import WebServer, bind
 
@@ -52,6 +54,9 @@ def web(ctx: click.Context, port: int | None, socket_path: Path | None, open_bro
     repo = repository_of(settings)
     bound = bind(settings.web_port if port is None else port, socket_path)
     server = WebServer(settings, bound, repo=repo)
+    # A SIGTERM stops the server (before it listens too) and is exit 0: uvicorn raises
+    # it again, once stopped, under this handler.
+    signal.signal(signal.SIGTERM, lambda *_: server.server.handle_exit(signal.SIGTERM, None))
     where = f" (on the Unix socket {bound.socket_path})" if bound.socket_path else ""
     click.echo(f"syncd web: {bound.url}{where}", err=False)
     click.echo("(the token in it is this start's own; Ctrl-C stops)", err=True)

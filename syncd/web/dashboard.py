@@ -22,6 +22,7 @@ from syncd.web.site import Site, site_of
 PROBE_EVERY = 30.0
 # A first view waits this long for the first sample of stored bytes (one LIST a machine).
 FIRST_SAMPLE_WAIT = 5.0
+FRESH = 2.0
 
 
 class _Probe:
@@ -31,8 +32,24 @@ class _Probe:
         self.result: tuple[bool | None, str | None] = (None, None)
 
 
+class _Recent:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.at = 0.0
+        self.figures: dict[str, Any] | None = None
+
+
 def figures(site: Site) -> dict[str, Any]:
-    """Everything the dashboard shows, as JSON-able figures."""
+    """Everything the dashboard shows, as JSON-able figures: computed at most every
+    ``FRESH`` seconds, however many pages are open (each scans the tree's stats)."""
+    recent: _Recent = site.cache("figures", _Recent)
+    with recent.lock:
+        if recent.figures is None or time.monotonic() - recent.at > FRESH:
+            recent.figures, recent.at = _figures(site), time.monotonic()
+        return recent.figures
+
+
+def _figures(site: Site) -> dict[str, Any]:
     from syncd.errors import StoreError
     from syncd.service.status import check_store, health, status
 
