@@ -50,7 +50,7 @@ def figures(site: Site) -> dict[str, Any]:
 
 
 def _figures(site: Site) -> dict[str, Any]:
-    from syncd.errors import StoreError
+    from syncd.errors import SyncdError
     from syncd.service.status import check_store, health, status
 
     s = status(site.settings)
@@ -60,7 +60,7 @@ def _figures(site: Site) -> dict[str, Any]:
             try:
                 store = site.repository().store
                 probe.result = check_store(site.settings, store)
-            except StoreError as e:
+            except SyncdError as e:  # unreachable, or a key it cannot open
                 probe.result = (False, str(e))
             probe.at = time.time()
         s["store_reachable"], s["store_error"] = probe.result
