@@ -109,21 +109,14 @@ class SessionList:
             self.loaded_at = time.time()
         return True
 
-    def matching(self, text: str) -> set[tuple[str, str]]:
-        """The (machine, session) of the rows whose title or project holds ``text``
-        (case aside): the catalogs' own search, for machines the index lacks."""
-        low = text.lower()
-        with self._lock:
-            rows = self.rows
-        return {(r.machine, r.session) for r in rows if low in r.text}
-
     def page(self, *, machine: str | None = None, project: str | None = None,
              since: str | None = None, until: str | None = None,
              only: set[tuple[str, str]] | None = None,
-             rank: dict[tuple[str, str], int] | None = None, offset: int = 0,
-             limit: int = 100) -> Page:
+             rank: dict[tuple[str, str], int] | None = None, text: str | None = None,
+             offset: int = 0, limit: int = 100) -> Page:
         """The rows that pass the filters (``only``: these (machine, session)), newest
-        first (or in ``rank``'s order: a search's), ``limit`` of them from ``offset``."""
+        first (or in ``rank``'s order: a search's), ``limit`` of them from ``offset``;
+        ``text``: only those whose title or project holds it."""
         with self._lock:
             rows = self.rows
         if machine:
@@ -134,6 +127,9 @@ class SessionList:
             rows = [r for r in rows if r.last_activity >= since]
         if until:
             rows = [r for r in rows if r.last_activity[:len(until)] <= until]
+        if text:  # the catalogs' own search: titles and projects, case aside
+            low = text.lower()
+            rows = [r for r in rows if low in r.text]
         if only is not None:
             rows = [r for r in rows if (r.machine, r.session) in only]
         if rank is not None:
