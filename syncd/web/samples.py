@@ -57,7 +57,11 @@ class Samples:
 
     def latest(self) -> dict[str, int]:
         """Each machine's bytes at the newest sample."""
-        return {m: pts[-1][1] for m, pts in self.series().items()}
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT machine, bytes FROM samples WHERE time = "
+                "(SELECT max(time) FROM samples)").fetchall()
+        return {str(m): int(n) for m, n in rows}
 
     def close(self) -> None:
         with self._lock:

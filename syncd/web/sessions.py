@@ -80,7 +80,9 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-async def sessions(request: Request) -> Response:
+def sessions(request: Request) -> Response:
+    # A plain function: Starlette runs it in its thread pool, where the wait for a
+    # first load and the index's query do not hold up the other requests.
     site = site_of(request)
     q = request.query_params
     machine = q.get("machine") or None
