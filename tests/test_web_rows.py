@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from syncd.web import rows as rows_mod
 from syncd.web.rows import SessionList
+from tests.helpers import wait_for
 
 
 def raw(i: int, machine: str = "m1") -> dict[str, Any]:
@@ -63,3 +67,25 @@ def test_a_hostile_row_is_held_as_text() -> None:
     sl.refresh()
     r = sl.page().rows[0]
     assert (r.title, r.project, r.size, r.last_activity) == ("", "", 0, "")
+
+
+def test_the_heads_are_looked_at_again_when_the_view_is_asked_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rows_mod, "REFRESH", 0.05)
+    looks: list[str] = []
+    version = ["a"]
+
+    def look() -> str:
+        looks.append(version[0])
+        return version[0]
+
+    sl = SessionList(lambda: ([raw(i) for i in range(len(version[0]))], []), look)
+    sl.start()
+    try:
+        assert sl.wait(30) and sl.page().total == 1
+        version[0] = "bb"
+        # Asked for (as each view asks): the change is seen.
+        wait_for(lambda: sl.wanted() or sl.page().total == 2, what="a reload")
+    finally:
+        sl.stop()
+    assert looks[0] == "a" and looks[-1] == "bb"

@@ -67,10 +67,14 @@ class SessionList:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _wanted: threading.Event = field(default_factory=threading.Event)
+    _looked: float = 0.0  # monotonic time of the last look at the heads
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Load in the background now and look for changes every REFRESH."""
+        """Load in the background now; then look at the heads again when the view is
+        asked for and the last look is older than REFRESH (a page nobody views costs
+        no request)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="syncd-web-rows",
                                             daemon=True)
@@ -83,8 +87,14 @@ class SessionList:
         """Whether the first load is done (waiting up to ``timeout``)."""
         return self._ready.wait(timeout)
 
+    def wanted(self) -> None:
+        """The view was asked for: a look at the heads when the last is old enough."""
+        if time.monotonic() - self._looked >= REFRESH:
+            self._wanted.set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._looked = time.monotonic()
             try:
                 self.refresh()
             except (SyncdError, OSError) as e:
@@ -93,7 +103,11 @@ class SessionList:
                     self.problems = [str(e)]
             finally:
                 self._ready.set()
+            # Not before REFRESH, and then only once the view is asked for again.
             self._stop.wait(REFRESH)
+            while not self._stop.is_set() and not self._wanted.wait(REFRESH):
+                pass
+            self._wanted.clear()
 
     def refresh(self, force: bool = False) -> bool:
         """Reload when the heads changed since the last load; whether it did."""

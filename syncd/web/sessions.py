@@ -91,6 +91,7 @@ def sessions(request: Request) -> Response:
     text = (q.get("q") or "").strip()
     offset = _int(q.get("offset"), 0)
     rows = session_list(site)
+    rows.wanted()
     loading = not rows.wait(FIRST_LOAD_WAIT)
     only: set[tuple[str, str]] | None = None
     hits: dict[tuple[str, str], Any] = {}
