@@ -94,6 +94,11 @@ def test_the_printed_url_sets_a_strict_cookie_and_drops_the_token(server: WebSer
     for attr in ("HttpOnly", "SameSite=Strict", "Path=/"):
         assert attr in set_cookie
     secured(r)
+    # The redirect stays on this site, whatever the path says.
+    for path, where in (("//evil.example/x", "/evil.example/x"),
+                        ("/a%0d%0aX:%20y", "/a%0D%0AX:%20y")):
+        r = request(server, f"{path}?token={token}")
+        assert r.status == 303 and r.getheader("Location") == where, path
     ok = request(server, "/static/style.css", headers=cookie(server))
     assert ok.status == 200
     secured(ok)
