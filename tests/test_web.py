@@ -163,3 +163,19 @@ def test_syncd_web_stops_on_sigterm_with_exit_0(tmp_path: Path, web: Any) -> Non
     w = web(tree(tmp_path))
     w.process.terminate()
     assert w.process.wait(30) == 0
+
+
+def test_a_port_taken_is_one_line_exit_2(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+
+    (tmp_path / "store").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "syncd", "web", "--port", str(port)],
+                           env=env_of(tmp_path), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [f"syncd: --port {port}: Address already in use "
+                                     "(--port 0: any free port)"]

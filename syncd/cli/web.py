@@ -52,7 +52,15 @@ def web(ctx: click.Context, port: int | None, socket_path: Path | None, open_bro
 
     # Unlocked here, where a terminal can prompt for the passphrase.
     repo = repository_of(settings)
-    bound = bind(settings.web_port if port is None else port, socket_path)
+    try:
+        bound = bind(settings.web_port if port is None else port, socket_path)
+    except UsageError as e:
+        from syncd.web.server import read_url
+
+        served = read_url(settings.state_dir) is not None
+        raise UsageError(f"{e}" + (" (the daemon serves the page: syncd web --url; or "
+                                   "--port 0)" if served else " (--port 0: any free port)")
+                         ) from None
     server = WebServer(settings, bound, repo=repo)
     # A SIGTERM stops the server (before it listens too) and is exit 0: uvicorn raises
     # it again, once stopped, under this handler.
