@@ -487,6 +487,7 @@ Options:
 Commands:
   check-store  Check that the store provider does what syncd needs.
   compact      Fold segments into a delta, or packs and a manifest.
+  index        Index other machines' transcripts for `syncd search`.
   init         Prepare the store (--encrypt: make it encrypted).
   key          Passphrases of an encrypted store: add, remove, list.
   machines     The machines that have a backup in the store.
@@ -507,6 +508,7 @@ Commands:
   status       Health at a glance (--json for scripts).
   sync         Back up everything pending once; exit 0 when durable.
   verify       Check the backup is whole (exit 1 on any problem).
+  web          A local web page: dashboard, sessions, one session.
 
   Environment:
     SYNCD_STORE       the store URL (as --store; the option wins over it,
