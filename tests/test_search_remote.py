@@ -459,3 +459,15 @@ def test_index_all_of_a_store_of_bombs(tmp_path: Path) -> None:
     for bad in ("b-index", "b-index10", "b-manifest", "b-group", "b-noise", "b-trailer",
                 "b-all"):
         assert any(ln.startswith(f"syncd: {bad}: ") for ln in said), (bad, r.describe())
+
+
+def test_a_session_another_machine_imported_keeps_its_origin() -> None:
+    # The laptop's copy of a desk session (follow) is the desk's session: a hit says so.
+    from syncd.format.catalog import Origin, Session
+
+    came = Origin("alice.desk", f"projects/-home-d-app/{SID}.jsonl", (("/home/d", "/home/u"),))
+    s = Session(SID, "m2", A.encode(), fields={"cwd": "/home/u/app", "origin": came.encode()})
+    assert remote.catalog_fields(s)["origin"] == "alice.desk"
+    forged = Session(SID, "m2", A.encode(), fields={"cwd": "/home/u/app", "origin": "{x"})
+    assert remote.catalog_fields(forged)["origin"] is None
+    assert remote.catalog_fields(Session(SID, "m2", A.encode()))["origin"] is None
