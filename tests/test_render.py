@@ -469,6 +469,10 @@ def test_a_summary_record_is_a_title_not_a_compact_summary() -> None:
     # A last prompt record comes before a summary, an AI title before both, as in the list.
     t = parse_bytes(data + line(type="last-prompt", lastPrompt="fix the rock"), SID)
     assert display_title(t) == "fix the rock"
+    # What the CLI injected is no prompt of the user's: the last real one stays.
+    t = parse_bytes(data + line(type="last-prompt", lastPrompt="fix the rock") + line(
+        type="last-prompt", lastPrompt="<task-notification> <task-id>a1</task-id>"), SID)
+    assert display_title(t) == "fix the rock"
     t = parse_bytes(data + line(type="ai-title", aiTitle="one") + line(type="ai-title",
                                                                        aiTitle="two"), SID)
     assert display_title(t) == "two"

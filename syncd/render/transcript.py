@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from syncd.errors import AmbiguousSession, LookupFailed, NoBackup
-from syncd.format.catalog import MAX_LINE, Session, is_session_id
+from syncd.format.catalog import MAX_LINE, Session, is_injected, is_session_id
 from syncd.restore.sessionref import matching, one
 from syncd.untrusted import loads
 
@@ -281,7 +281,8 @@ class _Parser:
         elif kind == "ai-title" and _str(e.get("aiTitle") or e.get("title")):
             if not self.custom:
                 t.title = _one_line(e.get("aiTitle") or e["title"], 256)
-        elif kind == "last-prompt" and _str(e.get("lastPrompt")):
+        elif kind == "last-prompt" and _str(e.get("lastPrompt")) and \
+                not is_injected(e["lastPrompt"]):  # a <task-notification>: the last real one
             self.last_prompt = _one_line(e["lastPrompt"], 256)
         elif kind == "relocated" and _str(e.get("relocatedCwd"), 4096):
             self.add(Item("note", f"session moved to {e['relocatedCwd'][:4096]}", when))
