@@ -156,6 +156,15 @@ class LookupFailed(SyncdError):
     """A lookup that cannot be answered as asked (an unknown or ambiguous session)."""
 
 
+class OnSeveralMachines(LookupFailed):
+    """One session in several machines' backups and no machine named; ``machines``
+    names them (a command may know which is meant: the one follow imported it from)."""
+
+    def __init__(self, message: str, machines: list[str]) -> None:
+        super().__init__(message)
+        self.machines = machines
+
+
 class AmbiguousSession(LookupFailed, UsageError):
     """A session named by a prefix several sessions share: the user must say more of
     its id (exit 2)."""
@@ -182,7 +191,8 @@ __all__ = [
     "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "BadQuery", "CompactError",
     "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
     "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
-    "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError", "StateError",
+    "OnSeveralMachines", "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError",
+    "StateError",
     "StoreError", "SyncError", "SyncStopped", "SyncdError", "TransientError", "UsageError",
     "exit_code",
 ]

@@ -598,3 +598,18 @@ def test_restore_says_in_one_line_that_a_conflict_copy_bigger_than_conflict_byte
     assert (tmp_path / "src" / rel).read_bytes() == b"a\nX\n"
     assert not [p for p in (tmp_path / "state").rglob("*") if "conflicts" in p.parts
                 and p.is_file()]
+
+
+def test_search_snippet_whitespace_is_one_space_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    # A snippet from code or a long answer spans lines: piped, each run of whitespace
+    # reads as one space (never a "?"), and a control character is still a "?".
+    from syncd.cli import search as search_cli
+    from syncd.search.query import Hit
+
+    hit = Hit(machine="m", session="s", project="/p", last_activity=None, title="t",
+              snippet=[("a line\n\n    then\t", False), ("Evi\ndence", True),
+                       ("\r\nend\x1b[2J", False)],
+              deleted=False, score=-1.0)
+    search_cli._print([hit])
+    snippet = capsys.readouterr().out.splitlines()[1]
+    assert snippet == "    a line then [Evi dence] end?[2J"

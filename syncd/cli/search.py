@@ -65,9 +65,17 @@ def _head(hit: Hit) -> str:
     return line + ("  [deleted]" if hit.deleted else "")
 
 
-def _print(hits: list[Hit]) -> None:
+def _flat(text: str) -> str:
+    """A snippet piece on one line: each run of whitespace (newlines of code, a long
+    answer's indents) one space, then what is left unprintable a ``?``."""
+    import re
+
     from syncd.untrusted import printable
 
+    return printable(re.sub(r"\s+", " ", text))
+
+
+def _print(hits: list[Hit]) -> None:
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.text import Text
@@ -78,15 +86,13 @@ def _print(hits: list[Hit]) -> None:
             console.print(Text(_head(hit), style="bold" if not hit.deleted else "dim"))
             snip = Text("    ")
             for text, match in hit.snippet:
-                snip.append(printable(text.replace("\n", " ")), style="bold red" if match
-                            else "")
+                snip.append(_flat(text), style="bold red" if match else "")
             console.print(snip)
         return
     for hit in hits:
         click.echo(_head(hit))
         click.echo("    " + "".join(
-            (f"[{printable(t)}]" if m else printable(t)).replace("\n", " ")
-            for t, m in hit.snippet))
+            f"[{_flat(t)}]" if m else _flat(t) for t, m in hit.snippet))
 
 
 def _in_catalogs(settings: Settings, index: SearchIndex, query: str, *, machine: str | None,
