@@ -148,8 +148,21 @@ class RestoreBusy(RestoreError):
     """Another restore of the web page is running: one at a time."""
 
 
+class BadQuery(UsageError):
+    """A search query SQLite FTS5 cannot parse (exit 2); the message names it."""
+
+
 class LookupFailed(SyncdError):
     """A lookup that cannot be answered as asked (an unknown or ambiguous session)."""
+
+
+class OnSeveralMachines(LookupFailed):
+    """One session in several machines' backups and no machine named; ``machines``
+    names them (a command may know which is meant: the one follow imported it from)."""
+
+    def __init__(self, message: str, machines: list[str]) -> None:
+        super().__init__(message)
+        self.machines = machines
 
 
 class AmbiguousSession(LookupFailed, UsageError):
@@ -175,10 +188,11 @@ def exit_code(e: SyncdError) -> int:
 
 
 __all__ = [
-    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "CompactError",
+    "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "BadQuery", "CompactError",
     "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
     "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
-    "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError", "StateError",
+    "OnSeveralMachines", "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError",
+    "StateError",
     "StoreError", "SyncError", "SyncStopped", "SyncdError", "TransientError", "UsageError",
     "exit_code",
 ]

@@ -67,12 +67,12 @@ def test_the_first_visit_redirect_stays_on_this_site(raw: bytes) -> None:
     assert where.endswith("?q=x") and TOKEN not in where
 
 
-def test_the_first_visit_redirect_keeps_the_path_as_sent() -> None:
+def test_the_first_visit_redirect_keeps_the_path_quoted() -> None:
     # Decoded, %0d%0a would split the header (uvicorn refused it: a 500 and a traceback).
     where = location(call("GET", b"/x%0d%0aSet-Cookie:%20a=b", b"token=" + TOKEN.encode()))
-    assert where == "/x%0d%0aSet-Cookie:%20a=b"
-    assert location(call("GET", b"/sessions%3Fq=1", b"token=" + TOKEN.encode())) == \
-        "/sessions%3Fq=1"
+    assert where.lower() == "/x%0d%0aset-cookie:%20a=b"
+    assert location(call("GET", b"/sessions%3Fq=1", b"token=" + TOKEN.encode())).lower() == \
+        "/sessions%3fq=1"
 
 
 def test_the_printed_url_opened_again_leaves_the_address_bar_too() -> None:

@@ -487,6 +487,7 @@ Options:
 Commands:
   check-store  Check that the store provider does what syncd needs.
   compact      Fold segments into a delta, or packs and a manifest.
+  index        Index other machines' transcripts for `syncd search`.
   init         Prepare the store (--encrypt: make it encrypted).
   key          Passphrases of an encrypted store: add, remove, list.
   machines     The machines that have a backup in the store.
@@ -496,6 +497,7 @@ Commands:
   resume       Restore one session from any machine's backup and print how to
                resume it.
   run          The daemon: watch ~/.claude, back up every appended byte.
+  search       Full-text search over the sessions indexed here.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
   show         Show a session: prompts, answers and tool calls, from the local
@@ -506,6 +508,7 @@ Commands:
   status       Health at a glance (--json for scripts).
   sync         Back up everything pending once; exit 0 when durable.
   verify       Check the backup is whole (exit 1 on any problem).
+  web          A local web page: dashboard, sessions, one session.
 
   Environment:
     SYNCD_STORE       the store URL (as --store; the option wins over it,
@@ -595,3 +598,18 @@ def test_restore_says_in_one_line_that_a_conflict_copy_bigger_than_conflict_byte
     assert (tmp_path / "src" / rel).read_bytes() == b"a\nX\n"
     assert not [p for p in (tmp_path / "state").rglob("*") if "conflicts" in p.parts
                 and p.is_file()]
+
+
+def test_search_snippet_whitespace_is_one_space_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    # A snippet from code or a long answer spans lines: piped, each run of whitespace
+    # reads as one space (never a "?"), and a control character is still a "?".
+    from syncd.cli import search as search_cli
+    from syncd.search.query import Hit
+
+    hit = Hit(machine="m", session="s", project="/p", last_activity=None, title="t",
+              snippet=[("a line\n\n    then\t", False), ("Evi\ndence", True),
+                       ("\r\nend\x1b[2J", False)],
+              deleted=False, score=-1.0)
+    search_cli._print([hit])
+    snippet = capsys.readouterr().out.splitlines()[1]
+    assert snippet == "    a line then [Evi dence] end?[2J"

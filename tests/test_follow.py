@@ -926,3 +926,39 @@ def test_a_cut_there_reaches_a_copy_as_the_last_import_left_it(
     a.sync(monkeypatch)
     b.poll(monkeypatch)
     assert line(S1, b.cwd("app"), 20) in theirs.read_bytes()
+
+
+def test_resume_of_an_imported_session_the_laptop_backed_up_too(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The laptop's daemon ships what follow imported into its own backup: the session is
+    # in two machines' backups, the laptop's copy of it the desk's (its origin). `resume
+    # ID` takes the desk's, as with the laptop's backup not written yet, never "pick one".
+    a, b = two
+    imported_once(a, b, monkeypatch)
+    b.sync(monkeypatch)
+    for k in [k for k in os.environ if k.startswith("SYNCD_")]:
+        monkeypatch.delenv(k)
+    env = {"SYNCD_SOURCE": str(b.settings.source), "SYNCD_STORE": b.settings.store,
+           "SYNCD_STATE_DIR": str(b.settings.state_dir), "SYNCD_MACHINE_ID": "laptop",
+           "SYNCD_FOLLOW": '["desk"]', "SYNCD_CONFIG": os.devnull, "HOME": str(b.home)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    (Path(b.cwd("app"))).mkdir(parents=True)
+    listed = CliRunner().invoke(cli, ["sessions", "--wide"], catch_exceptions=False)
+    assert {ln.split()[4] for ln in listed.stdout.splitlines() if S1 in ln} == {
+        "desk", "laptop"}, listed.output
+    r = CliRunner().invoke(cli, ["resume", S1[:8]], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().endswith(f"cd {b.cwd('app')} && claude --resume {S1}")
+    assert "is here already" in r.stderr
+    # On the desk, the session is its own: resumed from its backup, not the laptop's.
+    monkeypatch.setenv("SYNCD_MACHINE_ID", "desk")
+    monkeypatch.setenv("SYNCD_SOURCE", str(a.settings.source))
+    monkeypatch.setenv("SYNCD_STATE_DIR", str(a.settings.state_dir))
+    monkeypatch.setenv("SYNCD_FOLLOW", "[]")
+    monkeypatch.setenv("HOME", str(a.home))
+    Path(a.cwd("app")).mkdir(parents=True, exist_ok=True)
+    r = CliRunner().invoke(cli, ["resume", S1[:8]], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().endswith(f"cd {a.cwd('app')} && claude --resume {S1}")
+    assert "restored from desk" in r.stdout, r.output

@@ -22,7 +22,7 @@ from syncd.render import transcript as tr
 from syncd.render.html import html_document, html_fragment, markdown_html
 from syncd.render.markdown import to_markdown
 from syncd.render.text import print_text
-from syncd.render.transcript import Transcript, lines_of, parse, parse_bytes
+from syncd.render.transcript import Transcript, display_title, lines_of, parse, parse_bytes
 from tests.helpers import write
 
 SID = "0f8e4c2a-1b3d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -109,7 +109,7 @@ def test_each_record_kind_is_an_item() -> None:
     t = parse_bytes(SESSION, SID)
     kinds = [i.kind for i in t.items]
     assert kinds == ["prompt", "thinking", "answer", "tool", "tool", "tool", "tool", "tool",
-                     "result", "result", "compact", "summary", "summary", "title", "command",
+                     "result", "result", "compact", "summary", "title", "title", "command",
                      "injected", "error", "note"]
     tools = [(i.name, i.text) for i in t.items if i.kind == "tool"]
     assert tools == [("Bash", "pytest -q"), ("Read", "/home/alice/code/app/p.py"),
@@ -453,3 +453,29 @@ def test_the_real_samples_render(samples: Path) -> None:
             assert sorted(s.agent or "" for s in t.subagents) == ["a2898e3", "acompact-e1f845"]
             # The Task call that started the first links to its section.
             assert [a["href"] for a in classes(doc, "agent-link")] == ["#agent-a2898e3"]
+
+
+def test_a_summary_record_is_a_title_not_a_compact_summary() -> None:
+    # {"type":"summary","leafUuid":…} is the title Claude gave a branch (the one its
+    # picker and `syncd sessions` show), not the summary of a compacted conversation.
+    data = b"".join([user("```"), line(type="summary", summary="Charm with Traefik", leafUuid="u"),
+                     line(type="summary", summary="Rock build with uv", leafUuid="v"),
+                     assistant({"type": "text", "text": "ok"})])
+    t = parse_bytes(data, SID)
+    assert [(i.kind, i.text) for i in t.items if i.kind in ("summary", "title")] == [
+        ("title", "Charm with Traefik"), ("title", "Rock build with uv")]
+    assert display_title(t) == "Rock build with uv"  # the last, as the catalog takes it
+    assert "Summary of the earlier" not in html_fragment(t)
+    # A last prompt record comes before a summary, an AI title before both, as in the list.
+    t = parse_bytes(data + line(type="last-prompt", lastPrompt="fix the rock"), SID)
+    assert display_title(t) == "fix the rock"
+    # What the CLI injected is no prompt of the user's: the last real one stays.
+    t = parse_bytes(data + line(type="last-prompt", lastPrompt="fix the rock") + line(
+        type="last-prompt", lastPrompt="<task-notification> <task-id>a1</task-id>"), SID)
+    assert display_title(t) == "fix the rock"
+    t = parse_bytes(data + line(type="ai-title", aiTitle="one") + line(type="ai-title",
+                                                                       aiTitle="two"), SID)
+    assert display_title(t) == "two"
+    custom = data + line(type="custom-title", customTitle="mine") + line(type="ai-title",
+                                                                         aiTitle="two")
+    assert display_title(parse_bytes(custom, SID)) == "mine"

@@ -459,3 +459,65 @@ def test_index_all_of_a_store_of_bombs(tmp_path: Path) -> None:
     for bad in ("b-index", "b-index10", "b-manifest", "b-group", "b-noise", "b-trailer",
                 "b-all"):
         assert any(ln.startswith(f"syncd: {bad}: ") for ln in said), (bad, r.describe())
+
+
+def test_search_shows_a_machine_not_indexed_here_by_its_catalog(tmp_path: Path) -> None:
+    other = Other(tmp_path, LocalStore(tmp_path / "store"))
+    write(other.root, A, row(0, "the wombat burrows") + row(1))
+    other.ship(A)
+    env = _env(tmp_path, tmp_path / "store")
+    (tmp_path / "home" / ".claude").mkdir(parents=True)
+
+    r = syncd(env, "search", "wombat", "--json")
+    assert r.returncode == 0, r.stderr
+    [hit] = json.loads(r.stdout)
+    assert (hit["machine"], hit["session"], hit["catalog_only"]) == ("m2", SID, True)
+    r = syncd(env, "search", "wombat", "--local", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+    syncd(env, "index", "--machine", "m2")  # its full text here now: no catalog hit twice
+    r = syncd(env, "search", "wombat", "--json")
+    [hit] = json.loads(r.stdout)
+    assert (hit["machine"], hit["catalog_only"]) == ("m2", False)
+
+    env["SYNCD_STORE"] = (tmp_path / "gone").as_uri()
+    r = syncd(env, "search", "wombat")
+    assert r.returncode == 0 and "were not searched" in r.stderr and SID in r.stdout
+
+
+def test_a_session_another_machine_imported_keeps_its_origin() -> None:
+    # The laptop's copy of a desk session (follow) is the desk's session: a hit says so.
+    from syncd.format.catalog import Origin, Session
+
+    came = Origin("alice.desk", f"projects/-home-d-app/{SID}.jsonl", (("/home/d", "/home/u"),))
+    s = Session(SID, "m2", A.encode(), fields={"cwd": "/home/u/app", "origin": came.encode()})
+    assert remote.catalog_fields(s)["origin"] == "alice.desk"
+    forged = Session(SID, "m2", A.encode(), fields={"cwd": "/home/u/app", "origin": "{x"})
+    assert remote.catalog_fields(forged)["origin"] is None
+    assert remote.catalog_fields(Session(SID, "m2", A.encode()))["origin"] is None
+
+
+def test_index_all_leaves_out_the_machines_followed_here(tmp_path: Path) -> None:
+    # A followed machine's sessions are indexed as follow imports them (no download of
+    # its own): --all fetching its text again would hold every session twice.
+    pytest.importorskip("syncd.search.index")
+    other = Other(tmp_path, LocalStore(tmp_path / "store"))
+    write(other.root, A, row(0, "the wombat burrows"))
+    other.ship(A)
+    env = {**_env(tmp_path, tmp_path / "store"), "SYNCD_FOLLOW": '["m2"]'}
+    r = syncd(env, "index", "--all")
+    assert r.returncode == 0, r.stderr
+    assert "m2: indexed" not in r.stdout and "to download" not in r.stdout, r.stdout
+    assert "m2: followed here" in r.stderr, r.stderr
+    r = syncd(env, "index", "--machine", "m2")  # named: as asked
+    assert r.returncode == 0 and "m2: indexed" in r.stdout, r.stderr
+    # With follow = "*": those whose sessions follow brought here.
+    from syncd.search.index import FILE_NAME, SearchIndex
+
+    env["SYNCD_FOLLOW"] = '["*"]'
+    ix = SearchIndex.open(tmp_path / "state" / FILE_NAME)
+    ix.set_session("here", SID2, {"title": "imported", "origin": "m2"})
+    ix.commit()
+    ix.close()
+    r = syncd(env, "index", "--all")
+    assert r.returncode == 0 and "m2: followed here" in r.stderr, r.stderr

@@ -98,8 +98,9 @@ def test_an_ambiguous_prefix_names_every_match_in_one_line(env: dict[str, str]) 
     assert line.startswith("syncd: session 0f8e4c2a matches 2 sessions: "
                            f"{ALIKE1} (desk, /home/alice/code/parser), "
                            f"{ALIKE1} (laptop, /home/bob/parser), {ALIKE2} (desk, "), line
-    # One session that two machines hold: which one is asked for (exit 1, as before).
-    line = one_line(syncd(env, "resume", ALIKE1[:12]), 1)
+    # One session that two machines hold, neither of them this one: which one is asked
+    # for (exit 1, as before). This machine's own is the one meant (test_follow).
+    line = one_line(syncd({**env, "SYNCD_MACHINE_ID": "other"}, "resume", ALIKE1[:12]), 1)
     assert line.startswith(f"syncd: session {ALIKE1[:12]} is in several machines' backups: "
                            "desk (last activity "), line
     assert line.endswith("; pick one with --machine"), line

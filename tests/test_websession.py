@@ -175,3 +175,14 @@ def test_the_folder_of_a_local_session_is_its_own(tmp_path: Path, laptop: Settin
     t.write_bytes(b'{"type":"user","cwd":"/x","message":{"content":"mine here"}}\n')
     code, html = Client(s)("GET", f"/session/desk/{S2}")
     assert code == 200 and "mine here" in html
+
+
+def test_a_conflict_copy_says_when_it_was_saved_as_a_time(client: Client, desk: Settings
+                                                        ) -> None:
+    _copy(desk, b"<b>copy</b>\n", second="20261202T004712-2", rel="notes.txt")
+    code, html = client("GET", "/conflicts")
+    assert code == 200 and "saved 2026-12-02 00:47:12 (" in html, html
+    assert "20261202T004712" not in html.split("<form")[0].split("saved")[-1]
+    _copy(desk, b"x\n", second="20261399T999999", rel="other.txt")  # no time: no 500
+    code, html = client("GET", "/conflicts")
+    assert code == 200 and "saved - (" in html

@@ -75,12 +75,12 @@ def test_session_points_restore_and_resume(tmp_path: Path, web: Any,  # noqa: F8
     screenshot(page, tmp_path, "session-point")
     # Restore here (as of that point): the plan first, nothing written.
     page.click("#restore-here")
-    assert page.locator("#restore-plan").is_visible()
+    page.locator("#restore-plan").wait_for()  # the POST's page, not the one before it
     assert page.locator("#confirm").is_visible()
     assert not here(tmp_path, S1).exists()
     screenshot(page, tmp_path, "restore-plan")
     page.click("#confirm")
-    assert page.locator("#restore-report").is_visible()
+    page.locator("#restore-report").wait_for()
     data = here(tmp_path, S1).read_bytes()
     assert b"the first prompt" in data and b"the second prompt" not in data
     screenshot(page, tmp_path, "restore-report")
@@ -104,7 +104,7 @@ def test_resume_restores_a_session_that_is_not_here(tmp_path: Path, web: Any,  #
     page.goto(w.url)
     page.goto(f"{w.base}/session/laptop/{S1}")
     page.click("#resume-here")
-    assert page.locator("#restore-plan").is_visible()
+    page.locator("#restore-plan").wait_for()  # the POST's page, not the one before it
     assert page.locator("#resume-line").count() == 0
     assert not here(tmp_path, S1).exists()
     page.click("#confirm")

@@ -72,6 +72,23 @@ def index_cmd(ctx: click.Context, machines: tuple[str, ...], every: bool, dry_ru
     def warn(line: str) -> None:
         click.echo(redact(f"syncd: {printable(line)}"), err=True)
 
+    if every:
+        # What follow imports is indexed as it lands (no download of its own): --all
+        # fetching it again would hold those sessions twice. Named, as asked.
+        followed = {m for t in settings.trees() for m in t.follow}
+        if "*" in followed and (settings.state_dir / FILE_NAME).exists():
+            # Chosen among all: those whose sessions follow brought here so far.
+            seen_ix = SearchIndex.open(settings.state_dir / FILE_NAME)
+            try:
+                followed |= {o for (o,) in seen_ix.db.execute(
+                    "SELECT DISTINCT origin FROM sessions WHERE origin IS NOT NULL AND "
+                    f"machine IN ({', '.join('?' * len(here))})", sorted(here)) if o}
+            finally:
+                seen_ix.close()
+        for name in [m for m in names if m in followed]:
+            warn(f"{name}: followed here: its sessions are indexed as follow imports them")
+        names = [m for m in names if m not in followed]
+
     reports = []
     failed: list[str] = []
     index = SearchIndex.open(settings.state_dir / FILE_NAME)

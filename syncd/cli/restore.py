@@ -24,7 +24,7 @@ from syncd.cli.util import (
     source_option,
     time_option,
 )
-from syncd.errors import RestoreError, StateError
+from syncd.errors import OnSeveralMachines, RestoreError, StateError
 from syncd.progress import meter
 from syncd.redact import redact
 from syncd.restore.sessionref import MIN_PREFIX
@@ -180,6 +180,33 @@ def _text_line(line: str) -> str:
     """One line of a diff for a terminal: its text with no control characters."""
     body = line.rstrip("\n")
     return "".join(c if c.isprintable() or c == "\t" else "?" for c in body) + "\n"
+
+
+def _meant(settings: Settings, ref: str, machines: list[str]) -> str | None:
+    """Of ``machines`` holding the session ``ref`` names, the one a resume here means
+    when this machine is one of them: the machine follow imported this machine's copy
+    from, else this machine (its own session, which others imported). None: another's."""
+    from syncd.backup.state import State
+    from syncd.format.catalog import session_of
+    from syncd.restore.sessionref import names
+
+    own = [t.machine_id for t in settings.trees() if t.machine_id in machines]
+    if not own:
+        return None
+    came: set[str] = set()
+    if settings.state_file.exists():
+        try:
+            state = State(settings.state_file, readonly=True)
+        except StateError:
+            return own[0]
+        try:
+            came = {r.source for r in state.imports() if r.source in machines and
+                    (sid := session_of(r.path)) is not None and names(ref, sid)}
+        except StateError:
+            pass
+        finally:
+            state.close()
+    return came.pop() if len(came) == 1 else own[0]
 
 
 def _followed_copy(settings: Settings, machine: str, copies: list[Session]) -> str | None:
@@ -382,7 +409,15 @@ def resume(ctx: click.Context, session_id: str, machine: str | None, maps: tuple
     seen = Seen(settings.state_dir, repo.url)
     problems: list[str] = []
     try:
-        where, copies = locate_session(repo, session_id, machine, problems, seen)
+        try:
+            where, copies = locate_session(repo, session_id, machine, problems, seen)
+        except OnSeveralMachines as e:
+            # This machine backs up what follow imported: that copy is the followed
+            # machine's session, and this machine's own sessions are its own.
+            pick = _meant(settings, session_id, e.machines)
+            if pick is None:
+                raise
+            where, copies = locate_session(repo, session_id, pick, problems, seen)
     finally:
         seen.save()
         for line in problems:  # a machine that cannot be read may hold the session too

@@ -45,13 +45,26 @@ def web(ctx: click.Context, port: int | None, socket_path: Path | None, open_bro
         return
     if port is not None and socket_path is not None:
         raise UsageError("--port and --socket: one or the other")
+    import signal
+
     from syncd.cli.util import repository_of
     from syncd.web.server import WebServer, bind
 
     # Unlocked here, where a terminal can prompt for the passphrase.
     repo = repository_of(settings)
-    bound = bind(settings.web_port if port is None else port, socket_path)
+    try:
+        bound = bind(settings.web_port if port is None else port, socket_path)
+    except UsageError as e:
+        from syncd.web.server import read_url
+
+        served = read_url(settings.state_dir) is not None
+        raise UsageError(f"{e}" + (" (the daemon serves the page: syncd web --url; or "
+                                   "--port 0)" if served else " (--port 0: any free port)")
+                         ) from None
     server = WebServer(settings, bound, repo=repo)
+    # A SIGTERM stops the server (before it listens too) and is exit 0: uvicorn raises
+    # it again, once stopped, under this handler.
+    signal.signal(signal.SIGTERM, lambda *_: server.server.handle_exit(signal.SIGTERM, None))
     where = f" (on the Unix socket {bound.socket_path})" if bound.socket_path else ""
     click.echo(f"syncd web: {bound.url}{where}", err=False)
     click.echo("(the token in it is this start's own; Ctrl-C stops)", err=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from syncd.errors import AmbiguousSession, LookupFailed, NoBackup
-from syncd.format.catalog import MAX_LINE, Session, is_session_id
+from syncd.format.catalog import MAX_LINE, Session, is_injected, is_session_id
 from syncd.restore.sessionref import matching, one
 from syncd.untrusted import loads
 
@@ -74,6 +74,8 @@ class Transcript:
     path: str = ""
     items: list[Item] = field(default_factory=list)
     title: str | None = None
+    # Its last prompt record, else its last summary: the title when there is no other.
+    fallback_title: str | None = None
     cwd: str | None = None
     git_branch: str | None = None
     models: list[str] = field(default_factory=list)
@@ -104,9 +106,10 @@ def readable(text: str) -> str:
 
 
 def display_title(t: Transcript) -> str:
-    """What to call the transcript: its title, else its first prompt's start, else its id."""
-    if t.title:
-        return t.title
+    """What to call the transcript, as the session list does: its title, else its last
+    prompt or summary, else its first prompt's start, else its id."""
+    if t.title or t.fallback_title:
+        return t.title or t.fallback_title or ""
     first = next((i.text for i in t.items if i.kind == "prompt"), "")
     return _one_line(first, 100) if first.strip() else (t.agent or t.session)
 
@@ -219,6 +222,10 @@ class _Parser:
         self.budget = budget
         self.agents: dict[str, str] = {}  # tool_use id → agent id (from its result)
         self.stopped = 0  # lines not looked at once the budget was spent
+        # The fallbacks of a title, in the catalog's order after custom and AI titles.
+        self.custom = False
+        self.last_prompt: str | None = None
+        self.summary: str | None = None
 
     def add(self, item: Item, limit: int = TEXT_MAX) -> None:
         if self.budget.spent:
@@ -264,14 +271,20 @@ class _Parser:
             self.assistant(e, when)
         elif kind == "system":
             self.system(e, when)
-        elif kind == "summary" and isinstance(e.get("summary"), str):
-            self.add(Item("summary", e["summary"], when))
+        elif kind == "summary" and _str(e.get("summary")):
+            # The title Claude gave a branch (its picker's), not a compacted conversation.
+            self.summary = _one_line(e["summary"], 256)
+            self.add(Item("title", self.summary, when))
         elif kind == "custom-title" and _str(e.get("customTitle")):
             t.title = _one_line(e["customTitle"], 256)
+            self.custom = True
             self.add(Item("title", t.title, when))
         elif kind == "ai-title" and _str(e.get("aiTitle") or e.get("title")):
-            if t.title is None or not any(i.kind == "title" for i in t.items):
+            if not self.custom:
                 t.title = _one_line(e.get("aiTitle") or e["title"], 256)
+        elif kind == "last-prompt" and _str(e.get("lastPrompt")) and \
+                not is_injected(e["lastPrompt"]):  # a <task-notification>: the last real one
+            self.last_prompt = _one_line(e["lastPrompt"], 256)
         elif kind == "relocated" and _str(e.get("relocatedCwd"), 4096):
             self.add(Item("note", f"session moved to {e['relocatedCwd'][:4096]}", when))
         # progress, file-history-snapshot, queue-operation, last-prompt, attachment…:
@@ -362,6 +375,7 @@ class _Parser:
         # turn_duration, stop_hook_summary, informational: bookkeeping.
 
     def finish(self) -> None:
+        self.t.fallback_title = self.last_prompt or self.summary
         for item in self.t.items:
             if item.kind == "tool" and item.tool_id in self.agents:
                 item.agent = self.agents[item.tool_id]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from syncd.errors import AmbiguousSession, LookupFailed
+from syncd.errors import AmbiguousSession, OnSeveralMachines
 from syncd.format.catalog import Session
 from syncd.untrusted import printable
 
@@ -76,6 +76,6 @@ def one(ref: str, found: list[tuple[str, Session]], machine_named: bool) -> str:
     if len(machines) > 1 and not machine_named:
         last = {m: s.fields.get("last_activity", "?") for m, s in found}
         shown = [f"{printable(m)} (last activity {_shown(last[m])})" for m in machines]
-        raise LookupFailed(f"session {ref} is in several machines' backups: "
-                               f"{_listed(shown)}; pick one with --machine")
+        raise OnSeveralMachines(f"session {ref} is in several machines' backups: "
+                                f"{_listed(shown)}; pick one with --machine", machines)
     return min(found, key=lambda f: (f[0], f[1].session_id))[1].session_id

@@ -36,12 +36,9 @@ SCHEMA_VERSION = 1
 HEAD = 4 << 10
 # Text shorter than this is stored as is (compression would not pay for its header).
 PACK_MIN = 160
-# Rows inserted per executemany batch.
-_BATCH = 512
 # Catalog fields a session keeps; anything else given is not ours to store.
 FIELDS = ("title", "project", "last_activity", "git_branch", "origin", "first_prompt",
           "last_prompt")
-_TEXT_FIELDS = ("title", "first_prompt", "last_prompt")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -61,6 +58,7 @@ CREATE TABLE IF NOT EXISTS docs(
     id INTEGER PRIMARY KEY, file INTEGER, sess INTEGER NOT NULL,
     body, tools, output);
 CREATE INDEX IF NOT EXISTS docs_file ON docs(file);
+CREATE INDEX IF NOT EXISTS files_sess ON files(sess);
 CREATE INDEX IF NOT EXISTS sessions_activity ON sessions(last_activity);
 CREATE VIEW IF NOT EXISTS docs_text AS
     SELECT id, syncd_unpack(body) AS body, syncd_unpack(tools) AS tools,
@@ -109,6 +107,7 @@ class FileMarks:
     head: bytes | None
     tail_start: int
     tail: bytes | None
+    deleted: bool = False  # the file was gone when last looked at
 
 
 class SearchIndex:
@@ -130,8 +129,11 @@ class SearchIndex:
             db.create_function("syncd_unpack", 1, _unpack, deterministic=True)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES('version', ?)", (SCHEMA_VERSION,))
+            # Made once: a reader never waits for the lock a writer holds.
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name='text'").fetchone() is None:
+                db.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}\n"
+                                 f"INSERT OR IGNORE INTO meta VALUES('version', "
+                                 f"{SCHEMA_VERSION});\nCOMMIT;")
         except (sqlite3.Error, OSError) as e:
             raise StateError.of("search index", path, e) from e
         return cls(db, path)
@@ -186,15 +188,21 @@ class SearchIndex:
         self.db.execute(f"DELETE FROM docs WHERE {where}=?", (arg,))
 
     def _insert(self, file: int | None, sess: int, batch: list[extract.Row]) -> int | None:
-        last = None
-        for row in batch:
-            cur = self.db.execute(
-                "INSERT INTO docs(file, sess, body, tools, output) VALUES(?, ?, ?, ?, ?)",
-                (file, sess, _pack(row.body), _pack(row.tools), _pack(row.output)))
-            last = cur.lastrowid
-            self.db.execute("INSERT INTO text(rowid, body, tools, output) VALUES(?, ?, ?, ?)",
-                            (last, row.body or None, row.tools or None, row.output or None))
-        return last
+        """Insert ``batch`` as new rows; returns the last one's id. Ids are taken past the
+        largest (this writer holds the lock), so each table gets one executemany."""
+        if not batch:
+            return None
+        top = self.db.execute("SELECT max(id) FROM docs").fetchone()[0] or 0
+        ids = range(top + 1, top + 1 + len(batch))
+        self.db.executemany(
+            "INSERT INTO docs(id, file, sess, body, tools, output) VALUES(?, ?, ?, ?, ?, ?)",
+            [(i, file, sess, _pack(r.body), _pack(r.tools), _pack(r.output))
+             for i, r in zip(ids, batch, strict=True)])
+        self.db.executemany(
+            "INSERT INTO text(rowid, body, tools, output) VALUES(?, ?, ?, ?)",
+            [(i, r.body or None, r.tools or None, r.output or None)
+             for i, r in zip(ids, batch, strict=True)])
+        return ids[-1]
 
     def cursor(self, machine: str, path: bytes) -> tuple[int, int] | None:
         """The generation and bytes indexed of one file (None: never indexed)."""
@@ -204,9 +212,10 @@ class SearchIndex:
 
     def marks(self, machine: str, path: bytes) -> FileMarks | None:
         row = self.db.execute(
-            "SELECT gen, size, head_len, head, tail_start, tail FROM files "
+            "SELECT gen, size, head_len, head, tail_start, tail, deleted FROM files "
             "WHERE machine=? AND path=?", (machine, path)).fetchone()
-        return None if row is None else FileMarks(*row)
+        return None if row is None else FileMarks(row[0], row[1], row[2], row[3], row[4], row[5],
+                                               bool(row[6]))
 
     def feed(self, machine: str, path: bytes, gen: int, start: int, data: bytes) -> int:
         """Index the complete lines of ``data`` (bytes ``start``… of generation ``gen``);
@@ -265,25 +274,31 @@ class SearchIndex:
                    (sess, gen, start + end, int(midline), head_len, head, tail_start, tail,
                     fid))
         if session_of(path) is not None:
-            db.execute("UPDATE sessions SET deleted=0 WHERE id=?", (sess,))
+            self._settle(sess)
         return end
 
     def set_session(self, machine: str, session: str,
                     fields: dict[str, str | float | None]) -> None:
-        """Set a session's catalog fields (``FIELDS``; ``cwd`` stands for ``project``).
+        """Set a session's catalog fields (``FIELDS``; ``cwd`` stands for ``project``;
+        ``deleted``: truthy or not).
         Its title and prompts are searched too, as one row of their own."""
-        known = {("project" if k == "cwd" else k): v for k, v in fields.items()
-                 if k in FIELDS or k == "cwd"}
+        known: dict[str, str | float | None] = {
+            ("project" if k == "cwd" else k): v for k, v in fields.items()
+            if k in FIELDS or k == "cwd"}
+        if "deleted" in fields:  # a catalog's deletion (another machine's session)
+            known["deleted"] = 1 if fields["deleted"] else 0
         self._begin()
         sess = self._session_id(machine, session)
         if not known:
             return
+        text_sql = "SELECT catalog_doc, title, first_prompt, last_prompt FROM sessions " \
+            "WHERE id=?"
+        before = self.db.execute(text_sql, (sess,)).fetchone()
         cols = ", ".join(f"{k}=?" for k in known)
         self.db.execute(f"UPDATE sessions SET {cols} WHERE id=?", (*known.values(), sess))
-        if not any(k in known for k in _TEXT_FIELDS):
+        row = self.db.execute(text_sql, (sess,)).fetchone()
+        if row[1:] == before[1:]:  # its searched text is as it was (most flushes)
             return
-        row = self.db.execute("SELECT catalog_doc, title, first_prompt, last_prompt "
-                              "FROM sessions WHERE id=?", (sess,)).fetchone()
         texts = [str(t) for t in dict.fromkeys(row[1:]) if t]
         if row[0] is not None:
             self.db.execute("INSERT INTO text(text, rowid, body) SELECT 'delete', id, "
@@ -328,12 +343,29 @@ class SearchIndex:
         """The file is gone: its text stays findable; a session whose transcript is gone
         is marked deleted."""
         self._begin()
+        row = self.db.execute("SELECT sess FROM files WHERE machine=? AND path=?",
+                              (machine, path)).fetchone()
+        if row is None:
+            return
         self.db.execute("UPDATE files SET deleted=1 WHERE machine=? AND path=?",
                         (machine, path))
-        sid = session_of(path)
-        if sid is not None:
-            self.db.execute("UPDATE sessions SET deleted=1 WHERE machine=? AND session=?",
-                            (machine, sid))
+        if session_of(path) is not None:
+            self._settle(int(row[0]))
+
+    def _settle(self, sess: int) -> None:
+        """A session's transcript moved (``/cd``, a worktree: the same session id in another
+        project folder) is not deleted: the copy left behind goes, its text is the live
+        one's. With no live transcript left, the session is marked deleted."""
+        tops = [(int(i), bool(d)) for i, p, d in self.db.execute(
+            "SELECT id, path, deleted FROM files WHERE sess=?", (sess,))
+            if session_of(bytes(p)) is not None]
+        live = any(not d for _, d in tops)
+        if live:
+            for fid, deleted in tops:
+                if deleted:
+                    self._drop_docs("file", fid)
+                    self.db.execute("DELETE FROM files WHERE id=?", (fid,))
+        self.db.execute("UPDATE sessions SET deleted=? WHERE id=?", (int(not live), sess))
 
     def files(self, machine: str) -> dict[bytes, bool]:
         """The paths of ``machine`` indexed here, each with whether it is marked deleted."""

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncd.errors import SyncdError
-from syncd.format.catalog import MetaScanner, session_of, session_of_any
+from syncd.format.catalog import (
+    TITLE_FILE_MAX,
+    MetaScanner,
+    session_of,
+    session_of_any,
+    title_file_fields,
+    title_file_owner,
+)
 from syncd.search.index import FILE_NAME, FileMarks, SearchIndex
 
 log = logging.getLogger(__name__)
@@ -74,7 +81,7 @@ class Indexer:
         for dirpath, dirs, names in os.walk(top):
             rel = os.fsencode(os.path.relpath(dirpath, self.root))
             for name in names:
-                if name.endswith(".jsonl"):
+                if name.endswith(".jsonl") or name == "custom-title.json":
                     path = rel + b"/" + os.fsencode(name)
                     if session_of_any(path) is not None:
                         yield path
@@ -91,6 +98,9 @@ class Indexer:
             if stop is not None and stop.is_set():
                 self.index.commit()
                 return done
+            if path.endswith(b".json"):
+                self._title(path)
+                continue
             seen.add(path)
             self._update(path, done, origins, quick=True)
             if i % COMMIT_EVERY == COMMIT_EVERY - 1:
@@ -102,13 +112,19 @@ class Indexer:
         self.index.commit()
         return done
 
-    def update(self, paths: Iterable[bytes], origins: dict[str, str] | None = None) -> Pass:
-        """The given paths (relative to the root): those not transcripts are passed over."""
+    def update(self, paths: Iterable[bytes], origins: dict[str, str] | None = None,
+               stop: threading.Event | None = None) -> Pass:
+        """The given paths (relative to the root): those not transcripts are passed over.
+        Stopped, the rest waits for the next start's pass (their sizes tell them)."""
         done = Pass()
         if origins is None:
             origins = self._origins() if self._origins is not None else {}
         for path in paths:
-            if path.startswith(b"projects/") and path.endswith(b".jsonl") and \
+            if stop is not None and stop.is_set():
+                break
+            if title_file_owner(path) is not None:
+                self._title(path)
+            elif path.startswith(b"projects/") and path.endswith(b".jsonl") and \
                     session_of_any(path) is not None:
                 self._update(path, done, origins, quick=False)
         self.index.commit()
@@ -132,7 +148,8 @@ class Indexer:
             if self._stats.get(path) == key:
                 return
             m = self.index.marks(self.machine, path)
-            if quick and m is not None and m.gen == st.st_ino and m.size == st.st_size:
+            if quick and m is not None and not m.deleted and m.gen == st.st_ino and \
+                    m.size == st.st_size:
                 self._stats[path] = key  # unchanged since indexed: a stat is all it costs
                 return
             start = 0
@@ -140,7 +157,7 @@ class Indexer:
                 start = m.size
             elif m is not None:
                 done.reindexed += 1
-            if start < st.st_size or m is None or (start == 0 and m.size > 0):
+            if start < st.st_size or m is None or m.deleted or (start == 0 and m.size > 0):
                 self._read(fd, path, st.st_ino, start, st.st_size, done, origins)
             self._stats[path] = key
         except OSError as e:
@@ -148,14 +165,37 @@ class Indexer:
         finally:
             os.close(fd)
 
+    def _title(self, path: bytes) -> None:
+        """A session's ``custom-title.json`` (a /rename): its title, as the catalog takes it."""
+        sid = session_of_any(path)
+        full = os.path.join(os.fsencode(self.root), path)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if sid is None or not stat.S_ISREG(st.st_mode) or self._stats.get(path) == key:
+                return
+            self._stats[path] = key
+            found = title_file_fields(os.pread(fd, TITLE_FILE_MAX + 1, 0))
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        if found:
+            self.index.fold_catalog(self.machine, sid, found)
+
     def _read(self, fd: int, path: bytes, gen: int, start: int, size: int, done: Pass,
               origins: dict[str, str]) -> None:
         sid = session_of(path)  # a top-level transcript: its lines name the catalog
         scan = MetaScanner(at_line_start=True) if sid is not None else None
         pos = start
         done.files += 1
-        if start == 0:  # read anew: what was indexed of it goes first (even when empty)
-            self.index.feed(self.machine, path, gen, 0, b"")
+        # Read anew, what was indexed of it goes first (even when it is empty now); back
+        # after a deletion, it is no longer marked.
+        self.index.feed(self.machine, path, gen, start, b"")
         while pos < size:
             data = os.pread(fd, min(CHUNK, size - pos), pos)
             if not data:
@@ -229,7 +269,7 @@ class Background:
                 try:
                     if full:
                         indexer.update_all(self._stop, origins)
-                    indexer.update(paths, origins)
+                    indexer.update(paths, origins, self._stop)
                 except (SyncdError, OSError) as e:
                     log.warning("search: indexing failed (tried again with the next "
                                 "flush): %s", e)

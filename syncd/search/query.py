@@ -7,18 +7,18 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from syncd.errors import UsageError
+from syncd.errors import BadQuery, StateError
 from syncd.search.extract import MARK_END, MARK_START
 from syncd.search.index import SearchIndex
+
+__all__ = ["BadQuery", "Hit", "pieces", "search"]
 
 # Column weights: what was said over what a tool was given over what it printed.
 _WEIGHTS = (1.0, 0.6, 0.4)
 SNIPPET_TOKENS = 24
 QUERY_MAX = 1000
-
-
-class BadQuery(UsageError):
-    """A query FTS5 cannot parse (exit 2)."""
+_DATABASE_TROUBLE = ("locked", "disk", "malformed", "readonly", "unable to open", "no such "
+                     "table", "interrupt", "memory")
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,10 @@ def search(index: SearchIndex, query: str, *, machine: str | None = None,
         where.append("s.last_activity <= ?")
         args.append(until)
     cond = " AND ".join(where) or "1"
+    weights = ", ".join(map(str, _WEIGHTS))
+    # Materialized: bm25() is only usable in the FTS5 query itself, not in a join.
     sql = f"""
-        WITH m AS (SELECT rowid AS id, bm25(text, {', '.join(map(str, _WEIGHTS))}) AS score
+        WITH m AS MATERIALIZED (SELECT rowid AS id, bm25(text, {weights}) AS score
                    FROM text WHERE text MATCH ?)
         SELECT d.sess, min(m.score) AS best, m.id, count(*) AS n
         FROM m JOIN docs d ON d.id = m.id JOIN sessions s ON s.id = d.sess
@@ -108,8 +110,10 @@ def search(index: SearchIndex, query: str, *, machine: str | None = None,
                 deleted=bool(s[6]), score=float(best) * (1.0 + 0.05 * min(n, 20)),
                 origin=s[7]))
     except sqlite3.OperationalError as e:
-        if "fts5" in str(e) or "syntax" in str(e) or "no such column" in str(e):
-            raise BadQuery(f"search: cannot parse the query {query[:200]!r} "
-                           f"(FTS5 syntax: {e})") from None
-        raise
+        # What FTS5 says of a query it cannot parse has no code of its own: anything
+        # but the database's own trouble is the query's.
+        if any(w in str(e) for w in _DATABASE_TROUBLE):
+            raise StateError.of("search index", index.path, e) from e
+        raise BadQuery(f"search: cannot parse the query {query[:200]!r} "
+                       f"(FTS5 syntax: {e})") from None
     return hits

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol
 
 from syncd.errors import FormatError, StoreError
-from syncd.format.catalog import Session, session_of
+from syncd.format.catalog import Session, parse_origin, session_of
 from syncd.format.segment import Extent
 from syncd.format.snapshot import Entry
 from syncd.repository import Repository
@@ -224,8 +224,11 @@ def _sessions(sessions: dict[bytes, Session]) -> dict[str, Session]:
 
 
 def catalog_fields(s: Session) -> dict[str, str | float | None]:
-    """What the search index keeps of a session's catalog entry."""
+    """What the search index keeps of a session's catalog entry: an imported session
+    keeps the machine it came from, so a hit names that machine as the daemon's do."""
+    came = parse_origin(s.fields.get("origin"))
     return {"title": s.title or None, "project": s.place,
+            "origin": came.machine if came is not None else None,
             "last_activity": activity_time(s.fields.get("last_activity")),
             "git_branch": s.fields.get("git_branch"),
             "first_prompt": s.fields.get("first_prompt"),

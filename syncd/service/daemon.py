@@ -10,11 +10,13 @@ import logging
 import math
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from syncd.backup.engine import Engine
 from syncd.backup.scan import scan
@@ -25,15 +27,21 @@ from syncd.errors import (
     CryptoError,
     LeaseHeld,
     LeaseLost,
+    StateError,
     StoreError,
     SyncdError,
 )
 from syncd.follow.follower import Follower
 from syncd.search.indexer import Background
+from syncd.service.billing import RECORD_EVERY
+from syncd.service.billing import record as record_requests
 from syncd.service.catchup import Wakeup, catch_up
 from syncd.service.log import set_level
 from syncd.service.metrics import MetricsServer
 from syncd.service.notify import Notifier
+
+if TYPE_CHECKING:
+    from syncd.web.server import WebServer
 
 log = logging.getLogger("syncd.daemon")
 
@@ -198,6 +206,8 @@ class Daemon:
         archiver = Archiver(self.settings, lambda: engine.repo if engine.connected else None,
                             self.stop, on_stored=self._on_stored)
         metrics = MetricsServer.start_for(self.settings) if self._metrics else None
+        # The page, as `syncd web` serves it (the tree that serves metrics serves it).
+        web = self._start_web() if self._metrics and self.settings.web else None
         watcher = Watcher(self.settings.source, engine.selection, on_file=self.mark,
                           on_dir=self.mark_dir, on_overflow=self.request_scan)
         try:
@@ -222,6 +232,7 @@ class Daemon:
             # Watch first, then scan: a change between the two is seen at least once.
             watcher.start()
             next_scan = 0.0
+            next_count = time.monotonic() + RECORD_EVERY
             while not self.stop.is_set():
                 self.notify.watchdog()
                 if self._reload_due:
@@ -246,7 +257,11 @@ class Daemon:
                     self.notify.ready(self._status_text())
                 self.notify.status(self._status_text())
                 self._publish_pending(engine)
-                self.wake.wait(self._timeout(next_scan))
+                if time.monotonic() >= next_count:
+                    record_requests(engine.state)  # what the dashboard's cost is made of
+                    next_count = time.monotonic() + RECORD_EVERY
+                self.wake.wait(min(self._timeout(next_scan),
+                                   max(0.0, next_count - time.monotonic())))
                 self.wake.clear()
         finally:
             archiver.shutdown()
@@ -258,11 +273,35 @@ class Daemon:
                 engine.head.write_if_due(now=True)  # a clean stop leaves the head current
             if metrics is not None:
                 metrics.stop()
+            if web is not None:
+                from syncd.web.server import forget_url
+
+                web.stop()
+                forget_url(self.settings.state_dir)
+            with contextlib.suppress(StateError, sqlite3.Error):
+                record_requests(engine.state)
             engine.close()
             self.notify.close()
         if self.fatal is not None:
             raise self.fatal
         log.info("syncd stopped")
+
+    def _start_web(self) -> WebServer | None:
+        """The page on 127.0.0.1:web_port, its URL (with this start's token) logged and
+        written 0600 to the state dir for `syncd web --url`. A port taken is a warning:
+        the backup goes on without the page."""
+        from syncd.web.server import WebServer, bind, write_url
+
+        try:
+            bound = bind(self.settings.web_port)
+            server = WebServer(self.settings, bound)
+        except (SyncdError, OSError) as e:
+            log.warning("web page not served: %s", e)
+            return None
+        server.start()
+        write_url(self.settings.state_dir, bound.url)
+        log.warning("web page: %s", bound.url)
+        return server
 
     def _apply_reload(self, next_scan: float) -> float:
         """SIGHUP: re-read the configuration and apply what can change without a restart."""

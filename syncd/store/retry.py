@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from syncd.errors import AlreadyExists, PreconditionFailed, TransientError
 from syncd.store.base import ObjectInfo, Store
+from syncd.store.requests import REQUESTS
 
 T = TypeVar("T")
 log = logging.getLogger("syncd.store")
@@ -71,6 +72,7 @@ class RetryStore:
             nonlocal attempts
             attempts += 1
             self._fenced()
+            REQUESTS.add("PUT")
             try:
                 return self.inner.put(key, data, if_none_match=if_none_match,
                                       if_match=if_match)
@@ -88,24 +90,49 @@ class RetryStore:
         return self._call(f"put {key}", once)
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        return self._call(f"get {key}", lambda: self.inner.get(key, start, length))
+        def once() -> bytes:
+            REQUESTS.add("GET")
+            return self.inner.get(key, start, length)
+
+        return self._call(f"get {key}", once)
 
     def head(self, key: str) -> ObjectInfo | None:
-        return self._call(f"head {key}", lambda: self.inner.head(key))
+        def once() -> ObjectInfo | None:
+            REQUESTS.add("HEAD")
+            return self.inner.head(key)
+
+        return self._call(f"head {key}", once)
 
     def list(self, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
-        # Materialise so that a retry restarts the listing instead of a half-consumed page.
-        found = self._call(f"list {prefix}", lambda: list(self.inner.list(prefix, start_after)))
-        return iter(found)
+        def once() -> list[ObjectInfo]:
+            # Materialised so that a retry restarts the listing instead of a half-consumed
+            # page; billed by the page (a failed attempt: one).
+            found: list[ObjectInfo] = []
+            try:
+                found.extend(self.inner.list(prefix, start_after))
+            finally:
+                REQUESTS.pages("LIST", len(found))
+            return found
+
+        return iter(self._call(f"list {prefix}", once))
 
     def prefixes(self, prefix: str) -> Iterator[str]:
-        return iter(self._call(f"list {prefix}", lambda: list(self.inner.prefixes(prefix))))
+        def once() -> list[str]:
+            found: list[str] = []
+            try:
+                found.extend(self.inner.prefixes(prefix))
+            finally:
+                REQUESTS.pages("LIST", len(found))
+            return found
+
+        return iter(self._call(f"list {prefix}", once))
 
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = list(keys)
 
         def once() -> None:
             self._fenced()
+            REQUESTS.pages("DELETE", len(batch))
             self.inner.delete_many(batch)
 
         self._call("delete", once)

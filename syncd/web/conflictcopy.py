@@ -51,6 +51,15 @@ class Copy:
         return self.rel
 
     @property
+    def saved(self) -> float | None:
+        """When it was saved: its second's folder, named in local time (None: a folder
+        named like one that is no time)."""
+        try:
+            return time.mktime(time.strptime(self.second[:15], "%Y%m%dT%H%M%S"))
+        except (ValueError, OverflowError):
+            return None
+
+    @property
     def transcript(self) -> bool:
         parts = self.rel.split("/")
         return parts[0] == "projects" and self.rel.endswith(".jsonl")

@@ -29,6 +29,12 @@ class Row:
     size: int
     here: str
     deleted: bool
+    # Title and project in lower case: what the search box matches without an index.
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            object.__setattr__(self, "text", f"{self.title}\n{self.project}".lower())
 
 
 def _row(r: dict[str, Any]) -> Row:
@@ -61,10 +67,14 @@ class SessionList:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _wanted: threading.Event = field(default_factory=threading.Event)
+    _looked: float = 0.0  # monotonic time of the last look at the heads
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Load in the background now and look for changes every REFRESH."""
+        """Load in the background now; then look at the heads again when the view is
+        asked for and the last look is older than REFRESH (a page nobody views costs
+        no request)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="syncd-web-rows",
                                             daemon=True)
@@ -77,8 +87,14 @@ class SessionList:
         """Whether the first load is done (waiting up to ``timeout``)."""
         return self._ready.wait(timeout)
 
+    def wanted(self) -> None:
+        """The view was asked for: a look at the heads when the last is old enough."""
+        if time.monotonic() - self._looked >= REFRESH:
+            self._wanted.set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._looked = time.monotonic()
             try:
                 self.refresh()
             except (SyncdError, OSError) as e:
@@ -87,7 +103,11 @@ class SessionList:
                     self.problems = [str(e)]
             finally:
                 self._ready.set()
+            # Not before REFRESH, and then only once the view is asked for again.
             self._stop.wait(REFRESH)
+            while not self._stop.is_set() and not self._wanted.wait(REFRESH):
+                pass
+            self._wanted.clear()
 
     def refresh(self, force: bool = False) -> bool:
         """Reload when the heads changed since the last load; whether it did."""
@@ -106,10 +126,11 @@ class SessionList:
     def page(self, *, machine: str | None = None, project: str | None = None,
              since: str | None = None, until: str | None = None,
              only: set[tuple[str, str]] | None = None,
-             rank: dict[tuple[str, str], int] | None = None, offset: int = 0,
-             limit: int = 100) -> Page:
+             rank: dict[tuple[str, str], int] | None = None, text: str | None = None,
+             offset: int = 0, limit: int = 100) -> Page:
         """The rows that pass the filters (``only``: these (machine, session)), newest
-        first (or in ``rank``'s order: a search's), ``limit`` of them from ``offset``."""
+        first (or in ``rank``'s order: a search's), ``limit`` of them from ``offset``;
+        ``text``: only those whose title or project holds it."""
         with self._lock:
             rows = self.rows
         if machine:
@@ -120,6 +141,9 @@ class SessionList:
             rows = [r for r in rows if r.last_activity >= since]
         if until:
             rows = [r for r in rows if r.last_activity[:len(until)] <= until]
+        if text:  # the catalogs' own search: titles and projects, case aside
+            low = text.lower()
+            rows = [r for r in rows if low in r.text]
         if only is not None:
             rows = [r for r in rows if (r.machine, r.session) in only]
         if rank is not None:

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -145,10 +145,9 @@ class Guarded:
             # token becomes a cookie, and leaves the address bar (and the history) at once.
             rest = urlencode([(k, v) for k, v in parse_qsl(
                 scope.get("query_string", b"").decode("latin-1")) if k != "token"])
-            # The path as sent (still percent-encoded: no CR/LF can reach the header),
-            # and ours only: "//host/" or "/\\host/" would send the browser elsewhere.
-            raw = scope.get("raw_path") or scope.get("path", "/").encode()
-            path = "/" + raw.decode("latin-1").lstrip("/\\")
+            # Our own path, quoted again, one leading slash: never another site's
+            # address (//host) nor a header of its own.
+            path = "/" + quote(scope.get("path", "/"), safe="/:@!$&'()*+,;=-._~").lstrip("/")
             where = path + (f"?{rest}" if rest else "")
             cookie = f"{g.cookie}={g.token}; HttpOnly; SameSite=Strict; Path=/"
             await _plain(send, 303, "see other\n", ((b"location", where.encode()),) + (

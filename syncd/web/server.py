@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from syncd.config import Settings
@@ -91,7 +93,7 @@ class WebServer:
         config = uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning",
                                 server_header=False, date_header=False,
                                 timeout_graceful_shutdown=2)
-        self.server: uvicorn.Server = uvicorn.Server(config)
+        self.server: uvicorn.Server = _quiet_server(config)
         self._thread: threading.Thread | None = None
 
     def serve(self) -> None:
@@ -106,7 +108,7 @@ class WebServer:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self.server.should_exit = True
+        self.server.handle_exit(signal.SIGTERM, None)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -116,6 +118,31 @@ class WebServer:
         if self.bound.socket_path is not None:
             with contextlib.suppress(OSError):
                 self.bound.socket_path.unlink()
+
+
+def _quiet_server(config: uvicorn.Config) -> uvicorn.Server:
+    """A uvicorn server that sleeps until told to stop: uvicorn's own loop wakes ten
+    times a second (for a Date header we do not send), which an idle daemon would pay."""
+    import uvicorn
+
+    class Quiet(uvicorn.Server):
+        _exit: asyncio.Event | None = None
+        _loop: asyncio.AbstractEventLoop | None = None
+
+        async def main_loop(self) -> None:
+            await self.on_tick(0)  # the default headers, once
+            self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
+            if not self.should_exit:
+                await self._exit.wait()
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            loop, done = self._loop, self._exit
+            if loop is not None and done is not None:
+                with contextlib.suppress(RuntimeError):  # its loop already closed
+                    loop.call_soon_threadsafe(done.set)
+
+    return Quiet(config)
 
 
 def write_url(state_dir: Path, url: str) -> Path:

@@ -56,13 +56,13 @@ def session_list(site: Site) -> SessionList:
 def _search(site: Site, query: str, machine: str | None, project: str | None
             ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], Any]]:
     """The (machine, session) pairs the index finds, and their hits (for snippets)."""
+    path = site.settings.state_dir / "search.db"
+    if not path.exists():  # nothing indexed here (yet)
+        return set(), {}
     try:
         index_mod = importlib.import_module("syncd.search.index")
         query_mod = importlib.import_module("syncd.search.query")
-    except ImportError:
-        return set(), {}
-    path = site.settings.state_dir / "search.db"
-    if not path.exists():
+    except ImportError:  # not in this version
         return set(), {}
     index = index_mod.SearchIndex.open(path)
     try:
@@ -80,7 +80,9 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-async def sessions(request: Request) -> Response:
+def sessions(request: Request) -> Response:
+    # A plain function: Starlette runs it in its thread pool, where the wait for a
+    # first load and the index's query do not hold up the other requests.
     site = site_of(request)
     q = request.query_params
     machine = q.get("machine") or None
@@ -89,10 +91,12 @@ async def sessions(request: Request) -> Response:
     text = (q.get("q") or "").strip()
     offset = _int(q.get("offset"), 0)
     rows = session_list(site)
+    rows.wanted()
     loading = not rows.wait(FIRST_LOAD_WAIT)
     only: set[tuple[str, str]] | None = None
     hits: dict[tuple[str, str], Any] = {}
     bad_query = None
+    catalogs: str | None = None
     if text:
         try:
             only, hits = _search(site, text, machine, project)
@@ -100,11 +104,9 @@ async def sessions(request: Request) -> Response:
             bad_query, only = str(e), set()
         if not hits and bad_query is None:
             # No index (yet): what the heads' catalogs say, titles and projects.
-            low = text.lower()
-            only = {(r.machine, r.session) for r in rows.rows
-                    if low in r.title.lower() or low in r.project.lower()}
+            only, catalogs = None, text
     found = rows.page(machine=machine, project=project, since=since, until=until,
-                      only=only, offset=offset, limit=PAGE,
+                      only=only, text=catalogs, offset=offset, limit=PAGE,
                       # ranked: the index's order, not the time's
                       rank={key: i for i, key in enumerate(hits)} if hits else None)
 

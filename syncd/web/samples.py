@@ -1,0 +1,94 @@
+"""Stored bytes per machine over time: samples the page takes while it is served (one
+LIST of each machine's objects every ``EVERY``), kept in a small table beside the state.
+
+The store's LIST gives sizes and no times, so history is what the page (or the daemon
+with ``web = true``) saw: a daemon that serves it keeps a continuous record.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from syncd.errors import SyncdError
+
+log = logging.getLogger("syncd.web")
+
+EVERY = 600.0  # seconds between samples
+KEEP = 90 * 86400.0  # samples older than this are dropped
+FILE = "web.sqlite"
+
+
+class Samples:
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        path.chmod(0o600)
+        self._db.execute("CREATE TABLE IF NOT EXISTS samples "
+                         "(time REAL NOT NULL, machine TEXT NOT NULL, bytes INTEGER NOT NULL)")
+        self._db.execute("CREATE INDEX IF NOT EXISTS samples_time ON samples (time)")
+
+    def last(self) -> float | None:
+        with self._lock:
+            row = self._db.execute("SELECT max(time) FROM samples").fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def add(self, now: float, sizes: dict[str, int]) -> None:
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
+                                 [(now, m, n) for m, n in sizes.items()])
+            self._db.execute("DELETE FROM samples WHERE time < ?", (now - KEEP,))
+            self._db.execute("COMMIT")
+
+    def series(self) -> dict[str, list[tuple[float, int]]]:
+        """Per machine, its (time, bytes) samples, oldest first."""
+        out: dict[str, list[tuple[float, int]]] = {}
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT machine, time, bytes FROM samples ORDER BY time").fetchall()
+        for machine, t, n in rows:
+            out.setdefault(str(machine), []).append((float(t), int(n)))
+        return out
+
+    def latest(self) -> dict[str, int]:
+        """Each machine's bytes at the newest sample."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT machine, bytes FROM samples WHERE time = "
+                "(SELECT max(time) FROM samples)").fetchall()
+        return {str(m): int(n) for m, n in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class Sampler:
+    """Takes a sample now and every ``EVERY`` after, in a thread of its own."""
+
+    def __init__(self, samples: Samples, measure: Callable[[], dict[str, int]]) -> None:
+        self.samples, self.measure = samples, measure
+        self.first = threading.Event()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="syncd-web-samples", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            last = self.samples.last()
+            now = time.time()
+            if last is None or now - last >= EVERY:
+                try:
+                    self.samples.add(now, self.measure())
+                except (SyncdError, OSError, sqlite3.Error) as e:
+                    log.warning("web: stored bytes not sampled: %s", e)
+            self.first.set()
+            last = self.samples.last() or now
+            self._stop.wait(max(1.0, last + EVERY - time.time()))
+
+    def stop(self) -> None:
+        self._stop.set()
