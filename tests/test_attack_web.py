@@ -140,6 +140,41 @@ def test_the_conflicts_page_shares_one_budget(client: Client, desk: Settings,
     assert html.count("hostile") < 2 * ((64 << 10) // len("hostile "))
 
 
+# -- the dashboard -----------------------------------------------------------------------
+
+def test_stored_bytes_cost_a_listing_not_a_request_per_machine(tmp_path: Path) -> None:
+    # 3,000 machines of one small object each: anyone who writes the bucket makes them.
+    from types import SimpleNamespace
+
+    from syncd.repository import Repository
+    from syncd.store.memory import MemoryStore
+    from syncd.web.dashboard import _stored
+    from tests.counting import CountingStore
+
+    inner = MemoryStore()
+    for i in range(3000):
+        inner.put(f"machines/m{i:04d}/machine.json", b"{}")
+    inner.put("machines/not a machine!/x", b"1234")
+    store = CountingStore(inner)
+    site = SimpleNamespace(repository=lambda: Repository(store, "m0000"))
+    sizes = _stored(site)  # type: ignore[arg-type]
+    assert len(sizes) == 3000 and sizes["m0042"] == 2
+    assert store.counts.by_kind()["LIST"] <= 4
+
+
+def test_the_plot_reads_the_samples_of_the_biggest_machines_only(tmp_path: Path) -> None:
+    from syncd.web.samples import Samples
+
+    samples = Samples(tmp_path / "web.sqlite")
+    for t in range(3):
+        samples.add(1000.0 + t, {f"m{i:04d}": i * 10 + t for i in range(500)})
+    got = samples.series(most=12)
+    assert sorted(got) == [f"m{i:04d}" for i in range(488, 500)]
+    assert got["m0499"] == [(1000.0, 4990), (1001.0, 4991), (1002.0, 4992)]
+    assert len(samples.series()) == 500
+    samples.close()
+
+
 # -- a hostile store's strings in a real browser -------------------------------------------
 # (Last in the module: while its browser runs, Playwright's sync API holds this thread's
 # event loop, and the ASGI calls above need one of their own.)

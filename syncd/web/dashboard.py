@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from syncd.web.pages import page
-from syncd.web.plot import Plot, lines
+from syncd.web.plot import MOST_SERIES, Plot, lines
 from syncd.web.samples import FILE as SAMPLES_FILE
 from syncd.web.samples import Sampler, Samples
 from syncd.web.site import Site, site_of
@@ -79,12 +79,18 @@ def _figures(site: Site) -> dict[str, Any]:
 
 
 def _stored(site: Site) -> dict[str, int]:
-    """Each machine's stored bytes: one LIST of its objects (a page per 1,000)."""
+    """Each machine's stored bytes: one LIST of every machine's objects (a page per
+    1,000), not one per machine: a store's prefixes cost a bucket's writer nothing, and
+    would cost this page a request each every sample."""
+    from syncd.config import MACHINE_ID
     from syncd.store import layout
 
-    repo = site.repository()
-    return {m: sum(o.size for o in repo.store.list(layout.machine_prefix(m)))
-            for m in repo.machines()}
+    out: dict[str, int] = {}
+    for o in site.repository().store.list(layout.MACHINES_PREFIX):
+        m = layout.machine_of(o.key)
+        if m is not None and MACHINE_ID.fullmatch(m):
+            out[m] = out.get(m, 0) + o.size
+    return out
 
 
 def _sampler(site: Site) -> Sampler:
@@ -121,7 +127,7 @@ def _cost(site: Site, stored: dict[str, int]) -> dict[str, Any]:
 def plot_of(site: Site) -> Plot:
     sampler = _sampler(site)
     sampler.first.wait(FIRST_SAMPLE_WAIT)
-    return lines(sampler.samples.series())
+    return lines(sampler.samples.series(most=MOST_SERIES))
 
 
 async def dashboard(request: Request) -> Response:

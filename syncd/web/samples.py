@@ -45,12 +45,18 @@ class Samples:
             self._db.execute("DELETE FROM samples WHERE time < ?", (now - KEEP,))
             self._db.execute("COMMIT")
 
-    def series(self) -> dict[str, list[tuple[float, int]]]:
-        """Per machine, its (time, bytes) samples, oldest first."""
+    def series(self, most: int | None = None) -> dict[str, list[tuple[float, int]]]:
+        """Per machine, its (time, bytes) samples, oldest first; ``most``: only the
+        machines that held the most at the newest sample, that many (a store may name
+        any number of machines: their samples are not all read)."""
         out: dict[str, list[tuple[float, int]]] = {}
+        only = "" if most is None else (
+            "WHERE machine IN (SELECT machine FROM samples WHERE time = "
+            "(SELECT max(time) FROM samples) ORDER BY bytes DESC, machine LIMIT ?) ")
         with self._lock:
             rows = self._db.execute(
-                "SELECT machine, time, bytes FROM samples ORDER BY time").fetchall()
+                f"SELECT machine, time, bytes FROM samples {only}ORDER BY time",
+                () if most is None else (most,)).fetchall()
         for machine, t, n in rows:
             out.setdefault(str(machine), []).append((float(t), int(n)))
         return out
