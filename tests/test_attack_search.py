@@ -97,3 +97,14 @@ def test_catalog_readers_pass_over_deep_nesting() -> None:
     assert fields["cwd"] == "/home/u/proj" and fields["first_prompt"] == "the prompt"
     assert title_file_fields(b"[" * 5000) == {}
     assert parse_origin("[" * 5000) is None
+
+
+def test_a_query_cannot_close_the_column_filter_to_reach_tool_output(
+        index: SearchIndex) -> None:
+    index.feed("m1", REL, 1, 0, user("x a b"))
+    index.commit()
+    for query in ["x) OR output : (secret", "x ) OR (y", ")"]:
+        with pytest.raises(BadQuery, match="closes more than was opened"):
+            search(index, query)
+    assert search(index, '"a)" OR x')  # a parenthesis in a string is a word's
+    assert search(index, "(x) AND (a OR b)")

@@ -53,6 +53,19 @@ def pieces(marked: str) -> list[tuple[str, bool]]:
     return out
 
 
+def _balanced(query: str) -> bool:
+    """Whether no ')' outside a "string" closes more parentheses than were opened."""
+    depth, quoted = 0, False
+    for c in query:
+        if c == '"':
+            quoted = not quoted  # FTS5 writes a quote inside a string as "": two flips
+        elif not quoted and c in "()":
+            depth += 1 if c == "(" else -1
+            if depth < 0:
+                return False
+    return True
+
+
 def search(index: SearchIndex, query: str, *, machine: str | None = None,
            project: str | None = None, since: float | None = None,
            until: float | None = None, limit: int = 20, offset: int = 0,
@@ -61,7 +74,11 @@ def search(index: SearchIndex, query: str, *, machine: str | None = None,
     if not query.strip() or len(query) > QUERY_MAX:
         raise BadQuery(f"search: cannot use the query {query[:80]!r}: "
                        f"empty or over {QUERY_MAX} characters")
-    # Without --all-text only what was said and what tools were given is looked in.
+    # Without --all-text only what was said and what tools were given is looked in: the
+    # query goes inside a column filter, which a ')' of its own must not close.
+    if not all_text and not _balanced(query):
+        raise BadQuery(f"search: cannot parse the query {query[:200]!r} (a ')' closes "
+                       "more than was opened)")
     match = query if all_text else f"{{body tools}} : ({query})"
     where = []
     args: list[object] = [match]
