@@ -345,17 +345,38 @@ def test_the_terminal_gets_no_markup_and_no_escape_sequences() -> None:
     assert "?[31mred" in got
 
 
-def test_a_terminal_pages_through_the_pager(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pydoc
-
-    paged: list[str] = []
-    monkeypatch.setattr(pydoc, "pager", paged.append)
+def test_a_terminal_pages_through_the_pager(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAGER", f"cat > {tmp_path / 'paged'}")
     monkeypatch.setenv("LESS", "")  # (so that the test leaves it as it was)
     monkeypatch.delenv("LESS")
     out = io.StringIO()
     print_text(parse_bytes(user("a prompt to page"), SID), _console(out))  # a terminal
-    assert out.getvalue() == "" and len(paged) == 1 and "a prompt to page" in paged[0]
+    paged = (tmp_path / "paged").read_text()
+    assert out.getvalue() == "" and "a prompt to page" in paged and "\x1b[" in paged
     assert os.environ["LESS"] == "FRX"  # less shows the colours
+
+
+def test_the_pager_gets_the_session_as_it_is_laid_out(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    from syncd.render import text
+
+    t = parse_bytes(b"".join(user(f"prompt {n} " + "words " * 50) for n in range(2000)), SID)
+    laid: list[int] = []
+    whole = text.renderables
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        for r in whole(*args, **kw):
+            laid.append(1)
+            yield r
+
+    monkeypatch.setattr(text, "renderables", counted)
+    # A reader who quits after the first screens: the rest is never laid out.
+    monkeypatch.setenv("PAGER", f"head -c 20000 > {tmp_path / 'seen'}")
+    print_text(t, _console(io.StringIO()))
+    assert (tmp_path / "seen").stat().st_size == 20000
+    assert 0 < len(laid) < 1000  # of 2000 prompts and the title's lines
 
 
 # -- bounds -------------------------------------------------------------------------------
