@@ -36,8 +36,9 @@ TIMELINE_TTL = 10.0
 # Characters of rendered transcripts kept (a big session takes seconds to render: going
 # back to a point, or a reload that finds it unchanged, costs nothing).
 RENDERED_MAX = 64 << 20
-# Parsed transcripts kept (a long session's page loads its parts one request each).
-TRANSCRIPTS_KEPT = 4
+# Characters of parsed transcripts kept (a long session's page loads its parts one
+# request each, from one read of the session): the last one always.
+TRANSCRIPTS_MAX = 32 << 20
 # Bytes of a local transcript read for its first ``cwd`` (the first lines carry it).
 READ_FOR_CWD = 256 << 10
 
@@ -79,7 +80,9 @@ class SessionDesk:
         self._rendered: OrderedDict[tuple[object, ...], str] = OrderedDict()
         self._rendered_chars = 0
         self._rendered_lock = threading.Lock()
-        self._transcripts: OrderedDict[tuple[object, ...], Transcript] = OrderedDict()
+        self._transcripts: OrderedDict[tuple[object, ...], tuple[Transcript, int]] = \
+            OrderedDict()
+        self._transcripts_chars = 0
 
     # -- what a request may name ----------------------------------------------------------
 
@@ -151,13 +154,17 @@ class SessionDesk:
                 hit = self._transcripts.get(key)
                 if hit is not None:
                     self._transcripts.move_to_end(key)
-                    return hit
+                    return hit[0]
         t = load()
         if key is not None:
+            chars = sum(len(i.text) for x in (t, *t.subagents) for i in x.items)
             with self._rendered_lock:
-                self._transcripts[key] = t
-                while len(self._transcripts) > TRANSCRIPTS_KEPT:
-                    self._transcripts.popitem(last=False)
+                if key not in self._transcripts:
+                    self._transcripts[key] = (t, chars)
+                    self._transcripts_chars += chars
+                while self._transcripts_chars > TRANSCRIPTS_MAX and len(self._transcripts) > 1:
+                    _, (_, gone) = self._transcripts.popitem(last=False)
+                    self._transcripts_chars -= gone
         return t
 
     def _version(self, machine: str, sid: str, seq: int | None) -> tuple[object, ...] | None:
