@@ -7,9 +7,10 @@ transcript per CPU second.
     .venv/bin/python bench/render.py --runs 15
 
 Each run reads every sample from disk and renders it (everything shown: thinking and
-tool results); the forms' runs are interleaved (parse, html, md, text, parse, …) so the
-machine's load weighs on all alike. Figures: median MB/s of process CPU time (user+sys)
-with (min-max). Asserts nothing.
+tool results); "html, render only" renders transcripts parsed beforehand (the part of
+"html (document)" past "parse only"). The forms' runs are interleaved (parse, html, md,
+text, parse, …) so the machine's load weighs on all alike. Figures: median MB/s of
+process CPU time (user+sys) with (min-max). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ def _text(t: tr.Transcript) -> str:
     return out.getvalue()
 
 
+def _render_only(t: tr.Transcript) -> None:  # (a marker: ``once`` renders parsed ones)
+    pass
+
+
 FORMS: dict[str, Callable[[tr.Transcript], object]] = {
     "parse only": lambda t: None,
     "html (document)": lambda t: html_document(t, with_thinking=True, with_tools=True),
+    "html, render only": _render_only,
     "markdown": lambda t: to_markdown(t, with_thinking=True, with_tools=True),
     "text (rich)": _text,
 }
@@ -61,11 +67,20 @@ def main() -> None:
         sys.exit(f"no samples under {args.samples}")
     size = sum(p.stat().st_size for p in args.samples.rglob("*.jsonl"))
 
+    def load(p: Path) -> tr.Transcript:
+        root = p.parents[2]
+        return tr._local(root, p.stem, os.fsencode(p.relative_to(root)), "bench")
+
+    parsed = [load(p) for p in paths]
+
     def once(render: Callable[[tr.Transcript], object]) -> float:
         start = time.process_time()
-        for p in paths:
-            root = p.parents[2]
-            render(tr._local(root, p.stem, os.fsencode(p.relative_to(root)), "bench"))
+        if render is _render_only:
+            for t in parsed:
+                html_document(t, with_thinking=True, with_tools=True)
+        else:
+            for p in paths:
+                render(load(p))
         return time.process_time() - start
 
     for render in FORMS.values():  # warm-up: imports, Pygments' lexers
@@ -78,7 +93,7 @@ def main() -> None:
           f"{args.runs} runs each; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     for name, ts in times.items():
         rates = [size / 1e6 / t for t in ts]
-        print(f"{name:16}  {statistics.median(rates):6.1f} MB/s  "
+        print(f"{name:17}  {statistics.median(rates):6.1f} MB/s  "
               f"({min(rates):.1f}-{max(rates):.1f})  median CPU {statistics.median(ts):.3f} s")
 
 

@@ -40,6 +40,8 @@ from syncd.web.security import Guard  # noqa: E402
 SID = "0a0eb7b7-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 HOST = "127.0.0.1:8123"
 TOKEN = "t" * 43
+# Where the first part of the page ends, about (the parts the page fetches from there).
+NEXT = 128
 
 
 def settings_of(tmp: Path, name: str, home: Path) -> Settings:
@@ -150,6 +152,11 @@ def main() -> None:
                 lambda: Client(desk)("GET", f"/session/laptop/{SID}"),
             "other machine, now (timeline cached)":
                 lambda: warm("GET", f"/session/laptop/{SID}"),
+            "other machine, now, the next part (a new server)":
+                lambda: Client(desk)("GET", f"/session/laptop/{SID}/fragment?from={NEXT}"),
+            "other machine, now, all the rest (a new server)":
+                lambda: Client(desk)("GET",
+                                     f"/session/laptop/{SID}/fragment?from={NEXT}&all=1"),
             "other machine, a point halfway (first view)":
                 lambda: Client(desk)("GET", f"/session/laptop/{SID}?at={middle}"),
             "other machine, a point halfway (seen before)":

@@ -345,17 +345,38 @@ def test_the_terminal_gets_no_markup_and_no_escape_sequences() -> None:
     assert "?[31mred" in got
 
 
-def test_a_terminal_pages_through_the_pager(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pydoc
-
-    paged: list[str] = []
-    monkeypatch.setattr(pydoc, "pager", paged.append)
+def test_a_terminal_pages_through_the_pager(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAGER", f"cat > {tmp_path / 'paged'}")
     monkeypatch.setenv("LESS", "")  # (so that the test leaves it as it was)
     monkeypatch.delenv("LESS")
     out = io.StringIO()
     print_text(parse_bytes(user("a prompt to page"), SID), _console(out))  # a terminal
-    assert out.getvalue() == "" and len(paged) == 1 and "a prompt to page" in paged[0]
+    paged = (tmp_path / "paged").read_text()
+    assert out.getvalue() == "" and "a prompt to page" in paged and "\x1b[" in paged
     assert os.environ["LESS"] == "FRX"  # less shows the colours
+
+
+def test_the_pager_gets_the_session_as_it_is_laid_out(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    from syncd.render import text
+
+    t = parse_bytes(b"".join(user(f"prompt {n} " + "words " * 50) for n in range(2000)), SID)
+    laid: list[int] = []
+    whole = text.renderables
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        for r in whole(*args, **kw):
+            laid.append(1)
+            yield r
+
+    monkeypatch.setattr(text, "renderables", counted)
+    # A reader who quits after the first screens: the rest is never laid out.
+    monkeypatch.setenv("PAGER", f"head -c 20000 > {tmp_path / 'seen'}")
+    print_text(t, _console(io.StringIO()))
+    assert (tmp_path / "seen").stat().st_size == 20000
+    assert 0 < len(laid) < 1000  # of 2000 prompts and the title's lines
 
 
 # -- bounds -------------------------------------------------------------------------------
@@ -479,3 +500,119 @@ def test_a_summary_record_is_a_title_not_a_compact_summary() -> None:
     custom = data + line(type="custom-title", customTitle="mine") + line(type="ai-title",
                                                                          aiTitle="two")
     assert display_title(parse_bytes(custom, SID)) == "mine"
+
+
+# -- the same output, for less work ----------------------------------------------------------
+
+def _whole(text: str) -> str:
+    """markdown-it's HTML of the whole text (what markdown_html gave before it wrote plain
+    paragraphs itself)."""
+    from syncd.render.html import _md
+
+    out: str = _md().render(text)
+    return out
+
+
+# Lines that open, close or continue every block markdown-it knows, and plain ones.
+_MD_LINES = [
+    "- a", "* b", "+ c", "1. one", "2) two", "   - nested", "  cont", "    code", "\tcode",
+    "> quote", ">", "plain words", "other plain", "# h", "===", "---", "***", "`x`",
+    "**b**", "_e_", "", "", "", "  ", "| a | b |", "|---|---|", "[x]: http://a", "[x]",
+    "```py", "```", "~~~", 'say "q"', "text  ", "a\u00a0", "<b>", "&amp;", "x\\",
+    "2024 was", "~~s~~", "1.5 percent", "- [ ] task", "    ", "Title", "a | b", "````",
+    "  ```", "    ```", "- ```", "> ```", "```a`b", "~~~~ x`", "``` ", "\t```", " ~~~",
+    "```js", "1. ```", "   ```", "- > a", "  - b", "\\```", "a\rb", "nul\x00", "\u2003x",
+]
+
+
+def test_markdown_html_is_markdown_its_output_of_the_whole_text() -> None:
+    import random
+
+    rnd = random.Random(27)
+    plain = 0
+    for _ in range(5_000):
+        text = "\n".join(rnd.choice(_MD_LINES) for _ in range(rnd.randrange(0, 14)))
+        text += "\n" * rnd.randrange(0, 2)
+        assert markdown_html(text) == _whole(text), text
+        plain += markdown_html(text) != "" and "<p>" in markdown_html(text)
+    assert plain > 250
+
+
+def test_the_real_samples_markdown_is_the_same_as_parsed_whole(samples: Path) -> None:
+    texts = 0
+    for path in sorted(samples.glob("*/projects/*/*.jsonl")):
+        root = path.parents[2]
+        t = tr._local(root, path.stem, str(path.relative_to(root)).encode(), "m1")
+        for x in [t, *t.subagents]:
+            for i in x.items:
+                if i.kind in ("prompt", "answer", "thinking", "summary"):
+                    assert markdown_html(i.text) == _whole(i.text)
+                    texts += 1
+    assert texts > 100
+
+
+def _old_fragment(t: Transcript) -> str:
+    """html_fragment as it was before it rendered parts: the reference."""
+    from syncd.render.html import _ANCHOR, _anchor, _esc, _item, _meta, display_title
+
+    def body(x: Transcript) -> list[str]:
+        parts = [_item(i, True, True, agents) for i in x.items]
+        return parts + [f'<p class="cut">{_esc(n)}</p>' for n in x.notes]
+
+    agents = {_anchor(sub.agent or "") for sub in t.subagents}
+    parts = [f'<article class="transcript" id="session-{_ANCHOR.sub("", t.session)[:64]}">',
+             f'<header><h1 class="title">{_esc(display_title(t))}</h1>{_meta(t)}</header>']
+    parts += body(t)
+    for sub in t.subagents:
+        about = f": {_esc(sub.description)}" if sub.description else ""
+        parts.append(f'<section class="subagent" id="{_anchor(sub.agent or "")}">'
+                     f'<h2>Subagent {_esc(sub.agent or "")}{about}</h2>')
+        parts += body(sub)
+        parts.append("</section>")
+    parts.append("</article>")
+    return "\n".join(p for p in parts if p)
+
+
+def test_the_real_samples_fragment_is_the_same_as_before(samples: Path) -> None:
+    for path in sorted(samples.glob("*/projects/*/*.jsonl")):
+        root = path.parents[2]
+        t = tr._local(root, path.stem, str(path.relative_to(root)).encode(), "m1")
+        assert html_fragment(t, with_thinking=True) == _old_fragment(t)
+
+
+def test_a_fragment_in_parts_holds_every_item_once() -> None:
+    from syncd.render.html import units_of
+
+    data = SESSION + b"".join(user(f"prompt number {n} " + "words " * 200) for n in range(40))
+    t = parse_bytes(data, SID)
+    t.subagents = [parse_bytes(b"".join(user(f"asked {n}") for n in range(30)), SID,
+                               agent="a1b2c3", description="look around")]
+    assert units_of(t) > 70
+    assert html_fragment(t, with_thinking=True) == _old_fragment(t)
+    ends: list[int] = []
+
+    def more(end: int) -> str:
+        ends.append(end)
+        return f'<p class="more" data-from="{end}"></p>'
+
+    first = html_fragment(t, budget=5000, more=more)
+    assert first.startswith("<article") and first.endswith("</article>")
+    assert ends and ends[-1] < units_of(t) and "prompt number 39" not in first
+    seen = [first]
+    while ends[-1] < units_of(t):
+        start = ends[-1]
+        part = html_fragment(t, start=start, budget=5000, more=more)
+        assert not part.startswith("<article") and part.count("<section") == \
+            part.count("</section>")
+        seen.append(part)
+        if ends[-1] == start:
+            break
+    text = "".join(seen)
+    for n in range(40):
+        assert text.count(f"prompt number {n} ") == 1
+    for n in range(30):
+        assert text.count(f"asked {n}<") == 1
+    # The subagent's section: its heading once, in whichever part holds it.
+    assert text.count('id="agent-a1b2c3"') == 1
+    # A live reload of what the page shows: the units before the first part's end.
+    assert html_fragment(t, stop=ends[0], more=more) == first

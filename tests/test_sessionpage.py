@@ -289,3 +289,30 @@ def test_a_rendering_is_reused_for_the_same_version_only(desk: Settings) -> None
     with open(_transcript(desk, S1), "ab") as f:  # it grew here
         f.write(line(S1, _app(desk), 9))
     assert d.rendered("desk", S1, None, render) == "<p>4</p>"
+
+
+def test_a_parsed_transcript_is_read_once_for_its_parts(desk: Settings,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    from syncd.render.transcript import Item, Transcript
+    from syncd.web import sessionpage
+
+    d = desk_of(desk)
+    loads: list[int] = []
+
+    def load(n: int) -> Transcript:
+        loads.append(n)
+        return Transcript(S1, items=[Item("prompt", "x" * 1000)])
+
+    first = d.transcript("laptop", S1, 7, lambda: load(7))
+    assert d.transcript("laptop", S1, 7, lambda: load(7)) is first and loads == [7]
+    # Beyond the bound, the oldest go; the last one stays, however big.
+    monkeypatch.setattr(sessionpage, "TRANSCRIPTS_MAX", 1500)
+    d.transcript("laptop", S1, 8, lambda: load(8))
+    d.transcript("laptop", S1, 8, lambda: load(8))
+    d.transcript("laptop", S1, 7, lambda: load(7))
+    assert loads == [7, 8, 7]
+    monkeypatch.setattr(sessionpage, "TRANSCRIPTS_MAX", 0)
+    d.transcript("laptop", S1, 9, lambda: load(9))
+    d.transcript("laptop", S1, 9, lambda: load(9))
+    assert loads == [7, 8, 7, 9]

@@ -186,3 +186,38 @@ def test_a_conflict_copy_says_when_it_was_saved_as_a_time(client: Client, desk: 
     _copy(desk, b"x\n", second="20261399T999999", rel="other.txt")  # no time: no 500
     code, html = client("GET", "/conflicts")
     assert code == 200 and "saved - (" in html
+
+
+def test_a_long_session_comes_in_parts(client: Client, desk: Settings) -> None:
+    from html import unescape
+
+    # This machine's own long session: prompts of 2 kB, ~600 kB in all.
+    path = desk.source / "projects" / project_folder("/home/alice/app") / f"{S2}.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [f'{{"type":"user","sessionId":"{S2}","cwd":"/home/alice/app",'
+             f'"message":{{"role":"user","content":"marker-{n}- {"**word** " * 220}"}}}}\n'
+             for n in range(300)]
+    path.write_text("".join(lines))
+    assert path.stat().st_size > 512 << 10  # two parts of 256 KiB
+    code, page = client("GET", f"/session/desk/{S2}")
+    assert code == 200 and "marker-0-" in page and "marker-299-" not in page
+    more = re.search(r'<p class="more" data-from="(\d+)">.*?href="([^"]+)" class="more-next"'
+                     r'.*?href="([^"]+)" class="more-all"', page)
+    assert more is not None
+    start = int(more.group(1))
+    assert f"marker-{start - 1}-" in page and f"marker-{start}-" not in page
+    assert unescape(more.group(2)) == f"/session/desk/{S2}?from={start}"
+    # The script fetches the parts through the fragment route.
+    code, part = client("GET", f"/session/desk/{S2}/fragment?from={start}")
+    assert code == 200 and f"marker-{start}-" in part and "marker-299-" not in part
+    assert "<article" not in part and 'class="more"' in part
+    code, rest = client("GET", f"/session/desk/{S2}/fragment?from={start}&all=1")
+    assert code == 200 and "marker-299-" in rest and 'class="more"' not in rest
+    # A live reload asks again for what the page shows.
+    code, again = client("GET", f"/session/desk/{S2}/fragment?upto={start}")
+    assert code == 200 and f"marker-{start - 1}-" in again and f"marker-{start}-" not in again
+    # Without the script, the link is a page of its own.
+    code, alone = client("GET", unescape(more.group(2)))
+    assert code == 200 and f"marker-{start}-" in alone and "marker-0-" not in alone
+    for bad in ("from=x", "upto=-1", "from=1e9"):
+        assert client("GET", f"/session/desk/{S2}/fragment?{bad}")[0] == 404

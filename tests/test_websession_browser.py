@@ -191,3 +191,34 @@ def test_a_hostile_transcript_runs_nothing(tmp_path: Path, web: Any,  # noqa: F8
     page.click("#restore-here")  # the plan names the hostile path: escaped too
     screenshot(page, tmp_path, "hostile")
     assert page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_a_long_session_loads_its_parts_on_demand(tmp_path: Path, web: Any,  # noqa: F811
+                                                  page: Any) -> None:  # noqa: F811
+    cwd = "/home/u/app"
+    hostile = '<img src=x onerror="window.__pwned=1"> <script>window.__pwned=1</script>'
+    write(tmp_path / "src", f"projects/{project_folder(cwd)}/{S4}.jsonl", b"".join(
+        entry(S4, cwd, n % 60, f"marker-{n}- {hostile} " + "**word** " * 220)
+        for n in range(300)))
+    sync(env_of(tmp_path))
+    w = web(env_of(tmp_path))
+    page.goto(w.url)
+    page.goto(f"{w.base}/session/m1/{S4}")
+    page.evaluate("window.__same_page = 1")
+
+    def shown(text: str) -> bool:  # textContent: no layout of a long page to wait for
+        return bool(page.evaluate(
+            "t => document.getElementById('transcript').textContent.includes(t)", text))
+
+    assert shown("marker-0-") and not shown("marker-299-")
+    first = int(page.locator(".more").first.get_attribute("data-from") or "0")
+    screenshot(page, tmp_path, "parts")
+    page.click(".more-next")
+    wait_until(lambda: shown(f"marker-{first}-"), 30, "the next part")
+    assert not shown("marker-299-")
+    page.click(".more-all")
+    wait_until(lambda: shown("marker-299-"), 30, "the rest")
+    assert page.locator(".more").count() == 0
+    assert page.locator("#transcript script, #transcript img").count() == 0
+    assert page.evaluate("window.__same_page") == 1  # no reload
+    assert page.evaluate("typeof window.__pwned") == "undefined"

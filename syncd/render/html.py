@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from functools import cache
 from typing import TYPE_CHECKING
@@ -47,22 +47,36 @@ def _validate_link(url: str) -> bool:
     return url.strip().lower().startswith(_SAFE_SCHEMES)
 
 
-def _highlight(code: str, lang: str, attrs: str) -> str:
-    # (Pygments ships no type information.)
-    from pygments import highlight  # type: ignore[import-untyped]
-    from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+@cache
+def _lexer(name: str) -> object | None:
+    """The Pygments lexer of a fence's language (None: none by that name); looked up
+    once per name, as a lookup scans every lexer Pygments knows."""
     from pygments.lexers import get_lexer_by_name  # type: ignore[import-untyped]
     from pygments.util import ClassNotFound  # type: ignore[import-untyped]
 
-    left = _highlight_left.get()
     try:
-        lexer = get_lexer_by_name(lang.strip().split()[0]) if lang.strip() else None
+        return get_lexer_by_name(name)  # type: ignore[no-any-return]
     except ClassNotFound:
-        lexer = None
+        return None
+
+
+@cache
+def _formatter() -> object:
+    from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+
+    return HtmlFormatter(nowrap=True, classprefix="hl-")
+
+
+def _highlight(code: str, lang: str, attrs: str) -> str:
+    # (Pygments ships no type information.)
+    from pygments import highlight  # type: ignore[import-untyped]
+
+    left = _highlight_left.get()
+    lexer = _lexer(lang.strip().split()[0]) if lang.strip() else None
     if lexer is None or len(code) > HIGHLIGHT_MAX or (left is not None and left[0] <= 0):
         return f'<pre class="{_CODE_CLASS}"><code>{_esc(code)}</code></pre>\n'
     started = time.thread_time()
-    body: str = highlight(code, lexer, HtmlFormatter(nowrap=True, classprefix="hl-"))
+    body: str = highlight(code, lexer, _formatter())
     if left is not None:
         left[0] -= time.thread_time() - started
     return f'<pre class="{_CODE_CLASS}"><code>{body}</code></pre>\n'
@@ -91,14 +105,110 @@ def _md() -> MarkdownIt:
 
     md = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable("table")
     md.enable("strikethrough")
+    # With raw HTML off these rules match nothing: skip trying them at every line and
+    # every "<" (the output is the same).
+    md.disable(["html_block", "html_inline"])
     md.validateLink = _validate_link  # type: ignore[method-assign]
     md.add_render_rule("image", _image)
     md.add_render_rule("link_open", _link_open)
     return md
 
 
+# Text that markdown-it would turn into nothing but paragraphs of itself: no character
+# any block or inline rule starts at (escapes, code, emphasis, links, entities, tables,
+# "<" and ">"; CR and NUL, which it rewrites), no line opening with a block marker
+# (headings, lists, rules, quotes, setext underlines) or whitespace (indented code,
+# stripped margins), none ending in whitespace (hard breaks, stripped).
+_MD_SPECIAL = re.compile(r"[\\`*_~\[\]<>&|\r\x00]|^(?:[-+=#>]|\d+[.)])", re.MULTILINE)
+
+
+def _paragraph(lines: list[str]) -> str | None:
+    """markdown-it's HTML of ``lines`` (one block, no blank line) when they are a plain
+    paragraph (None: they may hold Markdown)."""
+    text = "\n".join(lines)
+    if _MD_SPECIAL.search(text) or any(line != line.strip() for line in lines):
+        return None
+    # markdown-it escapes & < > and "; only " can be here.
+    return f"<p>{text.replace(chr(34), '&quot;')}</p>\n"
+
+
+# Link reference definitions are used anywhere in a text: such a text is parsed whole.
+_MD_REFERENCE = re.compile(r"\]:")
+# A line that may open or close a fence, at its start or in a list item or a quote.
+_FENCE_LINE = re.compile(r"```|~~~")
+# A fence opened at the left margin is one of the text's top level (no container holds a
+# line there that is not a paragraph's); its info string holds no backtick.
+_TOP_FENCE = re.compile(r"(`{3,})[^`]*|(~{3,}).*")
+
+
+def _closes(line: str, fence: tuple[str, int]) -> bool:
+    """Whether ``line`` closes a top-level fence of ``fence[1]`` ``fence[0]``s."""
+    bare = line.lstrip(" ")
+    if len(line) - len(bare) > 3:
+        return False
+    bare = bare.rstrip(" ")
+    return len(bare) >= fence[1] and bare == fence[0] * len(bare)
+
+
 def markdown_html(text: str) -> str:
-    """``text`` (a store's Markdown) as safe HTML."""
+    """``text`` (a store's Markdown) as safe HTML.
+
+    A plain paragraph (see ``_MD_SPECIAL``) after a blank line, outside a fence, closes
+    whatever came before it (a list, a quote, indented code), so such paragraphs are
+    written here and only the runs between them go through markdown-it: the same output
+    as parsing it whole (tests/test_render.py compares them), for a part of the work. A
+    fence this cannot follow (indented, or an odd info string) sends the rest of the
+    text to markdown-it."""
+    if _MD_REFERENCE.search(text):
+        return _parsed(text)
+    out: list[str] = []
+    rich: list[str] = []  # lines since the last plain paragraph
+    block: list[str] = []  # lines since the last blank line
+    fence: tuple[str, int] | None = None  # the top-level fence open
+    stuck = False  # a fence not followed: no more plain paragraphs
+
+    def close_block() -> None:
+        nonlocal rich
+        plain = _paragraph(block) if block else None
+        if plain is None:
+            rich += block
+            return
+        if rich:
+            out.append(_parsed("\n".join(rich)))
+            rich = []
+        out.append(plain)
+
+    for line in text.split("\n"):
+        if fence is not None or stuck:
+            rich.append(line)
+            if fence is not None and _closes(line, fence):
+                fence = None
+            continue
+        if _FENCE_LINE.search(line):
+            rich += block
+            block = []
+            rich.append(line)
+            top = _TOP_FENCE.fullmatch(line)
+            if top is None:
+                stuck = True
+            else:
+                marker = top.group(1) or top.group(2)
+                fence = (marker[0], len(marker))
+            continue
+        if line:
+            block.append(line)
+            continue
+        close_block()
+        block = []
+        if rich:
+            rich.append("")
+    close_block()
+    if rich:
+        out.append(_parsed("\n".join(rich)))
+    return "".join(out)
+
+
+def _parsed(text: str) -> str:
     out: str = _md().render(text)
     return out
 
@@ -155,13 +265,6 @@ def _item(i: Item, with_thinking: bool, with_tools: bool, agents: set[str]) -> s
     return f'<p class="{note}">{_esc(i.text)}{cut}</p>'
 
 
-def _body(t: Transcript, with_thinking: bool, with_tools: bool, agents: set[str]
-          ) -> list[str]:
-    parts = [_item(i, with_thinking, with_tools, agents) for i in t.items]
-    parts += [f'<p class="cut">{_esc(n)}</p>' for n in t.notes]
-    return parts
-
-
 def _meta(t: Transcript) -> str:
     rows = [("session", t.session), ("machine", t.machine), ("project", t.cwd),
             ("branch", t.git_branch), ("models", ", ".join(t.models) or None),
@@ -176,30 +279,90 @@ def _meta(t: Transcript) -> str:
     return f'<dl class="meta">{cells}</dl>'
 
 
-def html_fragment(t: Transcript, *, with_thinking: bool = False,
-                  with_tools: bool = True) -> str:
-    """The transcript as an HTML fragment (no ``<html>`` or ``<head>``): classes only, no
-    script, every string escaped; subagents as sections the tool calls link to."""
-    budget = _highlight_left.set([HIGHLIGHT_SECONDS])
-    try:
-        return _fragment(t, with_thinking, with_tools)
-    finally:
-        _highlight_left.reset(budget)
+# One unit of a rendered transcript: an item or a note, of the session (None) or of a
+# subagent; a subagent's heading is its own unit (``None`` as the item).
+_Unit = tuple["Transcript | None", "Item | str | None"]
 
 
-def _fragment(t: Transcript, with_thinking: bool, with_tools: bool) -> str:
-    parts = [f'<article class="transcript" id="session-{_ANCHOR.sub("", t.session)[:64]}">',
-             f'<header><h1 class="title">{_esc(display_title(t))}</h1>{_meta(t)}</header>']
-    agents = {_anchor(sub.agent or "") for sub in t.subagents}
-    parts += _body(t, with_thinking, with_tools, agents)
+def _units(t: Transcript) -> list[_Unit]:
+    units: list[_Unit] = [(None, i) for i in t.items]
+    units += [(None, n) for n in t.notes]
     for sub in t.subagents:
-        agent = sub.agent or ""
-        about = f": {_esc(sub.description)}" if sub.description else ""
-        parts.append(f'<section class="subagent" id="{_anchor(agent)}">'
-                     f'<h2>Subagent {_esc(agent)}{about}</h2>')
-        parts += _body(sub, with_thinking, with_tools, agents)
+        units.append((sub, None))
+        units += [(sub, i) for i in sub.items]
+        units += [(sub, n) for n in sub.notes]
+    return units
+
+
+def _weight(unit: _Unit) -> int:
+    return len(unit[1].text) if isinstance(unit[1], Item) else 100
+
+
+def _render_units(units: Sequence[_Unit], with_thinking: bool, with_tools: bool,
+                  agents: set[str]) -> list[str]:
+    parts: list[str] = []
+    open_sub: Transcript | None = None
+    for owner, what in units:
+        if owner is not open_sub:
+            if open_sub is not None:
+                parts.append("</section>")
+            open_sub = owner
+            if owner is not None and what is not None:  # a subagent's part, continued
+                parts.append('<section class="subagent">')
+        if what is None and owner is not None:
+            agent = owner.agent or ""
+            about = f": {_esc(owner.description)}" if owner.description else ""
+            parts.append(f'<section class="subagent" id="{_anchor(agent)}">'
+                         f'<h2>Subagent {_esc(agent)}{about}</h2>')
+        elif isinstance(what, Item):
+            parts.append(_item(what, with_thinking, with_tools, agents))
+        elif what is not None:
+            parts.append(f'<p class="cut">{_esc(what)}</p>')
+    if open_sub is not None:
         parts.append("</section>")
-    parts.append("</article>")
+    return parts
+
+
+def units_of(t: Transcript) -> int:
+    """How many units (items, notes, subagents' headings) ``html_fragment`` pages over."""
+    return len(_units(t))
+
+
+def html_fragment(t: Transcript, *, with_thinking: bool = False, with_tools: bool = True,
+                  start: int = 0, stop: int | None = None, budget: int | None = None,
+                  more: Callable[[int], str] | None = None) -> str:
+    """The transcript as an HTML fragment (no ``<html>`` or ``<head>``): classes only, no
+    script, every string escaped; subagents as sections the tool calls link to.
+
+    A part of it, for a page that loads a long one piece by piece: its units from
+    ``start`` to ``stop``, and past the first no more than ``budget`` characters of
+    their text; where it ends before the last unit, ``more(end)`` gives the markup (safe
+    HTML) that fetches the rest. A part from ``start`` > 0 is the units alone, to go
+    where that markup was."""
+    units = _units(t)
+    end = len(units) if stop is None else max(start, min(stop, len(units)))
+    if budget is not None:
+        spent, cut = 0, start
+        while cut < end and (cut == start or spent < budget):
+            spent += _weight(units[cut])
+            cut += 1
+        end = cut
+    parts: list[str] = []
+    if start == 0:
+        session = _ANCHOR.sub("", t.session)[:64]
+        parts += [f'<article class="transcript" id="session-{session}">',
+                  f'<header><h1 class="title">{_esc(display_title(t))}</h1>{_meta(t)}'
+                  '</header>']
+    agents = {_anchor(sub.agent or "") for sub in t.subagents}
+    left = _highlight_left.set([HIGHLIGHT_SECONDS])
+    try:
+        parts += _render_units(units[start:end], with_thinking, with_tools, agents)
+    finally:
+        _highlight_left.reset(left)
+    if end < len(units) and more is not None:
+        parts.append(more(end))
+    if start == 0:
+        parts.append("</article>")
     return "\n".join(p for p in parts if p)
 
 

@@ -6,6 +6,7 @@ and its control characters and escape sequences are neutralised before rich sees
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -166,8 +167,8 @@ def renderables(t: Transcript, *, with_thinking: bool = False,
 
 def print_text(t: Transcript, console: Console | None = None, *, with_thinking: bool = False,
                with_tools: bool = False, page: bool | None = None) -> None:
-    """Print the transcript; paged (``console.pager``) when ``page``, by default when the
-    console is a terminal."""
+    """Print the transcript; paged when ``page``, by default when the console is a
+    terminal."""
     from rich.console import Console
 
     console = console or Console()
@@ -176,13 +177,57 @@ def print_text(t: Transcript, console: Console | None = None, *, with_thinking: 
     budget = _highlight_left.set([HIGHLIGHT_SECONDS])
     try:
         if page:
-            # less shows colours only with -R; as git does, when the user set no options.
-            os.environ.setdefault("LESS", "FRX")
-            with console.pager(styles=True):
-                for r in items:
-                    console.print(r)
+            _paged(console, items)
         else:
             for r in items:
                 console.print(r)
     finally:
         _highlight_left.reset(budget)
+
+
+def _paged(console: Console, items: Iterator[RenderableType]) -> None:
+    """``items`` streamed into ``$PAGER`` (else ``less``) as they are laid out: the pager
+    opens on the first screen (rich's own pager lays the whole session out first), and
+    a reader who quits early stops the layout."""
+    import subprocess
+
+    from rich.console import Console
+
+    # less shows colours only with -R; as git does, when the user set no options.
+    os.environ.setdefault("LESS", "FRX")
+    command = os.environ.get("PAGER", "").strip() or "less"
+    try:
+        # The user's own setting, a shell command as pydoc and git run it.
+        proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE,
+                                text=True, encoding="utf-8", errors="replace")
+    except OSError:
+        for r in items:
+            console.print(r)
+        return
+    assert proc.stdin is not None
+
+    class Piped(Console):
+        def on_broken_pipe(self) -> None:
+            # (rich's own exits the process.)
+            raise BrokenPipeError
+
+    # (color_system reads back as one of the names it is set by.)
+    out = Piped(file=proc.stdin, force_terminal=True,
+                color_system=console.color_system,  # type: ignore[arg-type]
+                width=console.width, height=console.height, soft_wrap=console.soft_wrap)
+    try:
+        for r in items:
+            out.print(r)
+            if proc.poll() is not None:  # the reader quit
+                break
+    except BrokenPipeError:
+        pass  # the reader quit
+    finally:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            proc.stdin.close()
+        while True:
+            try:
+                proc.wait()
+                break
+            except KeyboardInterrupt:  # as pydoc's pager: Ctrl-C is for the pager
+                continue

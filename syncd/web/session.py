@@ -8,7 +8,9 @@ of the address are checked (``SessionDesk.known``) before anything reads a store
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -20,7 +22,7 @@ from syncd.web.sessionpage import SessionDesk
 from syncd.web.site import site_of
 
 if TYPE_CHECKING:
-    from syncd.render.transcript import Budget
+    from syncd.render.transcript import Budget, Transcript
     from syncd.restore.report import RestoreReport
     from syncd.timeline import PointRow
 
@@ -29,6 +31,9 @@ POINTS_SHOWN = 500
 # Bytes of the conflict copies that are not transcripts (and of their local files) the
 # conflicts page compares in all.
 PAGE_DIFF_MAX = 16 << 20
+# Characters of transcript text a page (or a part it fetches) renders: a long session's
+# first view costs what its first part does, the rest comes on demand.
+PART_CHARS = 256 << 10
 
 
 def desk_of(request: Request) -> SessionDesk:
@@ -82,29 +87,69 @@ def _unreadable(request: Request, e: SyncdError) -> HTMLResponse:
                 heading="Could not be read")
 
 
-def _fragment(desk: SessionDesk, machine: str, sid: str, point: PointRow | None
-              ) -> str:
-    from syncd.render.html import html_fragment
+class _Part:
+    """Which part of the transcript a request asks for: from a unit on (``from``), every
+    unit before one (``upto``: a live reload of what the page shows), or all of it from
+    there (``all``)."""
+
+    def __init__(self, request: Request) -> None:
+        q = request.query_params
+        self.start = _seq(q.get("from")) or 0
+        self.stop = _seq(q.get("upto"))
+        self.whole = q.get("all") == "1"
+
+    def key(self) -> tuple[object, ...]:
+        return ("part", self.start, self.stop, self.whole)
+
+
+def _more(base: str, point: PointRow | None, total: int) -> Any:
+    from urllib.parse import urlencode
+
+    def more(end: int) -> str:
+        at = {} if point is None else {"at": point.seq}
+        nxt = f"{base}?{urlencode({**at, 'from': end})}"
+        rest = f"{base}?{urlencode({**at, 'from': end, 'all': 1})}"
+        # Our markup: the address is the checked machine (quoted) and numbers.
+        return (f'<p class="more" data-from="{end}">{total - end} more items · '
+                f'<a href="{html.escape(nxt)}" class="more-next">show the next part</a> · '
+                f'<a href="{html.escape(rest)}" class="more-all">show all the rest</a></p>')
+
+    return more
+
+
+def _fragment(desk: SessionDesk, machine: str, sid: str, point: PointRow | None,
+              part: _Part) -> str:
+    from syncd.render.html import html_fragment, units_of
     from syncd.render.transcript import load_transcript
 
-    def render() -> str:
-        t = load_transcript(desk.settings, sid, machine=machine,
-                            at=None if point is None else point.time,
-                            repository=lambda: desk.repository(None))
-        return html_fragment(t)
+    def load() -> Transcript:
+        return load_transcript(desk.settings, sid, machine=machine,
+                               at=None if point is None else point.time,
+                               repository=lambda: desk.repository(None))
 
-    return desk.rendered(machine, sid, None if point is None else point.seq, render)
+    def render() -> str:
+        t = desk.transcript(machine, sid, None if point is None else point.seq, load)
+        base = f"/session/{quote(machine, safe='')}/{sid}"
+        budget = None if part.whole or part.stop is not None else PART_CHARS
+        return html_fragment(t, start=part.start, stop=part.stop, budget=budget,
+                             more=_more(base, point, units_of(t)))
+
+    return desk.rendered(machine, sid, None if point is None else point.seq, render,
+                         part.key())
 
 
 def session_view(request: Request) -> Response:
     try:
         desk, machine, sid = _named(request)
         point = _at(desk, machine, sid, request.query_params.get("at"))
+        part = _Part(request)
     except _NotFound:
         return _not_found(request)
     points, problems = desk.points(machine, sid)
     try:
-        fragment = _fragment(desk, machine, sid, point)
+        fragment = _fragment(desk, machine, sid, point, part)
+        if part.start:  # a part past the first, without the script: in its own article
+            fragment = f'<article class="transcript">{fragment}</article>'
     except LookupFailed as e:
         return _not_found(request, str(e))
     except SyncdError as e:
@@ -121,7 +166,7 @@ def fragment_view(request: Request) -> Response:
     try:
         desk, machine, sid = _named(request)
         point = _at(desk, machine, sid, request.query_params.get("at"))
-        return HTMLResponse(_fragment(desk, machine, sid, point))
+        return HTMLResponse(_fragment(desk, machine, sid, point, _Part(request)))
     except (_NotFound, LookupFailed):
         return Response("not found\n", status_code=404, media_type="text/plain")
     except SyncdError as e:

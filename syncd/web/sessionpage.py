@@ -24,6 +24,7 @@ from syncd.errors import LookupFailed, RestoreBusy, RestoreError
 from syncd.format.catalog import MetaScanner, is_session_id
 
 if TYPE_CHECKING:
+    from syncd.render.transcript import Transcript
     from syncd.repository import Repository
     from syncd.restore.report import RestoreReport
     from syncd.timeline import PointRow
@@ -35,6 +36,9 @@ TIMELINE_TTL = 10.0
 # Characters of rendered transcripts kept (a big session takes seconds to render: going
 # back to a point, or a reload that finds it unchanged, costs nothing).
 RENDERED_MAX = 64 << 20
+# Characters of parsed transcripts kept (a long session's page loads its parts one
+# request each, from one read of the session): the last one always.
+TRANSCRIPTS_MAX = 32 << 20
 # Bytes of a local transcript read for its first ``cwd`` (the first lines carry it).
 READ_FOR_CWD = 256 << 10
 
@@ -76,6 +80,9 @@ class SessionDesk:
         self._rendered: OrderedDict[tuple[object, ...], str] = OrderedDict()
         self._rendered_chars = 0
         self._rendered_lock = threading.Lock()
+        self._transcripts: OrderedDict[tuple[object, ...], tuple[Transcript, int]] = \
+            OrderedDict()
+        self._transcripts_chars = 0
 
     # -- what a request may name ----------------------------------------------------------
 
@@ -113,11 +120,13 @@ class SessionDesk:
 
     # -- rendered transcripts -------------------------------------------------------------
 
-    def rendered(self, machine: str, sid: str, seq: int | None, render: Callable[[], str]
-                 ) -> str:
-        """``render()``, or what it gave for the same version of the session: a point (a
-        flush never changes), else the transcript's size now (and, here, its mtime)."""
-        key = self._version(machine, sid, seq)
+    def rendered(self, machine: str, sid: str, seq: int | None, render: Callable[[], str],
+                 part: tuple[object, ...] = ()) -> str:
+        """``render()``, or what it gave for the same version of the session (and the same
+        ``part`` of it): a point (a flush never changes), else the transcript's size now
+        (and, here, its mtime)."""
+        version = self._version(machine, sid, seq)
+        key = None if version is None else (*version, *part)
         if key is not None:
             with self._rendered_lock:
                 hit = self._rendered.get(key)
@@ -134,6 +143,29 @@ class SessionDesk:
                     _, old = self._rendered.popitem(last=False)
                     self._rendered_chars -= len(old)
         return html
+
+    def transcript(self, machine: str, sid: str, seq: int | None,
+                   load: Callable[[], Transcript]) -> Transcript:
+        """``load()``, or what it gave for the same version of the session: the parts of
+        one page read the session once."""
+        key = self._version(machine, sid, seq)
+        if key is not None:
+            with self._rendered_lock:
+                hit = self._transcripts.get(key)
+                if hit is not None:
+                    self._transcripts.move_to_end(key)
+                    return hit[0]
+        t = load()
+        if key is not None:
+            chars = sum(len(i.text) for x in (t, *t.subagents) for i in x.items)
+            with self._rendered_lock:
+                if key not in self._transcripts:
+                    self._transcripts[key] = (t, chars)
+                    self._transcripts_chars += chars
+                while self._transcripts_chars > TRANSCRIPTS_MAX and len(self._transcripts) > 1:
+                    _, (_, gone) = self._transcripts.popitem(last=False)
+                    self._transcripts_chars -= gone
+        return t
 
     def _version(self, machine: str, sid: str, seq: int | None) -> tuple[object, ...] | None:
         if seq is not None:

@@ -1,5 +1,6 @@
-// The session pages: the copy button of the resume line, and a live session's transcript
-// reloaded when it grows (polling its size). No inline script: CSP script-src 'self'.
+// The session pages: the copy button of the resume line, a long transcript's further parts
+// loaded on demand, and a live session's transcript reloaded when it grows (polling its
+// size). No inline script: CSP script-src 'self'.
 "use strict";
 (function () {
   document.querySelectorAll("[data-copy]").forEach(function (button) {
@@ -14,7 +15,47 @@
   });
 
   var box = document.getElementById("transcript");
-  if (!box || !box.getAttribute("data-size-url")) { return; }
+  if (!box) { return; }
+
+  // A long transcript comes in parts: "show the next part" / "show all the rest" fetch
+  // the fragment from there and put it where the link was.
+  function fragmentUrl(query) {
+    return box.getAttribute("data-fragment-url") + "?" + query;
+  }
+  function load(more, all) {
+    var params = new URLSearchParams(box.getAttribute("data-at") ? {at: box.getAttribute("data-at")} : {});
+    params.set("from", more.getAttribute("data-from"));
+    if (all) { params.set("all", "1"); }
+    more.classList.add("loading");
+    return fetch(fragmentUrl(params.toString()), {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        // The server's fragment: escaped, and no script in it runs (CSP).
+        if (html !== null && more.isConnected) { more.outerHTML = html; }
+      });
+  }
+  box.addEventListener("click", function (event) {
+    var a = event.target.closest ? event.target.closest("a") : null;
+    if (!a) { return; }
+    var more = a.closest(".more");
+    if (more) {
+      event.preventDefault();
+      load(more, a.classList.contains("more-all"));
+      return;
+    }
+    // A link to a subagent's section not loaded yet: load the rest, then go there.
+    var id = (a.getAttribute("href") || "").charAt(0) === "#" ? a.getAttribute("href").slice(1) : "";
+    var last = box.querySelector(".more");
+    if (id && !document.getElementById(id) && last) {
+      event.preventDefault();
+      load(last, true).then(function () {
+        var target = document.getElementById(id);
+        if (target) { target.scrollIntoView(); location.hash = id; }
+      });
+    }
+  });
+
+  if (!box.getAttribute("data-size-url")) { return; }
   // This machine's file is a stat; another machine's size reads its head from the store.
   var every = parseInt(box.getAttribute("data-every"), 10) || 2000;
   // A big transcript takes the server a while to render: the next poll waits at least
@@ -32,8 +73,10 @@
           return null;
         }
         reloaded = true;
-        return fetch(box.getAttribute("data-fragment-url"),
-                     {credentials: "same-origin", cache: "no-store"})
+        // What the page shows again: the parts loaded so far, or all of it.
+        var more = box.querySelector(".more");
+        var query = more ? "upto=" + more.getAttribute("data-from") : "all=1";
+        return fetch(fragmentUrl(query), {credentials: "same-origin", cache: "no-store"})
           .then(function (r) { return r.ok ? r.text() : null; })
           .then(function (html) {
             if (html === null) { return; }
