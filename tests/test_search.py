@@ -468,3 +468,11 @@ def test_cli_bad_query_is_one_line_exit_2(tmp_path: Path) -> None:
     assert line.startswith("syncd: search: cannot parse the query '\"unbalanced'")
     line = one_line(syncd(_env(tmp_path), "search", "x", "--since", "yesterday-ish"), 2)
     assert line.startswith("syncd: --since: ")
+
+
+def test_no_match_says_so(tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "SYNCD_STATE_DIR": str(tmp_path / "state"),
+           "SYNCD_SOURCE": str(tmp_path / "claude"), "SYNCD_STORE": (tmp_path / "s").as_uri()}
+    (tmp_path / "claude").mkdir()
+    r = syncd(env, "search", "--local", "wombat")
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "no session matches\n"

@@ -71,7 +71,7 @@ def secured(r: http.client.HTTPResponse) -> None:
     assert r.getheader("Content-Security-Policy") == CSP
     assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
     assert r.getheader("X-Content-Type-Options") == "nosniff"
-    assert r.getheader("Referrer-Policy") == "no-referrer"
+    assert r.getheader("Referrer-Policy") == "same-origin"
     assert r.getheader("Cache-Control") == "no-store"
 
 

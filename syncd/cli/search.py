@@ -171,8 +171,10 @@ def search(ctx: click.Context, query: str, machine: str | None, project: str | N
                                  since=t0, until=t1, limit=limit - len(hits))
     if as_json:
         click.echo(json.dumps([_as_json(h) for h in hits], ensure_ascii=False, indent=1))
-    else:
+    elif hits:
         _print(hits)
+    else:
+        click.echo("no session matches", err=True)
 
 
 COMMANDS = [search]
