@@ -962,3 +962,52 @@ def test_resume_of_an_imported_session_the_laptop_backed_up_too(
     assert r.exit_code == 0, r.output
     assert r.stdout.strip().endswith(f"cd {a.cwd('app')} && claude --resume {S1}")
     assert "restored from desk" in r.stdout, r.output
+
+
+def _cli_as(m: Machine, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
+    """``syncd ARGS`` run as machine ``m`` (its tree, state and store), following nobody."""
+    for k in [k for k in os.environ if k.startswith("SYNCD_")]:
+        monkeypatch.delenv(k)
+    env = {"SYNCD_SOURCE": str(m.settings.source), "SYNCD_STORE": m.settings.store,
+           "SYNCD_STATE_DIR": str(m.settings.state_dir), "SYNCD_MACHINE_ID": m.name,
+           "SYNCD_FOLLOW": "[]", "SYNCD_CONFIG": os.devnull, "HOME": str(m.home)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_a_session_deleted_here_that_another_machine_resumed_comes_back_only_with_its_lines(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The laptop follows the desk; its own session is deleted here, and the desk resumes
+    # it from the laptop's backup. The desk's copy holds only the laptop's lines: it is
+    # no session of the desk's, and never recreates the one deleted here. Lines the desk
+    # writes in it afterwards are a continuation, which arrives like any other.
+    a, b = two
+    local = b.transcript("app", S1)
+    rel = local.relative_to(b.settings.source)
+    write(b.settings.source, rel, line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1))
+    b.sync(monkeypatch)
+    b.poll(monkeypatch)  # the first look at the desk: nothing there yet
+    local.unlink()
+    b.sync(monkeypatch)  # the deletion shipped
+    Path(a.cwd("app")).mkdir(parents=True, exist_ok=True)
+    r = _cli_as(a, monkeypatch, "resume", S1[:8], "--machine", "laptop")
+    assert r.exit_code == 0, r.output
+    desk = a.transcript("app", S1)
+    assert desk.read_bytes().count(b"\n") == 2
+    a.sync(monkeypatch)
+    assert all(x[3] == imported_from("laptop") for x in extents_of(a, desk))
+    b.poll(monkeypatch)
+    assert not local.exists()
+    b.now += 3600
+    for f in b.follower(monkeypatch):  # reconciled with the desk's head too
+        for _ in range(HEAD_EVERY + 1):
+            f.poll()
+    assert not local.exists()
+    # The desk goes on with it: its line arrives, with the session it continues.
+    write(a.settings.source, desk.relative_to(a.settings.source),
+          line(S1, a.cwd("app"), 2), mode="ab")
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    assert local.read_bytes() == line(S1, b.cwd("app"), 0) + line(S1, b.cwd("app"), 1) + \
+        line(S1, b.cwd("app"), 2)

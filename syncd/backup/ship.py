@@ -16,6 +16,7 @@ import os
 import platform
 import socket
 import stat
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +28,7 @@ import zstandard
 
 from syncd.backup.marks import cut_point, marks_of
 from syncd.backup.patch import OLD_MAX, OldLines, file_chunks, patch
-from syncd.backup.state import FileState, OriginRecord, RestoredFile, State
+from syncd.backup.state import FileState, ImportedFile, OriginRecord, RestoredFile, State
 from syncd.claude import Selection
 from syncd.errors import (
     AlreadyExists,
@@ -1048,6 +1049,7 @@ class Provenance:
     def __init__(self, state_file: Path) -> None:
         self.state: State | None = State(state_file, durable=False)
         self.problem: str | None = None
+        self._lock = threading.Lock()
         # Once per restore, not with every record: the records are written one by one.
         try:
             self.state.expire_restored()
@@ -1070,6 +1072,32 @@ class Provenance:
             self.state.record_restored([RestoredFile(path, gen, size, digest, time.time())])
         except StateError as e:
             self.problem = f"{e}: the daemon will ship the restored files again"
+            self.close()
+
+    def record_import(self, path: bytes, machine: str, src_path: bytes, gen: int, size: int,
+                      content: Path | bytes) -> None:
+        """Before ``content`` becomes ``path``: it is all ``machine``'s (its ``src_path``,
+        generation ``gen`` at ``size``, remapped), as an import would have written it. The
+        daemon ships it marked ``imported from`` there, so that machine never takes this
+        copy for one of this machine's own sessions (one deleted there stays deleted)."""
+        if self.state is None:
+            return
+        if isinstance(content, bytes):
+            n, digest = len(content), _check_hash_of(content, len(content))
+        else:
+            fd = os.open(content, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                n = os.fstat(fd).st_size
+                digest = check_hash(fd, n)
+            finally:
+                os.close(fd)
+        try:
+            with self._lock:  # told by the installer's threads too
+                if self.state is not None:
+                    self.state.record_imported([ImportedFile(
+                        path, machine, n, digest, False, src_path, gen, size, time.time())])
+        except StateError as e:
+            self.problem = f"{e}: the daemon will ship the restored files as this machine's"
             self.close()
 
     def record_origin(self, rec: OriginRecord, replace: bool = False) -> None:

@@ -56,6 +56,11 @@ class RestoreOptions:
     # each file that holds exactly a generation of this machine's own backup is written
     # into its own tree: ``backup.ship.Provenance``, so the daemon never ships it again.
     record: Callable[[bytes, int, int, Path | bytes], None] | None = None
+    # Told (path in the target, the machine, its stored path, generation, size, the
+    # content written: a file or bytes) before a file another machine's backup gives whole
+    # is written into this machine's tree: recorded as imported from there, the daemon
+    # ships it so labelled and that machine never takes it for one of this machine's own.
+    record_import: Callable[[bytes, str, bytes, int, int, Path | bytes], None] | None = None
     # Given a local file's path in the target and its stat: a reason to leave it as it is
     # for now (a session being written here: follow), or None.
     leave: Callable[[bytes, os.stat_result], str | None] | None = None

@@ -88,6 +88,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
             job = rewriting[1] if rewriting is not None else \
                 pool.submit(_rewrite_job, staged, sids, holes, whole)
             out, act.size = job.result()
+            _record_import(opts, backup.machine, rel, f, out)
             return os.fsencode(out)
 
         installer.produce(rewrite, dest, mtime_ns, size if whole else CHUNK + LINE_MAX)
@@ -101,6 +102,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         act = Action("create", os.fsdecode(rel), src, "not present locally", len(data))
         if not opts.dry_run:
             make_parents(opts.target, rel, installer.known)
+            _record_import(opts, backup.machine, rel, f, data)
             installer.write(data, dest, mtime_ns)
         report.actions.append(act)
         return dest, act
@@ -113,6 +115,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
 
             def rewritten(staged: Path = staged) -> bytes:
                 out, act.size = _rewrite(staged, f, remap, history_sids)
+                _record_import(opts, backup.machine, rel, f, out)
                 return os.fsencode(out)
 
             installer.produce(rewritten, dest, mtime_ns, CHUNK + LINE_MAX)
@@ -129,12 +132,13 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
         if not opts.dry_run:
             make_parents(opts.target, rel, installer.known)
             _record(opts, backup.machine, rel, as_is, staged)
+            _record_import(opts, backup.machine, rel, f, staged)
             installer.rename(os.fsencode(staged), dest, mtime_ns)
         report.actions.append(act)
         return dest, act
     if max(size, st.st_size) > MERGE_MAX:
         return _place_big(staged, dest, rel, src, st, mtime_ns, backup, opts, report,
-                          installer, as_is, _lineage(f.path, rel, backup, opts)
+                          installer, f, as_is, _lineage(f.path, rel, backup, opts)
                           if _kind(f.path) == "transcript" else None)
     data = staged.read_bytes()
     with open(dest, "rb") as fh:
@@ -147,6 +151,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
                      if newer else "a newer generation of what the last import wrote here",
                      len(data))
         if not opts.dry_run:
+            _record_import(opts, backup.machine, rel, f, data)
             installer.write(data, dest, mtime_ns, expect=st)
         report.actions.append(act)
         return dest, act
@@ -166,6 +171,7 @@ def _place(staged: Path, f: Entry, remap: Remapper, history_sids: set[str] | Non
     unchanged(dest, st)
     if d.action == "fast-forward":
         _record(opts, backup.machine, rel, as_is, d.content)
+        _record_import(opts, backup.machine, rel, f, d.content)
     # A fast-forward or a merge keeps every local byte first: only what follows them is
     # written, at the end of the same file.
     assert d.content.startswith(local)
@@ -284,6 +290,17 @@ def _place_tail(staged: Path, f: Entry, start: int, local_size: int, remap: Rema
     return dest, act
 
 
+def _record_import(opts: RestoreOptions, machine: str, rel: bytes, f: Entry,
+                   content: Path | str | bytes) -> None:
+    """Before ``content`` (all of it ``machine``'s generation ``f``, remapped) becomes
+    ``rel`` of this machine's own tree: tell ``opts.record_import``."""
+    # A session's files only (history.jsonl's lines are filtered, and merged).
+    if opts.record_import is not None and opts.local_root is not None and \
+            machine != opts.local_machine and owner_of(f.path) is not None:
+        opts.record_import(rel, machine, f.path, f.gen, f.size,
+                           content if isinstance(content, bytes) else Path(content))
+
+
 def _record(opts: RestoreOptions, machine: str, rel: bytes, f: Entry | None,
             content: Path | bytes) -> None:
     """Before ``content`` becomes ``rel``: tell ``opts.record`` when it is generation ``f``
@@ -335,7 +352,7 @@ def _place_config(staged: Path, f: Entry, dest: bytes, rel: bytes, st: os.stat_r
 
 def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_result,
                mtime_ns: int, backup: Backup, opts: RestoreOptions, report: RestoreReport,
-               installer: Installer, as_is: Entry | None,
+               installer: Installer, f: Entry, as_is: Entry | None,
                lineage: Lineage | None = None) -> tuple[bytes, Action] | None:
     """``_place`` for a file too big to merge in memory: the same skip, fast-forward and
     keep; two diverged copies keep the local one and save the backup's beside it, and so
@@ -367,6 +384,7 @@ def _place_big(staged: Path, dest: bytes, rel: bytes, src: str, st: os.stat_resu
     unchanged(dest, st)
     act.size = staged.stat().st_size
     _record(opts, backup.machine, rel, as_is, staged)
+    _record_import(opts, backup.machine, rel, f, staged)
     installer.append(staged, dest, mtime_ns, st, skip=st.st_size)
     return dest, act
 

@@ -61,6 +61,7 @@ def provenance(settings: Settings, opts: RestoreOptions,
         prov = None
     if prov is not None:
         opts.record, opts.record_origin = prov.record, prov.record_origin
+        opts.record_import = prov.record_import
         opts.origin_of, opts.shipped = prov.origin_of, prov.shipped(os.fsencode(
             settings.source))
     quiet = Quiet(settings.source, settings.follow_quiet, ours=as_imported(
