@@ -41,7 +41,7 @@ def stand_in(n: int) -> SessionList:
                 f"session {i}: fix the parser's handling of nested quotes", time.strftime(
                     "%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t0 - i * 60)), 40_000 + i, "no",
                 False) for i in range(n)]
-    sl = SessionList(lambda: ([], []), lambda: None, rows=rows, loaded_at=time.time(),
+    sl = SessionList(lambda names: iter(()), dict, rows=rows, loaded_at=time.time(),
                      machines=sorted({r.machine for r in rows}))
     sl._ready.set()
     return sl

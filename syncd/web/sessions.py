@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,41 +11,49 @@ from starlette.routing import BaseRoute, Route
 
 from syncd.errors import UsageError
 from syncd.web.pages import page
-from syncd.web.rows import Row, SessionList
+from syncd.web.rows import Loaded, Row, SessionList, row_of
 from syncd.web.site import Site, site_of
+
+if TYPE_CHECKING:
+    from syncd.format.catalog import Session
 
 PAGE = 100
 # A first load of a big store takes a while: the view waits this long, then says so.
 FIRST_LOAD_WAIT = 20.0
 
 
-def _load(site: Site) -> tuple[list[dict[str, Any]], list[str]]:
-    from syncd.restore.listing import here, session_rows
+def _load(site: Site, names: list[str]) -> Loaded:
+    """The rows of machines ``names``, each made in its reading thread."""
+    from syncd.restore.listing import here, machine_catalogs
     from syncd.seen import Seen
 
     repo = site.repository()
     seen = Seen(site.settings.state_dir, repo.url)
-    problems: list[str] = []
-    rows = list(session_rows(repo, here(site.settings.source), problems=problems, seen=seen))
+    local = here(site.settings.source)
+
+    def rows(machine: str, sessions: list[Session]) -> list[Row]:
+        return [row_of(s, local.mark(s)) for s in sessions]
+
+    yield from machine_catalogs(repo, names, rows, seen=seen)
     seen.save()
-    return rows, problems
 
 
-def _version(site: Site) -> object:
-    """The heads' etags: a change of any means the rows are reloaded."""
+def _version(site: Site) -> dict[str, object]:
+    """Each machine's head etag: a change of one means that machine's rows are read
+    again."""
     from syncd.store import layout
 
     repo = site.repository()
-    out = []
+    out: dict[str, object] = {}
     for m in repo.machines():
         info = repo.store.head(layout.head_key(m))
-        out.append((m, "" if info is None else info.etag))
-    return tuple(out)
+        out[m] = "" if info is None else info.etag
+    return out
 
 
 def session_list(site: Site) -> SessionList:
     def make() -> SessionList:
-        rows = SessionList(lambda: _load(site), lambda: _version(site))
+        rows = SessionList(lambda names: _load(site, names), lambda: _version(site))
         rows.start()
         return rows
 
