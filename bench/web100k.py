@@ -95,6 +95,14 @@ def _hwm() -> int:
     return 0
 
 
+def _rss() -> int:
+    """RSS of this process now, kB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
 def _get(host: str, token: str, path: str) -> bytes:
     port = host.rpartition(":")[2]
     c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=600)
@@ -141,9 +149,10 @@ def child(store: Path, machines: int, sessions: int) -> None:
         c0, w0 = _cpu(), time.perf_counter()
         _get(host, token, "/sessions?offset=5000")
         after = (time.perf_counter() - w0, _cpu() - c0)
+        rss = _rss()
         srv.stop()
         print(json.dumps({"first": first, "reload": reload, "after": after,
-                          "rss_start": rss0, "peak_rss": _hwm()}))
+                          "rss_start": rss0, "peak_rss": _hwm(), "rss": rss}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -196,6 +205,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workdir", type=Path,
                     default=Path.home() / ".cache" / "syncd-bench" / "web100k")
+    ap.add_argument("--json", action="store_true", help="also the runs' raw figures, one line")
     ap.add_argument("--child", type=Path, default=None)
     a = ap.parse_args()
     if a.child is not None:
@@ -219,11 +229,15 @@ def main() -> None:
                  "after": "a view after (page 50)"}[what]
         print(f"  {label:<36} wall {med([r[what][0] for r in web])}  CPU "
               f"{med([r[what][1] for r in web])}")
-    print(f"  {'server peak RSS (at start)':<36} {med([r['peak_rss'] / 1024 for r in web], 1, 1)}"
-          f" ({med([r['rss_start'] / 1024 for r in web], 1, 1)})")
+    print(f"  {'server peak RSS (at start; at end)':<36} "
+          f"{med([r['peak_rss'] / 1024 for r in web], 1, 1)} "
+          f"({med([r['rss_start'] / 1024 for r in web], 1, 1)}; "
+          f"{med([r['rss'] / 1024 for r in web], 1, 1)})")
     print(f"  {'syncd sessions --json':<36} wall {med([c[0] for c in cli])}  CPU "
           f"{med([c[1] for c in cli])}  peak RSS {med([c[2] / 1024 for c in cli], 1, 1)}"
           f"  rows {cli[0][3]}")
+    if a.json:
+        print(json.dumps({"web": web, "cli": cli}))
     print(f"load average: {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end (2 CPUs shared)")
 
 

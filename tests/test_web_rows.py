@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,50 @@ def test_rows_hold_what_many_share_once() -> None:
     # Made per row (from JSON, each its own string), held once: 100,000 rows fit.
     assert len({id(r.project) for r in got}) == 1
     assert len({id(r.machine) for r in got}) == 1
+
+
+def test_a_big_first_load_shows_what_is_read_before_every_head_is(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rows_mod, "PARTIAL_MIN", 3)
+    monkeypatch.setattr(rows_mod, "PARTIAL_AFTER", 0.0)
+    go = threading.Event()
+    m1 = [raw(i, "m1") for i in range(4)]
+    m2 = [raw(i + 10, "m2") for i in range(2)]
+
+    def load(names: list[str]) -> Loaded:
+        assert names == ["m1", "m2", "m3"]
+        yield "m1", [row_of(session(r), "no") for r in m1], []
+        assert go.wait(30)  # the last machines' heads take their time
+        yield "m2", [row_of(session(r), "no") for r in m2], []
+        yield "m3", [], []
+
+    sl = SessionList(load, lambda: {"m1": 1, "m2": 1, "m3": 1})
+    sl.start()
+    try:
+        assert not sl.wait_first(0.0, 30)  # not whole, but rows to show
+        assert sl.reading == (1, 3) and sl.page().total == 4 and sl.machines == ["m1"]
+        times = [r.last_activity for r in sl.page().rows]
+        assert times == sorted(times, reverse=True)
+        assert sl.loaded_at is None
+        go.set()
+        assert sl.wait(30) and sl.wait_first(0.0, 30)
+        assert sl.reading is None and sl.page().total == 6
+        assert sl.machines == ["m1", "m2"]
+        assert not sl.refresh()  # the partial rows are not what a reload compares
+    finally:
+        go.set()
+        sl.stop()
+
+
+def test_a_small_first_load_is_never_partial(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rows_mod, "PARTIAL_AFTER", 0.0)
+    shown: list[object] = []
+
+    def load(names: list[str]) -> Loaded:
+        for m in names:
+            shown.append(sl.reading)
+            yield m, [row_of(session(raw(i, m)), "no") for i in range(3)], []
+
+    sl = SessionList(load, lambda: {"m1": 1, "m2": 1})
+    assert sl.refresh()
+    assert shown == [None, None] and sl.reading is None and sl.page().total == 6

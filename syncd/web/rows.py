@@ -18,6 +18,11 @@ log = logging.getLogger("syncd.web")
 
 # How often the heads are looked at for a change.
 REFRESH = 30.0
+# A first load of a big store publishes what it has read so far (newest first among
+# those machines), every this many seconds once it has this many rows: the view shows a
+# first page before every head is read. A small store's page is never partial.
+PARTIAL_AFTER = 0.5
+PARTIAL_MIN = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +79,13 @@ class SessionList:
     problems: list[str] = field(default_factory=list)
     loaded_at: float | None = None
     machines: list[str] = field(default_factory=list)
+    # While a first load is under way and rows are shown: (machines read, to read).
+    reading: tuple[int, int] | None = None
     # machine: (the version its rows were read at, its rows, its problems)
     _by: dict[str, tuple[object, list[Row], list[str]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: threading.Event = field(default_factory=threading.Event)
+    _some: threading.Event = field(default_factory=threading.Event)  # rows to show
     _stop: threading.Event = field(default_factory=threading.Event)
     _wanted: threading.Event = field(default_factory=threading.Event)
     _looked: float = 0.0  # monotonic time of the last look at the heads
@@ -99,6 +107,14 @@ class SessionList:
         """Whether the first load is done (waiting up to ``timeout``)."""
         return self._ready.wait(timeout)
 
+    def wait_first(self, whole: float, timeout: float) -> bool:
+        """Whether the first load is done: waiting up to ``whole`` for it, then (up to
+        ``timeout`` in all) only until some rows are there to show."""
+        if self._ready.wait(whole):
+            return True
+        self._some.wait(max(0.0, timeout - whole))
+        return self._ready.is_set()
+
     def wanted(self) -> None:
         """The view was asked for: a look at the heads when the last is old enough."""
         if time.monotonic() - self._looked >= REFRESH:
@@ -115,6 +131,7 @@ class SessionList:
                     self.problems = [str(e)]
             finally:
                 self._ready.set()
+                self._some.set()
             # Not before REFRESH, and then only once the view is asked for again.
             self._stop.wait(REFRESH)
             while not self._stop.is_set() and not self._wanted.wait(REFRESH):
@@ -132,8 +149,24 @@ class SessionList:
         changed = [m for m, v in seen.items()
                    if force or m not in by or by[m][0] != v]
         kept = {m: got for m, got in by.items() if m in seen and m not in changed}
-        for m, rows, lines in self.load(changed):
+        first = self.loaded_at is None
+        start = shown = time.monotonic()
+        count = 0
+        for done, (m, rows, lines) in enumerate(self.load(changed), 1):
             kept[m] = (seen.get(m), rows, lines)
+            count += len(rows)
+            now = time.monotonic()
+            if first and count >= PARTIAL_MIN and now - shown >= PARTIAL_AFTER and \
+                    done < len(changed):
+                self._publish(kept, (done, len(changed)))
+                shown = now
+        self._publish(kept, None)
+        log.debug("web: %d rows of %d machines read in %.2f s", len(self.rows),
+                  len(changed), time.monotonic() - start)
+        return True
+
+    def _publish(self, kept: dict[str, tuple[object, list[Row], list[str]]],
+                 reading: tuple[int, int] | None) -> None:
         order = sorted(kept)
         # Each machine's rows are in no order the merge relies on: one sort of them all
         # (runs of presorted rows make it cheap).
@@ -141,11 +174,12 @@ class SessionList:
         every.sort(key=lambda r: r.last_activity, reverse=True)
         problems = [line for m in order for line in kept[m][2]]
         with self._lock:
-            self._by = kept
-            self.rows, self.problems = every, problems
+            self.rows, self.problems, self.reading = every, problems, reading
             self.machines = sorted({r.machine for r in every})
-            self.loaded_at = time.time()
-        return True
+            if reading is None:  # whole: what the next refresh compares against
+                self._by = dict(kept)
+                self.loaded_at = time.time()
+        self._some.set()
 
     def page(self, *, machine: str | None = None, project: str | None = None,
              since: str | None = None, until: str | None = None,

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from syncd.format.catalog import Session
 
 PAGE = 100
-# A first load of a big store takes a while: the view waits this long, then says so.
+# A first load of a big store takes a while: the view waits this long for all of it,
+# then shows what is read so far (a big store's), waiting up to FIRST_LOAD_WAIT for any.
+FIRST_PAGE_WAIT = 1.0
 FIRST_LOAD_WAIT = 20.0
 
 
@@ -100,7 +102,7 @@ def sessions(request: Request) -> Response:
     offset = _int(q.get("offset"), 0)
     rows = session_list(site)
     rows.wanted()
-    loading = not rows.wait(FIRST_LOAD_WAIT)
+    loading = not rows.wait_first(FIRST_PAGE_WAIT, FIRST_LOAD_WAIT)
     only: set[tuple[str, str]] | None = None
     hits: dict[tuple[str, str], Any] = {}
     bad_query = None
@@ -129,7 +131,8 @@ def sessions(request: Request) -> Response:
         return list(hit.snippet) if hit is not None else []
 
     return page(request, "sessions.html", page=found, machines=rows.machines,
-                problems=rows.problems, loading=loading, bad_query=bad_query,
+                problems=rows.problems, loading=loading, reading=rows.reading,
+                bad_query=bad_query,
                 filters={"machine": machine or "", "project": project or "",
                          "since": since or "", "until": until or "", "q": text},
                 prev_link=link(max(0, offset - PAGE)) if offset else None,
