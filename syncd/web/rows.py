@@ -19,8 +19,9 @@ log = logging.getLogger("syncd.web")
 # How often the heads are looked at for a change.
 REFRESH = 30.0
 # A first load of a big store publishes what it has read so far (newest first among
-# those machines), every this many seconds once it has this many rows: the view shows a
-# first page before every head is read. A small store's page is never partial.
+# those machines) this many seconds in, then at twice, four times that..., once it has
+# this many rows: the view shows a first page before every head is read. A small
+# store's page is never partial.
 PARTIAL_AFTER = 0.5
 PARTIAL_MIN = 10_000
 
@@ -150,16 +151,15 @@ class SessionList:
                    if force or m not in by or by[m][0] != v]
         kept = {m: got for m, got in by.items() if m in seen and m not in changed}
         first = self.loaded_at is None
-        start = shown = time.monotonic()
-        count = 0
+        start = time.monotonic()
+        after, count = PARTIAL_AFTER, 0
         for done, (m, rows, lines) in enumerate(self.load(changed), 1):
             kept[m] = (seen.get(m), rows, lines)
             count += len(rows)
-            now = time.monotonic()
-            if first and count >= PARTIAL_MIN and now - shown >= PARTIAL_AFTER and \
-                    done < len(changed):
+            if first and count >= PARTIAL_MIN and done < len(changed) and \
+                    time.monotonic() - start >= after:
                 self._publish(kept, (done, len(changed)))
-                shown = now
+                after *= 2  # each a sort of every row so far: a few, however slow
         self._publish(kept, None)
         log.debug("web: %d rows of %d machines read in %.2f s", len(self.rows),
                   len(changed), time.monotonic() - start)
