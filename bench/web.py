@@ -5,7 +5,8 @@ daemon's idle RSS and CPU with ``web = true`` against without.
     PYTHONPATH=. .venv/bin/python bench/web.py [--runs N] [--idle-seconds S] [--skip-rss]
 
 The sessions are a memory stand-in put in the page's cache (the view keeps its rows in
-memory after the first load: what is timed is every view after it). Runs of the two sizes
+memory after the first load: what is timed is every view after it; bench/web100k.py
+times the first load from real heads). Runs of the two sizes
 are interleaved; medians with (min-max). Prints figures, asserts nothing.
 """
 
