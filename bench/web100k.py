@@ -7,7 +7,7 @@ sessions --json`` on the same store (wall, CPU, peak RSS). Runs interleaved; med
 with (min-max). Prints figures, asserts nothing.
 
     PYTHONPATH=. .venv/bin/python bench/web100k.py [--machines 100] [--sessions 1000]
-        [--runs 5] [--workdir DIR]
+        [--runs 5] [--latency-ms MS] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -114,17 +114,25 @@ def _get(host: str, token: str, path: str) -> bytes:
     return body
 
 
-def child(store: Path, machines: int, sessions: int) -> None:
-    """One server's life, in this process: the first view, a head changed, the reload."""
+def child(store: Path, machines: int, sessions: int, latency: float) -> None:
+    """One server's life, in this process: the first view, a head changed, the reload;
+    each store request delayed by ``latency`` s (tests/counting.py), as a remote one."""
     from syncd.config import load_settings
+    from syncd.repository import Repository
+    from syncd.store import open_store
     from syncd.web.server import WebServer, bind, token_of
     from syncd.web.sessions import session_list
+    from tests.counting import CountingStore
 
     tmp = Path(tempfile.mkdtemp(prefix="web100k-"))
     try:
         s = load_settings(Path(os.devnull), source=tmp / "src", state_dir=tmp / "state",
                           store=store.as_uri(), machine_id="bench.reader-00000000")
         srv = WebServer(s, bind(0))
+        site = srv.server.config.app.app.state.site
+        if latency:
+            site._repo = Repository(CountingStore(open_store(s.store), latency=latency),
+                                    s.machine_id)
         srv.start()
         host, token = srv.bound.host, token_of(srv.bound)
         rss0 = _hwm()
@@ -133,7 +141,6 @@ def child(store: Path, machines: int, sessions: int) -> None:
         first = (time.perf_counter() - w0, _cpu() - c0)
         assert b"data-session=" in body, body[:400]
         partial = b'id="loading"' in body
-        site = srv.server.config.app.app.state.site
         sl = session_list(site)
         assert sl.wait(600)
         whole = (time.perf_counter() - w0, _cpu() - c0)
@@ -161,9 +168,11 @@ def child(store: Path, machines: int, sessions: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_child(store: Path, machines: int, sessions: int) -> dict[str, Any]:
+def run_child(store: Path, machines: int, sessions: int, latency: float
+              ) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--child", str(store), "--machines",
-                          str(machines), "--sessions", str(sessions)],
+                          str(machines), "--sessions", str(sessions), "--latency-ms",
+                          str(latency * 1000)],
                          capture_output=True, text=True, check=False, env=_env())
     if out.returncode:
         raise SystemExit(f"child failed: {out.stderr[-2000:]}")
@@ -209,11 +218,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workdir", type=Path,
                     default=Path.home() / ".cache" / "syncd-bench" / "web100k")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="the server's store requests each delayed this long")
     ap.add_argument("--json", action="store_true", help="also the runs' raw figures, one line")
     ap.add_argument("--child", type=Path, default=None)
     a = ap.parse_args()
     if a.child is not None:
-        child(a.child, a.machines, a.sessions)
+        child(a.child, a.machines, a.sessions, a.latency_ms / 1000)
         return
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -224,7 +235,7 @@ def main() -> None:
     web: list[dict[str, Any]] = []
     cli: list[tuple[float, float, int, int]] = []
     for _ in range(a.runs):
-        web.append(run_child(store, a.machines, a.sessions))
+        web.append(run_child(store, a.machines, a.sessions, a.latency_ms / 1000))
         cli.append(run_sessions(store))
     print(f"median (min-max) of {a.runs} runs, interleaved; s and MB")
     print(f"  first view partial (a first page before every head is read): "

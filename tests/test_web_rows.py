@@ -18,6 +18,7 @@ from syncd.format.catalog import Session
 from syncd.repository import Repository
 from syncd.store import layout, open_store
 from syncd.web import rows as rows_mod
+from syncd.web import sessions as sessions_mod
 from syncd.web.rows import Loaded, Row, SessionList, row_of
 from syncd.web.security import Guard
 from syncd.web.sessions import session_list
@@ -219,3 +220,33 @@ def test_a_small_first_load_is_never_partial(monkeypatch: pytest.MonkeyPatch) ->
     sl = SessionList(load, lambda: {"m1": 1, "m2": 1})
     assert sl.refresh()
     assert shown == [None, None] and sl.reading is None and sl.page().total == 6
+
+
+class _Together(CountingStore):
+    """Each HEAD of a head waits until ``n`` are in flight: HEADs made one after
+    another never get there (the barrier breaks at its deadline)."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        super().__init__(inner)
+        self.barrier = threading.Barrier(n, timeout=30)
+
+    def head(self, key: str) -> Any:
+        if key.endswith("/head"):
+            self.barrier.wait()
+        return super().head(key)
+
+
+def test_the_heads_are_looked_at_concurrently(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    machines = [f"u.m{i}-0000000{i}" for i in range(4)]
+    for m in machines:
+        (root / layout.machine_prefix(m)).mkdir(parents=True)
+        (root / layout.head_key(m)).write_bytes(head(m, 1))
+    s = load_settings(Path(os.devnull), source=tmp_path / "src", state_dir=tmp_path / "st",
+                      store=root.as_uri(), machine_id="u.reader-00000000")
+    site = Site(s, Guard("t", "127.0.0.1:1"))
+    site._repo = Repository(_Together(open_store(root.as_uri()), len(machines)),
+                            s.machine_id)
+    sl = SessionList(lambda names: iter(()), lambda: sessions_mod._version(site))
+    got = sl.version()
+    assert list(got) == machines and all(got.values())

@@ -41,16 +41,16 @@ def _load(site: Site, names: list[str]) -> Loaded:
 
 
 def _version(site: Site) -> dict[str, object]:
-    """Each machine's head etag: a change of one means that machine's rows are read
+    """Each machine's head etag (the HEADs made concurrently: one after another, 100
+    machines 20 ms away are 2 s): a change of one means that machine's rows are read
     again."""
     from syncd.store import layout
+    from syncd.worker import each
 
     repo = site.repository()
-    out: dict[str, object] = {}
-    for m in repo.machines():
-        info = repo.store.head(layout.head_key(m))
-        out[m] = "" if info is None else info.etag
-    return out
+    return {m: "" if info is None else info.etag
+            for m, info in each(repo.machines(),
+                                lambda m: repo.store.head(layout.head_key(m)))}
 
 
 def session_list(site: Site) -> SessionList:
