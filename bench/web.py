@@ -5,7 +5,8 @@ daemon's idle RSS and CPU with ``web = true`` against without.
     PYTHONPATH=. .venv/bin/python bench/web.py [--runs N] [--idle-seconds S] [--skip-rss]
 
 The sessions are a memory stand-in put in the page's cache (the view keeps its rows in
-memory after the first load: what is timed is every view after it). Runs of the two sizes
+memory after the first load: what is timed is every view after it; bench/web100k.py
+times the first load from real heads). Runs of the two sizes
 are interleaved; medians with (min-max). Prints figures, asserts nothing.
 """
 
@@ -41,7 +42,7 @@ def stand_in(n: int) -> SessionList:
                 f"session {i}: fix the parser's handling of nested quotes", time.strftime(
                     "%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t0 - i * 60)), 40_000 + i, "no",
                 False) for i in range(n)]
-    sl = SessionList(lambda: ([], []), lambda: None, rows=rows, loaded_at=time.time(),
+    sl = SessionList(lambda names: iter(()), dict, rows=rows, loaded_at=time.time(),
                      machines=sorted({r.machine for r in rows}))
     sl._ready.set()
     return sl

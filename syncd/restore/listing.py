@@ -392,6 +392,21 @@ def machine_sessions(repo: Repository, names: Iterable[str], project: str | None
         yield name, [s for s in sessions if not project or _matches(s, home, project)]
 
 
+def machine_catalogs(repo: Repository, names: Iterable[str],
+                     convert: Callable[[str, list[Session]], R], seen: Seen | None = None
+                     ) -> Iterator[tuple[str, R, list[str]]]:
+    """``(machine, convert(machine, its sessions), what could not be read)`` for each of
+    ``names`` in order, read as ``session_rows`` reads them (heads, concurrently);
+    ``convert`` runs in the reading thread, so the results waiting their turn are what it
+    makes (compact rows), not the machines' catalogs."""
+    def one(name: str, raw_max: int) -> tuple[R, list[str]]:
+        sessions, _, lines = _sessions_of(repo.for_machine(name), False, seen, raw_max)
+        return convert(name, sessions), lines
+
+    for name, (got, lines) in _each_machine(names, one):
+        yield name, got, lines
+
+
 def _sessions_of(m: Repository, strict: bool, seen: Seen | None, raw_max: int
                  ) -> tuple[list[Session], str | None, list[str]]:
     """A machine's sessions and home: its head's, or its backup's (``strict``: a backup
