@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from syncd.web.pages import page
 from syncd.web.plot import MOST_SERIES, Plot, lines
 from syncd.web.samples import FILE as SAMPLES_FILE
-from syncd.web.samples import Sampler, Samples
+from syncd.web.samples import OTHERS, Sampler, Samples
 from syncd.web.site import Site, site_of
 
 # The store is probed (one HEAD) at most this often, however often the page refreshes.
@@ -127,7 +127,7 @@ def _cost(site: Site, stored: dict[str, int]) -> dict[str, Any]:
 def plot_of(site: Site) -> Plot:
     sampler = _sampler(site)
     sampler.first.wait(FIRST_SAMPLE_WAIT)
-    return lines(sampler.samples.series(most=MOST_SERIES))
+    return lines(sampler.samples.series(most=MOST_SERIES), rest=OTHERS)
 
 
 async def dashboard(request: Request) -> Response:
