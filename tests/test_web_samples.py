@@ -57,8 +57,13 @@ def test_older_samples_are_thinned_to_one_an_hour_then_one_a_day(tmp_path: Path)
     try:
         i = int((kept - start) / EVERY)
         assert (kept, i) in s.series()["a"] and (kept, 2 * i) in s.series()["b"]
+        # Two days later (nothing sampled meanwhile): the day that aged is thinned too.
+        s.add(now + 2 * 86400, {"a": 0})
     finally:
         s.close()
+    times = _times(tmp_path / "web.sqlite")
+    old = [t for t in times if t < now + 2 * 86400 - RECENT]
+    assert len(old) == len({int(t // 3600) for t in old}) and len(times) < 900
 
 
 def test_a_store_of_many_machines_keeps_the_biggest_and_sums_the_rest(

@@ -36,6 +36,7 @@ FILE = "web.sqlite"
 class Samples:
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
+        self._added: float | None = None  # the time of the last sample added here
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         path.chmod(0o600)
         # A sample lost to a crash is one point of a plot: no fsync at each.
@@ -62,14 +63,18 @@ class Samples:
             self._db.execute("BEGIN")
             self._db.executemany("INSERT INTO samples VALUES (?, ?, ?)", rows)
             self._db.execute("DELETE FROM samples WHERE time < ?", (now - KEEP,))
-            # Past the recent window, the newest sample of each hour (of each day past
-            # HOURLY) stays.
-            self._db.execute(
-                "DELETE FROM samples WHERE time < :recent AND time NOT IN ("
-                "SELECT max(time) FROM samples WHERE time < :recent GROUP BY time < :hourly, "
-                "CAST(time / CASE WHEN time < :hourly THEN 86400 ELSE 3600 END AS INTEGER))",
-                {"recent": now - RECENT, "hourly": now - HOURLY})
+            # Past the recent window, the newest sample of each hour stays, and past
+            # HOURLY the newest of each day: only the hours and days that samples entered
+            # since the last add here are looked at (all of them at the first).
+            for size, age in ((3600.0, RECENT), (86400.0, HOURLY)):
+                lo = -1.0 if self._added is None else (self._added - age) // size * size
+                self._db.execute(
+                    "DELETE FROM samples WHERE time >= :lo AND time < :edge AND time NOT IN "
+                    "(SELECT max(time) FROM samples WHERE time >= :lo AND time < :edge "
+                    "GROUP BY CAST(time / :size AS INTEGER))",
+                    {"lo": lo, "edge": now - age, "size": size})
             self._db.execute("COMMIT")
+            self._added = now
 
     def series(self, most: int | None = None) -> dict[str, list[tuple[float, int]]]:
         """Per machine, its (time, bytes) samples, oldest first; ``most``: only the
