@@ -227,6 +227,38 @@ def test_a_session_written_here_is_left_until_quiet(
     assert b.cursor("desk")["waiting"] == []
 
 
+def test_a_followed_machine_s_lag_is_the_wait_of_its_oldest_change_not_here(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two
+    b.settings = b.settings.model_copy(update={"follow_quiet": 60.0})
+    rel, mine = imported_once(a, b, monkeypatch)
+    row = status(b.settings)["following"][0]
+    assert row["lag_seconds"] == 0.0 and row["behind_since"] is None
+    assert "following:    desk: up to date as of " in format_status(
+        status(b.settings), now=b.now + 5)
+    # Two flushes of desk wait here, held until the laptop's copy is quiet: the lag runs
+    # from the first of them.
+    flushed = []
+    for n in (1, 2):
+        write(a.settings.source, rel, line(S1, a.cwd("app"), n), mode="ab")
+        a.sync(monkeypatch)
+        flushed.append(read_index(LocalStore(a.store_dir), layout.segment_key("desk", n)).time)
+    typed = line(S1, b.cwd("app"), 0, "typed here").replace(b"-000000", b"-typed0")
+    write(b.settings.source, mine.relative_to(b.settings.source), typed, mode="ab")
+    b.now = mine.stat().st_mtime + 10
+    b.poll(monkeypatch)
+    assert b.cursor("desk")["waiting"] == [S1]
+    shown = status(b.settings)
+    row = shown["following"][0]
+    assert row["behind_since"] == flushed[0] and row["seq"] == 2, row
+    assert row["lag_seconds"] > 0 and "since" not in row
+    assert "following:    desk: 5m behind, " in format_status(shown, now=flushed[0] + 300)
+    b.now += 60
+    b.poll(monkeypatch)
+    row = status(b.settings)["following"][0]
+    assert row["waiting"] == [] and row["behind_since"] is None and row["lag_seconds"] == 0.0
+
+
 def test_a_session_held_open_here_is_left_until_closed(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     if not Path("/proc/self/fd").is_dir():
@@ -337,7 +369,8 @@ def test_status_and_sessions_say_what_was_imported_and_what_is_behind(
     shown = status(b.settings)
     assert [(f["machine"], f["seq"], f["imported"], f["sessions"], f["waiting"])
             for f in shown["following"]] == [("desk", 0, 1, 1, [])]
-    assert "following:    desk: last import" in format_status(shown)
+    text = format_status(shown)
+    assert "following:    desk: up to date as of " in text and "ago), last import " in text
     # Imported again as desk writes it: one session here, two imports.
     write(a.settings.source, rel, line(S1, a.cwd("app"), 9), mode="ab")
     a.sync(monkeypatch)

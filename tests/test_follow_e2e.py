@@ -516,12 +516,26 @@ def record_and_follow(pair: Pair, claude: Claude) -> Recorded:
         return sorted(got) == sorted(have) and \
             len(got[f"{sid}.jsonl"].splitlines()) == len(have[f"{sid}.jsonl"].splitlines())
 
+    def settled() -> bool:
+        # The files alone say too little: a sidecar a's CLI rewrote whole (a subagent's
+        # meta.json) has the same name and b may hold its older copy. So, as well: a's
+        # daemon has nothing pending, and b's cursor has read a's last flush with
+        # nothing of it held back.
+        if not arrived():
+            return False
+        sa = a.status()
+        if sa.get("files_pending") != 0 or sa.get("last_flush_seq") is None:
+            return False
+        row = b.following()
+        return isinstance(row.get("seq"), int) and row["seq"] >= sa["last_flush_seq"] and \
+            not row.get("waiting") and not row.get("retry")
+
     def explain() -> str:
         on_b = sorted(str(p.relative_to(b.root)) for p in b.root.rglob("*"))
         return f"a has {sorted(have)}\nb has {on_b}\n{pair.explain()}"
 
-    wait_for(arrived, DEADLINE, f"b to import a's session {sid} into {b.folder(pb)}",
-             explain=explain)
+    wait_for(settled, DEADLINE, f"b to import a's session {sid} into {b.folder(pb)}, "
+             "through a's last flush", explain=explain)
     return rec
 
 

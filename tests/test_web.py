@@ -75,6 +75,41 @@ def test_dashboard_and_sessions_views(tmp_path: Path, web: Any, page: Any) -> No
     assert page.syncd_errors == []
 
 
+def test_the_followed_machines_lag_is_shown_and_refreshed(tmp_path: Path, web: Any,  # noqa: F811
+                                                         page: Any) -> None:  # noqa: F811
+    import time
+
+    from syncd.backup.state import State
+
+    env = tree(tmp_path)
+    now = time.time()
+    # desk: a change flushed there 10 minutes ago waits here; lab: all it read is here.
+    st = State(load_settings(Path(os.devnull), source=tmp_path / "src",
+                             state_dir=tmp_path / "state", store=(tmp_path / "store").as_uri(),
+                             machine_id="m1").state_file)
+    try:
+        st.set_meta(follow=json.dumps({
+            "desk": {"seq": 4, "last_check": now - 5, "waiting": [SID],
+                     "since": {SID: now - 600}},
+            "lab": {"seq": 2, "last_check": now - 5}}))
+    finally:
+        st.close()
+    w = web(env)
+    page.goto(w.url)
+    rows = page.locator("#following tbody tr")
+    lag = {rows.nth(i).get_attribute("data-machine"): rows.nth(i).locator(".lag").inner_text()
+           for i in range(rows.count())}
+    assert lag["desk"] == "10m behind"
+    assert lag["lab"].startswith("up to date as of ") and lag["lab"].endswith("s ago)")
+    # The script redraws it from /api/dashboard, the same words.
+    page.evaluate("document.querySelector('#following .lag').textContent = '';"
+                  "delete document.body.dataset.refreshed")
+    page.wait_for_selector("body[data-refreshed]", state="attached")
+    assert page.locator('#following tr[data-machine="desk"] .lag').inner_text() == "10m behind"
+    screenshot(page, tmp_path, "dashboard-following")
+    assert page.syncd_errors == []
+
+
 # -- the search box, through a stand-in of the index ---------------------------------------
 
 

@@ -39,6 +39,11 @@ class Cursor:
     # Sessions imported into a folder whose project path does not exist on this machine
     # (there was no local copy to go with): listed, never moved.
     elsewhere: list[str] = field(default_factory=list)
+    # The flush time of its segment ``seq`` (None: not known).
+    seq_time: float | None = None
+    # Per session read from it but not here yet (``waiting``, ``retry``): the flush time
+    # of its oldest change not imported (what the lag is measured from).
+    since: dict[str, float] = field(default_factory=dict)
 
 
 def cursors(state: State) -> dict[str, Cursor]:
@@ -58,11 +63,33 @@ def cursors(state: State) -> dict[str, Cursor]:
     return out
 
 
+def lag(c: Cursor, now: float) -> float | None:
+    """How long the oldest change read from that machine and not here yet has waited, as
+    of ``now``: 0 when every change it read is here (up to date as of ``last_check``),
+    None when it was never read."""
+    if c.seq is None and not c.since:
+        return None
+    oldest = min(c.since.values(), default=None)
+    return 0.0 if oldest is None else max(0.0, now - oldest)
+
+
+def waited(c: Cursor, seen: dict[str, float], fallback: float) -> None:
+    """Keep ``since`` to the sessions that wait now: those new to it since ``seen`` (the
+    flush time of the first segment this poll read naming each), else ``fallback``."""
+    pending = set(c.waiting) | set(c.retry)
+    c.since = {s: t for s, t in c.since.items() if s in pending}
+    for sid in pending - c.since.keys():
+        c.since[sid] = seen.get(sid, fallback)
+
+
 def sound(c: Cursor) -> bool:
     """Whether every field of a cursor read back from the state has its type."""
     names = (c.waiting, c.conflicts, c.retry, c.elsewhere)
     return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
         (c.missing is None or type(c.missing) is int) and isinstance(c.head_etag, str) and \
         type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \
-        all(t is None or type(t) in (int, float) for t in (c.last_import, c.last_check)) \
+        all(t is None or type(t) in (int, float)
+            for t in (c.last_import, c.last_check, c.seq_time)) and \
+        isinstance(c.since, dict) and all(isinstance(k, str) and type(t) in (int, float)
+                                          for k, t in c.since.items()) \
         and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in names)

@@ -30,7 +30,7 @@ from syncd.claude import Selection, tree_writable
 from syncd.config import Settings
 from syncd.errors import FormatError, NoBackup, NotFound, RestoreError, SyncdError
 from syncd.follow.choice import choose, record
-from syncd.follow.cursor import META, Cursor, cursors
+from syncd.follow.cursor import META, Cursor, cursors, waited
 from syncd.follow.quiet import Quiet, intact
 from syncd.format.catalog import session_of, session_of_any
 from syncd.format.segment import SegmentIndex, index_bytes
@@ -301,6 +301,12 @@ class Follower:
         self._head_seq: dict[str, int] = {}
         # Per machine: the etag of a head that did not read (said once).
         self._bad_head: dict[str, str] = {}
+        # This poll's: per session, the flush time of the first segment read naming it;
+        # the flush time of the last segment read (None: none read).
+        self._seen_at: dict[str, float] = {}
+        self._top_time: float | None = None
+        # Per machine: the flush time of its head last read here.
+        self._head_time: dict[str, float | None] = {}
         # Machines not reconciled yet since this follower started.
         self._unreconciled: set[str] = set(self.cursors)
         # After a start, what failed before it is tried again at once.
@@ -339,6 +345,7 @@ class Follower:
             if self._polls < self._retry.get(machine, (0, 0))[0]:
                 continue
             cur.last_check = self.clock()
+            self._seen_at = {}
             try:
                 if self._poll(machine, cur, blocked):
                     # (A first look still to come is not held back by it.)
@@ -354,6 +361,7 @@ class Follower:
                 self._retry[machine] = (self._polls + wait, wait)
                 # A reader's bug its objects met gets its traceback.
                 log.warning("following %s: %s", machine, cur.problem, exc_info=not known)
+            waited(cur, self._seen_at, cur.last_check if cur.seq_time is None else cur.seq_time)
         self._polls += 1
         self.state.set_meta(**{META: json.dumps({m: asdict(c)
                                                  for m, c in self.cursors.items()})})
@@ -401,6 +409,7 @@ class Follower:
             live = {s.session_id for s in backup.sessions.values() if s.deleted_at is None}
             self._import(rm, cur, live, backup)
             cur.seq = backup.last_seq if backup.last_seq is not None else -1
+            cur.seq_time = backup.last_time
             if live:  # an import of every session, those found here already included
                 cur.last_import = self.clock()
             # It saw every session the machine holds: what it could not bring is tried
@@ -422,12 +431,13 @@ class Follower:
             sids |= found
             if top is None and head_top is not None and head_top > cur.seq:
                 top = head_top  # segments compacted away before they were read
+                self._top_time = self._head_time.get(machine)
         if blocked is not None:
             # Nothing is imported: what the new segments named waits with what waits
             # already, and comes (with what the head lists) once the tree can be written.
             cur.waiting = sorted(set(cur.waiting) | sids)
             if top is not None:
-                cur.seq = top
+                cur.seq, cur.seq_time = top, self._top_time or cur.seq_time
             listed = {owner_of(p) for p in self._missing.get(machine, {})} - {None}
             cur.problem = f"{blocked}: {len(listed | set(cur.waiting))} sessions waiting"
             return False
@@ -436,7 +446,7 @@ class Follower:
         if sids or ready:
             self._import(rm, cur, sids | ready, None)
         if top is not None:
-            cur.seq = top
+            cur.seq, cur.seq_time = top, self._top_time or cur.seq_time
         self._count_missing(machine, cur)
         return True
 
@@ -512,6 +522,7 @@ class Follower:
         self._missing_more[machine] = more
         cur.head_etag = info.etag  # only now: what it lists is known here
         self._head_seq[machine] = head.seq
+        self._head_time[machine] = head.time
         cur.missing = len(missing) + more
         return self._due_listed(machine), None if head.seq <= after else head.seq
 
@@ -609,6 +620,7 @@ class Follower:
         machine are its own coming back: not imported again."""
         sids: set[str] = set()
         top = None
+        self._top_time = None
         for seq in range(after + 1, after + 1 + SEGMENTS_MAX):
             key = layout.segment_key(rm.machine, seq)
             info = rm.store.head(key)
@@ -641,6 +653,9 @@ class Follower:
             # A copy (a cut, a move, a rewrite) changes its session like new bytes do.
             sids |= {sid for c in ix.copies if (sid := session_of_any(c.path)) is not None}
             sids |= {sid for sid, back in echo.items() if not back}
+            for sid in sids:
+                self._seen_at.setdefault(sid, ix.time)
+            self._top_time = ix.time
         return sids, top
 
     def _import(self, rm: _Remembered, cur: Cursor, sids: set[str],

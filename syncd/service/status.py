@@ -19,7 +19,7 @@ from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import StoreError
 from syncd.follow.choice import recorded
-from syncd.follow.cursor import Cursor, cursors
+from syncd.follow.cursor import Cursor, cursors, lag
 from syncd.format.catalog import session_of_any
 from syncd.security.lock import ProcessLock
 from syncd.store import Store, layout, open_store
@@ -150,8 +150,14 @@ def status(settings: Settings, *, probe_store: bool = False,
         followed = cursors(state)
         names = [m for m in settings.follow if m != "*"] + sorted(set(followed) - set(
             settings.follow))
-        out["following"] = [{"machine": m, **asdict(followed.get(m, Cursor()))}
-                            for m in names]
+        now = time.time()
+        out["following"] = []
+        for m in names:
+            cur = followed.get(m, Cursor())
+            # Lag in time: since the oldest change read there and not here yet (0: all
+            # it read is here, as of its last check; None: never read).
+            out["following"].append({"machine": m, **asdict(cur), "lag_seconds": lag(cur, now),
+                                     "behind_since": min(cur.since.values(), default=None)})
         # Its sessions here now (the cursor's "imported" counts imports: a session the
         # other machine keeps writing is imported again at each look).
         here: dict[str, set[str | None]] = {}
@@ -159,7 +165,7 @@ def status(settings: Settings, *, probe_store: bool = False,
             if rec.size:  # a conflict wrote nothing here: none of its sessions is here
                 here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
         for row in out["following"]:
-            for key in ("misses", "head_etag"):
+            for key in ("misses", "head_etag", "since"):
                 del row[key]
             row["sessions"] = len(here.get(row["machine"], set()) - {None})
         last = state.meta("last_reconcile_time")
@@ -248,7 +254,8 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
                      + _names("; refused (do not open this store's key)",
                               every.get("refused"), every.get("refused_count")))
     for f in s.get("following") or []:
-        lines.append(f"following:    {f['machine']}: last import {when(f['last_import'])}"
+        lines.append(f"following:    {f['machine']}: {follow_lag(f, now)}, "
+                     f"last import {when(f['last_import'])}"
                      + (f", through seq {f['seq']}" if f["seq"] is not None else
                         ", not looked at yet")
                      + f", {f.get('sessions', 0)} of its sessions here "
@@ -299,6 +306,19 @@ def health(s: dict[str, Any], now: float | None = None) -> list[str]:
             problems.append(f"following {f['machine']}: {len(f['retry'])} sessions could "
                             "not be imported (tried again later)")
     return problems
+
+
+def follow_lag(f: dict[str, Any], now: float) -> str:
+    """A followed machine's lag in words: how long its oldest change read and not here
+    yet has waited, or up to date as of the last look."""
+    since = f.get("behind_since")
+    if since is not None:
+        return f"{_ago(max(0.0, now - since))} behind"
+    if f.get("lag_seconds") is None:
+        return "lag unknown"
+    last = f.get("last_check")
+    return "up to date" + ("" if last is None else
+                           f" as of {clock(last, now)} ({_ago(max(0.0, now - last))} ago)")
 
 
 def _names(label: str, names: Any, count: Any) -> str:

@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from syncd.web.pages import page
 from syncd.web.plot import MOST_SERIES, Plot, lines
 from syncd.web.samples import FILE as SAMPLES_FILE
-from syncd.web.samples import Sampler, Samples
+from syncd.web.samples import OTHERS, Sampler, Samples
 from syncd.web.site import Site, site_of
 
 # The store is probed (one HEAD) at most this often, however often the page refreshes.
@@ -51,7 +51,7 @@ def figures(site: Site) -> dict[str, Any]:
 
 def _figures(site: Site) -> dict[str, Any]:
     from syncd.errors import SyncdError
-    from syncd.service.status import check_store, health, status
+    from syncd.service.status import check_store, follow_lag, health, status
 
     s = status(site.settings)
     probe: _Probe = site.cache("probe", _Probe)
@@ -70,6 +70,7 @@ def _figures(site: Site) -> dict[str, Any]:
     for f in s["following"]:
         f["last_check_ago"] = None if f.get("last_check") is None else now - f["last_check"]
         f["last_import_ago"] = None if f.get("last_import") is None else now - f["last_import"]
+        f["lag"] = follow_lag(f, now)  # as `syncd status` says it
     problems = list(s["health"])
     if s.get("last_error"):
         problems.append(f"last error: {s['last_error']}")
@@ -127,7 +128,7 @@ def _cost(site: Site, stored: dict[str, int]) -> dict[str, Any]:
 def plot_of(site: Site) -> Plot:
     sampler = _sampler(site)
     sampler.first.wait(FIRST_SAMPLE_WAIT)
-    return lines(sampler.samples.series(most=MOST_SERIES))
+    return lines(sampler.samples.series(most=MOST_SERIES), rest=OTHERS)
 
 
 async def dashboard(request: Request) -> Response:

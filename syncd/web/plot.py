@@ -44,11 +44,15 @@ class Plot:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.t_to))
 
 
-def lines(data: dict[str, list[tuple[float, int]]]) -> Plot:
+def lines(data: dict[str, list[tuple[float, int]]], rest: str | None = None) -> Plot:
     """The plot of ``data`` (per name, (time, value) oldest first): the biggest
-    ``MOST_SERIES`` names, each thinned to ``MOST_POINTS``."""
-    named = sorted(((n, pts) for n, pts in data.items() if pts), key=lambda x: -x[1][-1][1])
+    ``MOST_SERIES`` names, each thinned to ``MOST_POINTS``, then ``rest`` (the others'
+    sum) if ``data`` has it."""
+    named = sorted(((n, pts) for n, pts in data.items() if pts and n != rest),
+                   key=lambda x: -x[1][-1][1])
     named = named[:MOST_SERIES]
+    if rest is not None and data.get(rest):
+        named.append((rest, data[rest]))
     if not named:
         return Plot(WIDTH, HEIGHT, [], 0, 0.0, 0.0)
     t0 = min(p[0][0] for _, p in named)

@@ -60,6 +60,13 @@
         list.appendChild(li);
       }
     }
+    // Each followed machine's lag, on the row of the same machine (compared, never
+    // put in a selector).
+    const rows = document.querySelectorAll("#following tbody tr");
+    (s.following || []).forEach((f, i) => {
+      const row = rows[i], cell = row && row.querySelector(".lag");
+      if (cell && row.dataset.machine === f.machine) cell.textContent = f.lag;
+    });
     document.body.dataset.refreshed = String(s.now);
   }
   async function tick() {
