@@ -63,7 +63,12 @@ NEVER_NAMES = (re.compile(r"\.credentials\.json.*", re.I), re.compile(r"\.claude
                re.compile(r"hfi-auth\.json.*", re.I),
                re.compile(r".*\.lock", re.I),
                # syncd's own temp files (see temp_name), whatever their age or version.
-               re.compile(r"\.syncd-.*\.tmp", re.I))
+               re.compile(r"\.syncd-.*\.tmp", re.I),
+               # Claude Code's: a file written whole goes to <name>.tmp.<hex> (a compacted
+               # transcript to <name>.compact.tmp.<hex>) and is renamed over <name> at
+               # once. One shipped in between would reach every follower as a file of
+               # the session, and stay there (deletions are never propagated).
+               re.compile(r".+\.tmp\.[0-9a-f]{6,16}"))
 # syncd's restore staging folders, at the top of the tree they restore into.
 STAGING_PREFIX = ".syncd-restore-"
 

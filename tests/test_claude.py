@@ -42,6 +42,9 @@ def test_default_includes(rel: str) -> None:
     "ide/1234.lock", "sessions/x.json", "shell-snapshots/snap.sh", "session-env/a/b",
     "statsig/cache", "cache/changelog.md", "debug/latest", "telemetry/x.json",
     "projects/-home-a/.credentials.json", "projects/-home-a/x.lock", "settings.local.json",
+    # Claude Code's own temp files of a write whole, renamed over the file at once
+    "projects/-home-a/0a0eb7b7-3abb/subagents/agent-a1.meta.json.tmp.13e10986",
+    "projects/-home-a/0a0eb7b7-3abb.jsonl.compact.tmp.1a2b3c4d5e",
 ])
 def test_never_and_unselected(rel: str) -> None:
     assert not Selection().wants(rel)
