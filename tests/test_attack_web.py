@@ -169,9 +169,11 @@ def test_the_plot_reads_the_samples_of_the_biggest_machines_only(tmp_path: Path)
     for t in range(3):
         samples.add(1000.0 + t, {f"m{i:04d}": i * 10 + t for i in range(500)})
     got = samples.series(most=12)
-    assert sorted(got) == [f"m{i:04d}" for i in range(488, 500)]
+    assert sorted(got) == ["(others)", *(f"m{i:04d}" for i in range(488, 500))]
     assert got["m0499"] == [(1000.0, 4990), (1001.0, 4991), (1002.0, 4992)]
-    assert len(samples.series()) == 500
+    # The rest summed at each time: those a sample kept (100) and those it summed already.
+    assert got["(others)"] == [(1000.0 + t, 10 * 487 * 488 // 2 + 488 * t) for t in range(3)]
+    assert len(samples.series()) == 101  # a sample keeps the 100 biggest and the rest's sum
     samples.close()
 
 
