@@ -137,8 +137,11 @@ def test_a_transcript_being_written_here_is_left_alone(tmp_path: Path, laptop: S
     d = desk_of(s)
     d.restore("laptop", S1, d.points("laptop", S1)[0][-1].time, dry_run=False)
     mine = _transcript(s, S1)
+    # Written just now: a running Claude appends a line. (A touch alone is not a write:
+    # the file is still exactly what the restore wrote, recorded as imported.)
+    with mine.open("ab") as f:
+        f.write(mine.read_bytes().splitlines(keepends=True)[-1])
     before = mine.read_bytes()
-    os.utime(mine)  # written just now: a running Claude
     report = d.restore("laptop", S1, None, dry_run=False)
     assert [a.action for a in report.actions if a.path.endswith(f"{S1}.jsonl")] == ["wait"]
     assert mine.read_bytes() == before
