@@ -44,6 +44,7 @@ from syncd.format.segment import (
     windows,
 )
 from syncd.format.snapshot import (
+    Entry,
     Group,
     Manifest,
     current,
@@ -297,6 +298,22 @@ class Repository:
                     on_error(e, err)
                     continue
                 yield e, data
+
+    def entry_bytes(self, e: Entry, size: int, window: int) -> Iterator[bytes]:
+        """Bytes [0, size) of a backup's file, read a run of one object's frames at a
+        time (a run grows to ``window`` raw bytes, one frame past it at most)."""
+        chain = [(k, x) for k, x in e.extents if x.start < size]
+        i = 0
+        while i < len(chain):
+            key, run = chain[i][0], [chain[i][1]]
+            i += 1
+            while i < len(chain) and chain[i][0] == key and \
+                    sum(x.end - x.start for x in run) < window:
+                run.append(chain[i][1])
+                i += 1
+            got = {x.start: data for x, data in self.read_extents(key, run)}
+            for x in run:
+                yield got[x.start][: max(0, size - x.start)]
 
     def _frame_bytes(self, key: str, where: str, cipher: ObjectCipher | None,
                      window: tuple[int, bytes] | None, x: Extent) -> bytes:

@@ -953,18 +953,7 @@ class Shipper:
 
     def _frames(self, e: Entry, size: int) -> Iterator[bytes]:
         """Bytes [0, size) of ``e``, a run of frames of one object at a time."""
-        chain = [(k, x) for k, x in e.extents if x.start < size]
-        i = 0
-        while i < len(chain):
-            key, run = chain[i][0], [chain[i][1]]
-            i += 1
-            while i < len(chain) and chain[i][0] == key and \
-                    sum(x.end - x.start for x in run) < PATCH_RUN:
-                run.append(chain[i][1])
-                i += 1
-            got = {x.start: data for x, data in self.repo.read_extents(key, run)}
-            for x in run:
-                yield got[x.start][: max(0, size - x.start)]
+        return self.repo.entry_bytes(e, size, PATCH_RUN)
 
     def _moved_from(self, rel: bytes, fd: int, st: os.stat_result) -> FileState | None:
         """The file this new one was moved from (Claude's ``/cd`` and worktree moves take

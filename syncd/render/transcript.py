@@ -482,18 +482,7 @@ def _local(root: Path, sid: str, rel: bytes, machine: str) -> Transcript:
 
 def entry_bytes(repo: Repository, e: Entry) -> Iterator[bytes]:
     """Bytes [0, size) of a backup's file, a window of one object's frames at a time."""
-    chain = [(k, x) for k, x in e.extents if x.start < e.size]
-    i = 0
-    while i < len(chain):
-        key, run = chain[i][0], [chain[i][1]]
-        i += 1
-        while i < len(chain) and chain[i][0] == key and \
-                sum(x.end - x.start for x in run) < WINDOW:
-            run.append(chain[i][1])
-            i += 1
-        got = {x.start: data for x, data in repo.read_extents(key, run)}
-        for x in run:
-            yield got[x.start][: max(0, e.size - x.start)]
+    return repo.entry_bytes(e, e.size, WINDOW)
 
 
 def _entry_lines(repo: Repository, e: Entry) -> Iterator[bytes | int]:
