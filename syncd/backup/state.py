@@ -86,12 +86,28 @@ CREATE TABLE IF NOT EXISTS origins (
     rules TEXT NOT NULL,
     at REAL NOT NULL
 );
+-- Sessions forgotten here (``syncd forget``, or a followed machine's tombstone): never
+-- shipped again until lifted; ``announced`` once a segment carried their tombstone.
+CREATE TABLE IF NOT EXISTS forgotten (
+    sid TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    by TEXT NOT NULL,        -- "user", or the machine whose tombstone was honoured
+    announced INTEGER NOT NULL DEFAULT 0
+);
 """
 _COLUMNS = "path, gen, offset, dev, ino, mtime_ns, mode, check_hash, deleted_at"
 # A files row with its marks, when they are of its generation and offset.
 _SELECT = ("SELECT f.path, f.gen, f.offset, f.dev, f.ino, f.mtime_ns, f.mode, f.check_hash, "
            "f.deleted_at, m.marks FROM files AS f LEFT JOIN marks AS m ON m.path = f.path "
            "AND m.gen = f.gen AND m.offset = f.offset")
+
+
+@dataclass(frozen=True, slots=True)
+class ForgottenSession:
+    sid: str
+    at: float
+    by: str  # "user", or the machine whose tombstone this machine honoured
+    announced: int  # 1: a confirmed segment of this machine carried its tombstone
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +263,35 @@ class State:
     def _read(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
         try:
             return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as e:
+            raise StateError.of("state database", self.path, e) from e
+
+    # -- forgotten sessions -------------------------------------------------
+    def forgotten(self) -> dict[str, ForgottenSession]:
+        # A reader of a state an older version made has no such table.
+        if not self._read("SELECT 1 FROM sqlite_master WHERE name='forgotten'"):
+            return {}
+        return {r[0]: ForgottenSession(*r) for r in self._read(
+            "SELECT sid, at, by, announced FROM forgotten")}
+
+    def forget_sessions(self, sids: Iterable[str], by: str = "user",
+                        at: float | None = None) -> None:
+        """Exclude ``sids`` from what is shipped from now on (kept when already there)."""
+        when = time.time() if at is None else at
+        self._exec_many("INSERT OR IGNORE INTO forgotten (sid, at, by, announced) "
+                        "VALUES (?, ?, ?, 0)", [(s, when, by) for s in sids])
+
+    def lift_forgotten(self, sids: Iterable[str]) -> None:
+        self._exec_many("DELETE FROM forgotten WHERE sid=?", [(s,) for s in sids])
+
+    def announce_forgotten(self, sids: Iterable[str]) -> None:
+        """A segment the store confirmed carried these sessions' tombstones."""
+        self._exec_many("UPDATE forgotten SET announced=1 WHERE sid=?", [(s,) for s in sids])
+
+    def _exec_many(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        try:
+            with self._db:
+                self._db.executemany(sql, rows)
         except sqlite3.Error as e:
             raise StateError.of("state database", self.path, e) from e
 
