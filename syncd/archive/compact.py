@@ -465,7 +465,8 @@ def _named(points: list[Point]) -> set[tuple[bytes, int]]:
 
 
 def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int,
-                 tree: _Tree, opts: CompactOptions, rep: CompactReport) -> None:
+                 tree: _Tree, opts: CompactOptions, rep: CompactReport,
+                 transform: Callable[[Entry, int, bytes], bytes] | None = None) -> None:
     """Rewrite every extent in a segment or in ``move`` into new packs, file by file.
 
     A frame that several generations share (parts of it: copies of a cut tail, a moved
@@ -475,7 +476,7 @@ def _write_packs(repo: Repository, entries: list[Entry], move: set[str], lo: int
     meter = opts.progress or NullMeter()
     meter.start(rep.raw_bytes)
     out = PackWriter(repo, lo, tree.seq, tree.time, level=opts.level,
-                     target=opts.pack_target, written=rep.packs_written)
+                     target=opts.pack_target, written=rep.packs_written, transform=transform)
     solo = _shared_frames(entries, move)
     # A shared frame rewritten: where its new extent is (a list and an index: filled once
     # its batch is compressed); the extents that take a part of it, filled after.

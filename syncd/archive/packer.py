@@ -11,7 +11,7 @@ import hashlib
 import os
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import zstandard
@@ -119,8 +119,11 @@ class PackWriter:
     """
 
     def __init__(self, repo: Repository, lo: int, hi: int, time_: float, *, level: int,
-                 target: int, written: list[tuple[str, int]]) -> None:
+                 target: int, written: list[tuple[str, int]],
+                 transform: Callable[[Entry, int, bytes], bytes] | None = None) -> None:
         self.repo, self.lo, self.hi, self.time = repo, lo, hi, time_
+        # A rewrite's masks (``archive.rewrite``): same-length bytes for those at ``start``.
+        self.transform = transform
         self.level, self.target, self.written = level, target, written
         self.zstd = zstandard.ZstdCompressor(level=level, write_content_size=True)
         self.key = ""
@@ -130,6 +133,8 @@ class PackWriter:
 
     def add(self, e: Entry, start: int, raw: bytes, into: list[tuple[str, Extent]]) -> None:
         """Queue ``raw`` (bytes from ``start`` of ``e``); its extent goes to ``into``."""
+        if self.transform is not None:
+            raw = self.transform(e, start, raw)
         into.append(("", _PLACEHOLDER))
         self._queue.append((e, start, raw, into, len(into) - 1))
         self._queued += len(raw)

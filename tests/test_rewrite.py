@@ -1,0 +1,177 @@
+"""Rewrite: forget a session and redact a value in every point of a backup.
+
+Every point restores as before but for what goes (the forgotten session's files gone,
+its history lines spaces, a redacted value masked), through manifests, deltas and
+segments, and no object holds the bytes any more.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from syncd.archive.compact import CompactOptions, compact
+from syncd.archive.rewrite import Rewrite, rewrite
+from syncd.mask import mask_of
+from syncd.repository import Repository
+from syncd.restore.restorer import RestoreOptions, restore
+from syncd.store import MemoryStore, Store
+from syncd.timeline import timeline
+from tests.helpers import tree_bytes, write
+from tests.test_compact import (
+    HIST,
+    SA,
+    SB,
+    SUB,
+    TA,
+    TB,
+    TODO,
+    Clock,
+    history,
+    line,
+    make_shipper,
+    ship_all,
+)
+
+M = "m1"
+SECRET = b"AKIAQWERTYUIOPASDFGH"  # an AWS key id's shape
+DELTA = CompactOptions()  # the daemon's: deltas, a manifest every 24
+
+
+def said(sid: str, i: int, text: str) -> bytes:
+    return json.dumps({"type": "user", "sessionId": sid, "uuid": f"{i:08x}",
+                       "message": {"role": "user", "content": text}}).encode() + b"\n"
+
+
+def thought(sid: str, text: str) -> bytes:
+    return json.dumps({"type": "assistant", "sessionId": sid, "message": {"content": [
+        {"type": "thinking", "thinking": text, "signature": "c2lnbmVk"}]}}).encode() + b"\n"
+
+
+def points(store: Store) -> dict[int, dict[bytes, bytes]]:
+    """Every point's tree, by seq, as a restore as of it writes it."""
+    repo = Repository(store, M)
+    rows, errors = timeline(repo)
+    assert errors == []
+    out = {}
+    for row in rows:
+        got = _restore_at(store, row.time)
+        out[row.seq] = got
+    return out
+
+
+def _restore_at(store: Store, at: float) -> dict[bytes, bytes]:
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        r = restore(Repository(store, M), RestoreOptions(target=Path(d), at=at,
+                                                         local_machine=M))
+        assert r.errors == []
+        return tree_bytes(Path(d))
+
+
+def all_raw(store: Store) -> bytes:
+    """Every object's bytes, decompressed where they are zstd frames (a plain store)."""
+    import zstandard
+    out = bytearray()
+    for info in store.list(f"machines/{M}/"):
+        blob = store.get(info.key)
+        out += blob
+        d = zstandard.ZstdDecompressor()
+        i = 0
+        while True:
+            j = blob.find(b"\x28\xb5\x2f\xfd", i)
+            if j < 0:
+                break
+            try:
+                out += d.decompressobj().decompress(blob[j:])
+            except zstandard.ZstdError:
+                pass
+            i = j + 4
+    return bytes(out)
+
+
+def build(tmp_path: Path) -> tuple[Path, MemoryStore, Clock]:
+    """Flushes over time: two sessions, history lines, compactions into deltas and
+    manifests between them, a segment after."""
+    src, store, clock = tmp_path / "src", MemoryStore(), Clock()
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    write(src, TA, line(SA, 0) + said(SA, 1, "the key is " + SECRET.decode()))
+    write(src, HIST, history(SA, 0))
+    write(src, TB, line(SB, 0, cwd="/home/u/lib"))
+    ship_all(sh, src)
+    clock.t += 10
+    compact(Repository(store, M), CompactOptions(max_chain=0))  # a manifest
+    write(src, TA, line(SA, 2) + thought(SA, "thinking of " + SECRET.decode()), "ab")
+    write(src, HIST, history(SB, 1), "ab")
+    ship_all(sh, src)
+    clock.t += 10
+    write(src, SUB, line(SA, 100) * 3)
+    write(src, TODO, b'[{"content":"x","status":"pending"}]')
+    write(src, TB, said(SB, 2, "also " + SECRET.decode()), "ab")
+    ship_all(sh, src)
+    clock.t += 10
+    compact(Repository(store, M), DELTA)  # a delta
+    write(src, HIST, history(SA, 2) + history(SB, 3), "ab")
+    write(src, TB, line(SB, 3, cwd="/home/u/lib"), "ab")
+    ship_all(sh, src)
+    clock.t += 10
+    compact(Repository(store, M), DELTA)  # another delta (or the small one grown)
+    write(src, TB, line(SB, 4, cwd="/home/u/lib"), "ab")
+    ship_all(sh, src)  # a segment after
+    return src, store, clock
+
+
+def forgotten(tree: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    out = {}
+    for p, data in tree.items():
+        if SA.encode() in p:
+            continue
+        if p == HIST.encode():
+            data = b"".join(b" " * (len(x) - 1) + b"\n" if SA.encode() in x else x
+                            for x in data.splitlines(keepends=True))
+        out[p] = data
+    return out
+
+
+def test_forget_takes_a_session_out_of_every_point(tmp_path: Path) -> None:
+    _, store, _ = build(tmp_path)
+    before = points(store)
+    assert len(before) >= 5 and any(SA.encode() in p for t in before.values() for p in t)
+
+    rep = rewrite(Repository(store, M), Rewrite(forget=frozenset({SA})))
+
+    assert rep.errors == []
+    assert TA in rep.files_dropped and SUB in rep.files_dropped
+    after = points(store)
+    assert sorted(after) == sorted(before)
+    for seq, tree in before.items():
+        assert after[seq] == forgotten(tree), f"point {seq}"
+    raw = all_raw(store)
+    assert SA.encode() not in raw and SA[:8].encode() not in raw
+    assert rewrite(Repository(store, M), Rewrite(forget=frozenset({SA}))).note == \
+        "nothing holds it"
+
+
+def test_redact_masks_a_value_in_every_point_but_in_signed_blocks(tmp_path: Path) -> None:
+    _, store, _ = build(tmp_path)
+    before = points(store)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(SECRET,)))
+
+    assert rep.errors == []
+    assert any("thinking" in w for w in rep.left_alone), rep.left_alone
+    after = points(store)
+    assert sorted(after) == sorted(before)
+    masked = mask_of(len(SECRET))
+    for seq, tree in before.items():
+        want = {}
+        for p, data in tree.items():
+            lines = []
+            for x in data.splitlines(keepends=True):
+                lines.append(x if b'"thinking"' in x else x.replace(SECRET, masked))
+            want[p] = b"".join(lines)
+        assert after[seq] == want, f"point {seq}"
+        assert all(len(after[seq][p]) == len(d) for p, d in tree.items())
+    raw = all_raw(store)
+    # Only the signed block keeps it.
+    assert raw.count(SECRET) == raw.count(b"thinking of " + SECRET)
