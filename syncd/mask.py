@@ -113,19 +113,20 @@ def history_ranges(chunks: Iterable[bytes], sids: Collection[str]) -> list[Range
     return out
 
 
-def value_places(chunks: Iterable[bytes], values: Collection[bytes]
+def value_places(chunks: Iterable[bytes], values: Collection[bytes],
+                 patterns: Collection[re.Pattern[bytes]] = ()
                  ) -> tuple[list[Range], list[Found]]:
-    """Where ``values`` occur: the ranges to mask, and every occurrence found (with why
-    one is left alone)."""
+    """Where ``values`` occur and ``patterns`` match (each line's raw bytes): the ranges
+    to mask, and every occurrence found (with why one is left alone)."""
     ranges: list[Range] = []
     found: list[Found] = []
     vals = sorted({v for v in values if v}, key=len, reverse=True)
-    if not vals:
+    if not vals and not patterns:
         return ranges, found
     for no, (off, line) in enumerate(lines(chunks), 1):
-        if not any(v in line for v in vals):
+        spans = _occurrences(line, vals, patterns)
+        if not spans:
             continue
-        spans = _occurrences(line, vals)
         if len(line) >= LINE_MAX:
             found += [Found(off + a, off + b, no, "a line too long to parse") for a, b in spans]
             continue
@@ -144,15 +145,24 @@ def value_places(chunks: Iterable[bytes], values: Collection[bytes]
     return ranges, found
 
 
-def _occurrences(line: bytes, vals: list[bytes]) -> list[tuple[int, int]]:
-    """Every occurrence of the values, longest first, not overlapping."""
+def _occurrences(line: bytes, vals: list[bytes],
+                 patterns: Collection[re.Pattern[bytes]]) -> list[tuple[int, int]]:
+    """Every occurrence of the values (longest first) and match of the patterns, not
+    overlapping; an empty match is none."""
     taken: list[tuple[int, int]] = []
+
+    def take(a: int, b: int) -> None:
+        if b > a and not any(x < b and a < y for x, y in taken):
+            taken.append((a, b))
+
     for v in vals:
         i = line.find(v)
         while i >= 0:
-            if not any(a < i + len(v) and i < b for a, b in taken):
-                taken.append((i, i + len(v)))
+            take(i, i + len(v))
             i = line.find(v, i + 1)
+    for p in patterns:
+        for m in p.finditer(line):
+            take(m.start(), m.end())
     return sorted(taken)
 
 
@@ -202,12 +212,18 @@ def _same_json(line: bytes, spans: list[tuple[int, int]]) -> bool:
     return True
 
 
-def mask_text(text: str, values: Collection[bytes]) -> str:
-    """A catalog field (decoded text) with the values masked."""
+def mask_text(text: str, values: Collection[bytes],
+              patterns: Collection[re.Pattern[bytes]] = ()) -> str:
+    """A catalog field (decoded text) with the values masked and the patterns' matches."""
     for v in sorted(values, key=len, reverse=True):
         s = v.decode("utf-8", "replace")
         if s and s in text:
             text = text.replace(s, mask_of(len(s.encode())).decode())
+    if patterns:
+        raw = text.encode("utf-8", "surrogatepass")
+        for p in patterns:
+            raw = p.sub(lambda m: mask_of(len(m.group(0))), raw)
+        text = raw.decode("utf-8", "replace")
     return text
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,15 +60,20 @@ WINDOW = 16 << 20
 class Rewrite:
     forget: frozenset[str] = frozenset()  # session ids
     redact: tuple[bytes, ...] = ()  # values, as the files hold them
+    patterns: tuple[re.Pattern[bytes], ...] = ()  # matched against each line's bytes
 
     def drops(self, path: bytes) -> bool:
         return bool(self.forget) and session_owning(path) in self.forget
 
+    @property
+    def masking(self) -> bool:
+        return bool(self.redact or self.patterns)
+
     def masks_text(self, text: str) -> bool:
-        return any(v.decode("utf-8", "replace") in text for v in self.redact if v)
+        return self.masking and mask.mask_text(text, self.redact, self.patterns) != text
 
     def __bool__(self) -> bool:
-        return bool(self.forget or self.redact)
+        return bool(self.forget or self.masking)
 
 
 @dataclass
@@ -220,16 +226,16 @@ class _Run:
             if spec.drops(e.path) or not e.extents or e.size == 0:
                 continue
             history = e.path == HISTORY and bool(spec.forget)
-            if not history and not spec.redact:
+            if not history and not spec.masking:
                 continue
             ranges: list[mask.Range] = []
             chunks: Iterable[bytes] = self._bytes(e)
-            if history and spec.redact:  # read twice: held once (history.jsonl is small)
+            if history and spec.masking:  # read twice: held once (history.jsonl is small)
                 chunks = list(chunks)
             if history:
                 ranges += mask.history_ranges(chunks, spec.forget)
-            if spec.redact:
-                got, found = mask.value_places(chunks, spec.redact)
+            if spec.masking:
+                got, found = mask.value_places(chunks, spec.redact, spec.patterns)
                 ranges += got
                 for f in found:
                     if f.why is not None:
@@ -251,7 +257,7 @@ class _Run:
         return any(r.start < end and start < r.end for r in self.masks.get((path, gen), ()))
 
     def _dirty_fields(self, fields: dict[str, str]) -> bool:
-        return bool(self.spec.redact) and any(self.spec.masks_text(v) for v in fields.values())
+        return self.spec.masking and any(self.spec.masks_text(v) for v in fields.values())
 
     def _dirty_points(self, pts: list[Point]) -> bool:
         return any(self.spec.drops(c.path) for p in pts for c in p.changes) or any(
@@ -296,9 +302,10 @@ class _Run:
         return out
 
     def _clean_fields(self, fields: dict[str, str]) -> dict[str, str]:
-        if not self.spec.redact:
+        if not self.spec.masking:
             return fields
-        return {k: mask.mask_text(v, self.spec.redact) for k, v in fields.items()}
+        return {k: mask.mask_text(v, self.spec.redact, self.spec.patterns)
+                for k, v in fields.items()}
 
     def _clean_sessions(self, sessions: list[Session]) -> list[Session]:
         return [replace(s, fields=self._clean_fields(s.fields)) for s in sessions

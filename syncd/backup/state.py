@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -288,7 +288,31 @@ class State:
         """A segment the store confirmed carried these sessions' tombstones."""
         self._exec_many("UPDATE forgotten SET announced=1 WHERE sid=?", [(s,) for s in sids])
 
-    def _exec_many(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+    def drop_files(self, paths: Iterable[bytes]) -> None:
+        """Forget what was shipped of ``paths`` (their backup was rewritten without them):
+        shipped again, as new files, only if their session is lifted."""
+        rows = [(p,) for p in paths]
+        for table in ("files", "marks", "catalog", "restored", "imported"):
+            self._exec_many(f"DELETE FROM {table} WHERE path=?", rows)
+
+    def rewrote(self, path: bytes, check: bytes | None, marks: bytes | None,
+                mtime_ns: int) -> None:
+        """A file shipped bytes of were masked in place (``redact``): what the shipper
+        checks them by, as they are now (the backup holds the same masked bytes)."""
+        self._exec_many("UPDATE files SET check_hash=?, mtime_ns=? WHERE path=?",
+                        [(check, mtime_ns, path)])
+        self._exec_many("UPDATE marks SET marks=? WHERE path=?", [(marks, path)]
+                        if marks is not None else [])
+        if marks is None:
+            self._exec_many("DELETE FROM marks WHERE path=?", [(path,)])
+
+    def rewrite_catalog(self, fields: Callable[[dict[str, str]], dict[str, str]]) -> None:
+        """Each session's catalog fields through ``fields`` (``redact``)."""
+        rows = [(json.dumps(fields(json.loads(f))), p)
+                for p, f in self._read("SELECT path, fields FROM catalog")]
+        self._exec_many("UPDATE catalog SET fields=? WHERE path=?", rows)
+
+    def _exec_many(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:
         try:
             with self._db:
                 self._db.executemany(sql, rows)
