@@ -174,6 +174,10 @@ class CompactError(SyncdError):
     """Compaction could not run; the message names the object or the reason."""
 
 
+class RewriteRefused(SyncdError):
+    """``forget``/``redact`` will not run now (a file being written, a signed block)."""
+
+
 class PolicyError(SyncdError):
     """A retention policy that would forget all but the newest snapshot, or a bad one."""
 
@@ -191,7 +195,7 @@ __all__ = [
     "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "BadQuery", "CompactError",
     "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
     "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
-    "OnSeveralMachines", "PolicyError", "PreconditionFailed", "RestoreError", "ScheduleError",
+    "OnSeveralMachines", "PolicyError", "PreconditionFailed", "RestoreError", "RewriteRefused", "ScheduleError",
     "StateError",
     "StoreError", "SyncError", "SyncStopped", "SyncdError", "TransientError", "UsageError",
     "exit_code",

@@ -16,6 +16,7 @@ from syncd.cli.archive import COMMANDS as ARCHIVE_COMMANDS
 from syncd.cli.group import Group
 from syncd.cli.index import COMMANDS as INDEX_COMMANDS
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
+from syncd.cli.purge import COMMANDS as PURGE_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.search import COMMANDS as SEARCH_COMMANDS
 from syncd.cli.show import COMMANDS as SHOW_COMMANDS
@@ -207,8 +208,8 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                                     for one, text in zip((s, *others), blocks, strict=True))))
 
 
-for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *SEARCH_COMMANDS,
-                 *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS):
+for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *PURGE_COMMANDS, *KEY_COMMANDS,
+                 *SEARCH_COMMANDS, *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS):
     cli.add_command(_command)
 
 

@@ -367,6 +367,34 @@ class SearchIndex:
                     self.db.execute("DELETE FROM files WHERE id=?", (fid,))
         self.db.execute("UPDATE sessions SET deleted=? WHERE id=?", (int(not live), sess))
 
+    def drop_session(self, session: str) -> None:
+        """Every machine's text of ``session`` goes (``forget``)."""
+        self._begin()
+        for (sid,) in self.db.execute("SELECT id FROM sessions WHERE session=?",
+                                      (session,)).fetchall():
+            self._drop_docs("sess", int(sid))
+            self.db.execute("DELETE FROM files WHERE sess=?", (sid,))
+            self.db.execute("DELETE FROM sessions WHERE id=?", (sid,))
+
+    def drop_file(self, path: bytes) -> None:
+        """Every machine's text of ``path`` goes, and its cursor: indexed again from 0
+        (``redact`` masked it in place, at the same size)."""
+        self._begin()
+        for (fid,) in self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchall():
+            self._drop_docs("file", int(fid))
+            self.db.execute("DELETE FROM files WHERE id=?", (fid,))
+
+    def purge(self) -> None:
+        """No page of the file keeps what was dropped: the full-text index merged, the
+        database vacuumed, the write-ahead log emptied."""
+        self.commit()
+        try:
+            self.db.execute("INSERT INTO text(text) VALUES('optimize')")
+            self.db.execute("VACUUM")
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as e:
+            raise StateError.of("search index", self.path, e) from e
+
     def files(self, machine: str) -> dict[bytes, bool]:
         """The paths of ``machine`` indexed here, each with whether it is marked deleted."""
         return {bytes(p): bool(d) for p, d in self.db.execute(

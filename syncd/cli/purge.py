@@ -1,0 +1,207 @@
+"""Commands that take things out of every backup: forget, redact."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from syncd.cli.util import echo_json, repository_of, session_prefix, settings_of, source_option
+from syncd.errors import RewriteRefused, UsageError
+
+if TYPE_CHECKING:
+    from syncd.archive.rewrite import Rewrite, RewriteReport
+    from syncd.config import Settings
+
+# What a command needs is imported inside it (see syncd.cli.main).
+PATTERN_MAX = 1000
+
+
+def _machines(settings: Settings, named: tuple[str, ...], every: bool) -> list[str]:
+    if every:
+        return repository_of(settings).machines()
+    return list(dict.fromkeys(named or (settings.machine_id,)))
+
+
+def _summary(r: RewriteReport) -> str:
+    if r.note and not r.rewritten:
+        return f"{r.machine}: {r.note}"
+    verb = "would rewrite" if r.dry_run else "rewrote"
+    out = (f"{r.machine}: {verb} {len(r.rewritten)} objects ({len(r.files_dropped)} files "
+           f"dropped, {r.ranges_masked} ranges masked)")
+    if not r.dry_run:
+        out += (f"; wrote {len(r.written)} ({r.bytes_written / 1e6:.2f} MB), deleted "
+                f"{len(r.deleted)} ({r.bytes_deleted / 1e6:.2f} MB)")
+    return out
+
+
+def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: bool,
+         local: bool, as_json: bool, local_changes: bool) -> None:
+    from syncd.errors import CompactError, PreconditionFailed
+    from syncd.service import purge
+
+    settings = settings_of(ctx)
+    drop, ranges, left = purge.local_plan(settings, spec) if local_changes else ([], {}, [])
+    if not dry_run and local_changes:
+        busy = purge.busy(settings, [*ranges, *(drop if local else [])])
+        if busy:
+            raise RewriteRefused("not now, these files are being written: "
+                                       + "; ".join(busy[:5]) + " (try again once Claude "
+                                       "is done with them)")
+    lrep = purge.LocalReport(left_alone=left)
+    if not dry_run and local_changes:
+        if spec.forget:
+            purge.mark_forgotten(settings, spec.forget)
+        purge.apply_local(settings, drop, ranges, local, lrep)
+        purge.drop_state(settings, spec)
+        purge.purge_search(settings, spec, list(ranges))
+    elif dry_run:
+        lrep.masked = {k.decode(errors="replace"): len(v) for k, v in ranges.items()}
+        lrep.deleted = [d.decode(errors="replace") for d in drop] if local else []
+    reports: list[RewriteReport] = []
+    failed: list[str] = []
+    for m in machines:
+        try:
+            reports.append(purge.purge_machine(settings, repository_of(settings, m), spec,
+                                               dry_run=dry_run))
+        except (CompactError, PreconditionFailed) as e:
+            failed.append(f"{m}: {e}")
+    if as_json:
+        doc: dict[str, Any] = {"local": lrep.as_dict(), "machines":
+                               [r.as_dict() for r in reports], "failed": failed}
+        echo_json(doc)
+    else:
+        verb = "would " if dry_run else ""
+        if lrep.masked:
+            click.echo(f"here: {verb}mask {sum(lrep.masked.values())} ranges in "
+                       f"{len(lrep.masked)} files")
+        if lrep.deleted:
+            click.echo(f"here: {verb}delete {len(lrep.deleted)} files")
+        for r in reports:
+            click.echo(_summary(r))
+            for w in r.errors:
+                click.echo(f"warning: {w}", err=True)
+        for line in sorted(set(lrep.left_alone + [x for r in reports for x in r.left_alone])):
+            click.echo(f"left alone: {line}", err=True)
+        for f in failed:
+            click.echo(f"not reached: {f}", err=True)
+    if failed or any(r.errors for r in reports):
+        ctx.exit(1)
+
+
+@click.command("forget", short_help="Take a session out of every point of the backups.")
+@click.option("--session", "session", required=False, callback=session_prefix,
+              help="The session (its id, or its first 8 characters or more).")
+@click.option("--machine", "machines", multiple=True, help="Whose backup (default: this one).")
+@click.option("--all-machines", is_flag=True, help="Every machine's backup in the store.")
+@click.option("--local", is_flag=True, help="Also delete the session's files here.")
+@click.option("--lift", is_flag=True, help="Ship the session's local files again.")
+@click.option("--dry-run", is_flag=True, help="Say what would go; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
+@click.pass_context
+def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...],
+               all_machines: bool, local: bool, lift: bool, dry_run: bool,
+               as_json: bool) -> None:
+    """Take a session (transcript, subagents, tool results, siblings, todos, file
+    history, its history.jsonl lines) out of every point in time of the machines'
+    backups, newest included; every other file restores as before.
+
+    Here, the session is marked forgotten: the daemon never ships it again (and tells the
+    machines that follow this one) until --lift; --local also deletes its files. Its
+    history.jsonl lines become spaces of the same length. Exit 0 done, 1 when a
+    machine could not be rewritten (named; the others are done), 2 bad input.
+    """
+    from syncd.archive.rewrite import Rewrite
+    from syncd.backup.state import State
+    from syncd.format.catalog import is_session_id
+
+    if session is None:
+        raise UsageError("--session is required")
+    settings = settings_of(ctx)
+    sid = session.lower()
+    if not is_session_id(sid):
+        from syncd.restore.listing import resolve_sessions
+        sid = resolve_sessions(repository_of(settings, machines[0] if machines else None),
+                               [sid])[0]
+    if lift:
+        state = State(settings.state_file)
+        try:
+            state.lift_forgotten([sid])
+        finally:
+            state.close()
+        click.echo(f"{sid}: lifted; its files here are shipped again with the next flush")
+        return
+    _run(ctx, Rewrite(forget=frozenset({sid})),
+         _machines(settings, machines, all_machines), dry_run=dry_run, local=local,
+         as_json=as_json, local_changes=True)
+
+
+@click.command("redact", short_help="Mask a value in the files here and every backup.")
+@click.argument("pattern", required=False)
+@click.option("--finding", default=None, help="A finding of `syncd secrets` (its id).")
+@click.option("--machine", "machines", multiple=True, help="Whose backup (default: this one).")
+@click.option("--all-machines", is_flag=True, help="Every machine's backup in the store.")
+@click.option("--dry-run", is_flag=True, help="Say what would be masked; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@source_option
+@click.pass_context
+def redact_cmd(ctx: click.Context, pattern: str | None, finding: str | None,
+               machines: tuple[str, ...], all_machines: bool, dry_run: bool,
+               as_json: bool) -> None:
+    """Replace what PATTERN (a Python regular expression, matched against each line as
+    the file holds it, JSON escapes included) or a finding matches by [REDACTED] of the
+    same length, in the files here (once quiet) and in every point of the backups, as one
+    operation: nothing ships again.
+
+    Never inside thinking, signature or redacted-thinking data (the API would refuse to
+    resume the session): such a match is reported; forget that session instead. Exit 0
+    done, 1 when a machine could not be rewritten, 2 bad input.
+    """
+    from syncd.archive.rewrite import Rewrite
+
+    settings = settings_of(ctx)
+    if (pattern is None) == (finding is None):
+        raise UsageError("give a PATTERN or --finding ID (one of them)")
+    values: tuple[bytes, ...] = ()
+    patterns: tuple[re.Pattern[bytes], ...] = ()
+    if pattern is not None:
+        if not pattern or len(pattern) > PATTERN_MAX:
+            raise UsageError(f"a PATTERN has 1 to {PATTERN_MAX} characters")
+        try:
+            compiled = re.compile(pattern.encode())
+        except re.error as e:
+            raise UsageError(f"PATTERN: {e}") from None
+        if compiled.fullmatch(b""):
+            raise UsageError("PATTERN matches nothing at all (an empty match): "
+                                   "refusing it")
+        patterns = (compiled,)
+    else:
+        values = (_finding_value(settings, finding or ""),)
+    spec = Rewrite(redact=values, patterns=patterns)
+    _run(ctx, spec, _machines(settings, machines, all_machines), dry_run=dry_run,
+         local=False, as_json=as_json, local_changes=True)
+
+
+def _finding_value(settings: Settings, finding: str) -> bytes:
+    try:
+        from syncd.secrets.findings import lookup, value_of
+    except ImportError:  # pragma: no cover - the scanner ships with this command
+        raise UsageError("--finding needs the secrets scanner") from None
+    f = lookup(settings.state_dir, finding)
+    if f is None:
+        raise UsageError(f"no finding {finding} (syncd secrets lists them)")
+    if f.signed:
+        raise RewriteRefused(
+            f"finding {finding} lies inside a signed block (thinking or signature), which "
+            f"cannot be changed: forget the session instead (syncd forget --session "
+            f"{f.session or '?'})")
+    value = value_of(settings.source, f)
+    if value is None:
+        raise RewriteRefused(f"finding {finding}: its file changed since it was "
+                                   "found; run syncd secrets again")
+    return value
+
+
+COMMANDS = (forget_cmd, redact_cmd)

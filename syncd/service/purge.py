@@ -1,0 +1,266 @@
+"""Purge: ``forget`` and ``redact`` on this machine's tree, its state and search index,
+and the backups of the machines named (``archive.rewrite``).
+
+This machine's own backup is rewritten beside its daemon (as ``syncd compact`` is: the
+compaction lock, the state's confirmed seq), after the state says what goes, so the
+daemon ships none of it again. Another machine's backup is rewritten only while its
+lease is free: its writer would otherwise compact and head it meanwhile (it learns of a
+forget through this machine's tombstone when it follows this machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from syncd import mask
+from syncd.archive.compact import CompactOptions
+from syncd.archive.options import compact_options
+from syncd.archive.rewrite import Rewrite, RewriteReport, rewrite
+from syncd.backup.marks import marks_of
+from syncd.backup.ship import check_hash
+from syncd.backup.state import State
+from syncd.config import Settings
+from syncd.errors import FormatError, LeaseHeld, PreconditionFailed, StoreError
+from syncd.follow.quiet import Quiet
+from syncd.format.catalog import session_of
+from syncd.repository import Repository
+from syncd.sessionfiles import HISTORY, session_owning
+
+# A file is masked in place only when it has been quiet this long (as follow imports).
+QUIET = 10.0
+
+
+@dataclass
+class LocalReport:
+    deleted: list[str] = field(default_factory=list)
+    masked: dict[str, int] = field(default_factory=dict)  # file: ranges
+    left_alone: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"deleted": self.deleted, "masked": self.masked, "left_alone": self.left_alone}
+
+
+def _files(root: Path) -> Iterator[tuple[bytes, Path]]:
+    base = os.fsencode(root)
+    for dirpath, dirs, names in os.walk(base):
+        dirs.sort()
+        for n in sorted(names):
+            full = os.path.join(dirpath, n)
+            if os.path.islink(full):
+                continue
+            yield os.path.relpath(full, base), Path(os.fsdecode(full))
+
+
+def local_plan(settings: Settings, spec: Rewrite
+               ) -> tuple[list[bytes], dict[bytes, list[mask.Range]], list[str]]:
+    """The local files of the forgotten sessions, the ranges to mask in the others, and
+    the values found and left alone (a signed block: say so)."""
+    root = settings.source
+    drop: list[bytes] = []
+    ranges: dict[bytes, list[mask.Range]] = {}
+    left: list[str] = []
+    for rel, full in _files(root):
+        if spec.drops(rel):
+            drop.append(rel)
+            continue
+        got: list[mask.Range] = []
+        try:
+            if rel == HISTORY and spec.forget:
+                got += mask.history_ranges(_read(full), spec.forget)
+            if spec.masking:
+                found_ranges, found = mask.value_places(_read(full), spec.redact, spec.patterns)
+                got += found_ranges
+                left += [f"{os.fsdecode(rel)} line {f.line_no}: {f.why}" for f in found
+                         if f.why is not None]
+        except OSError:
+            continue
+        if got:
+            ranges[rel] = sorted(got, key=lambda r: r.start)
+    return drop, ranges, left
+
+
+def _read(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def busy(settings: Settings, rels: list[bytes]) -> list[str]:
+    """Why some of ``rels`` may not be changed now (written lately, or held open)."""
+    quiet = Quiet(settings.source, QUIET)
+    out = []
+    base = os.fsencode(settings.source)
+    for rel in rels:
+        try:
+            st = os.stat(os.path.join(base, rel))
+        except OSError:
+            continue
+        why = quiet(rel, st)
+        if why is not None:
+            out.append(f"{os.fsdecode(rel)}: {why.split(':')[0]}")
+    return out
+
+
+def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[mask.Range]],
+                delete: bool, rep: LocalReport) -> None:
+    """Mask the ranges in place (same length: the shipper's records stay true, updated
+    here), and delete the dropped files when told to (``--local``)."""
+    base = os.fsencode(settings.source)
+    state = State(settings.state_file) if settings.state_file.exists() else None
+    try:
+        for rel, rs in sorted(ranges.items()):
+            full = os.path.join(base, rel)
+            fd = os.open(full, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                for r in rs:
+                    os.pwrite(fd, r.fill(), r.start)
+                os.fsync(fd)
+                if state is not None:
+                    row = state.get(rel)
+                    if row is not None and row.offset <= os.fstat(fd).st_size:
+                        state.rewrote(rel, check_hash(fd, row.offset),
+                                      marks_of(fd, row.offset) if row.offset else None,
+                                      os.fstat(fd).st_mtime_ns)
+            finally:
+                os.close(fd)
+            rep.masked[os.fsdecode(rel)] = len(rs)
+        if delete:
+            for rel in drop:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(base, rel))
+                rep.deleted.append(os.fsdecode(rel))
+            _prune_dirs(base, drop)
+    finally:
+        if state is not None:
+            state.close()
+
+
+def _prune_dirs(base: bytes, rels: list[bytes]) -> None:
+    """The session's own folders left empty (``<sid>/``, file-history/<sid>, …)."""
+    dirs = sorted({os.path.dirname(r) for r in rels}, key=len, reverse=True)
+    for d in dirs:
+        while d and session_owning(d + b"/x") is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(base, d))
+            if os.path.basename(d) == b"projects" or d.count(b"/") < 1:
+                break
+            d = os.path.dirname(d)
+
+
+def mark_forgotten(settings: Settings, sids: frozenset[str]) -> None:
+    """The state says these sessions go: the daemon ships none of their files from now
+    on, and their tombstone with its next flush."""
+    state = State(settings.state_file)
+    try:
+        state.forget_sessions(sorted(sids))
+    finally:
+        state.close()
+
+
+def drop_state(settings: Settings, spec: Rewrite) -> None:
+    """What the state says was shipped of the forgotten files (their backup holds none
+    now), and the catalog's masked text."""
+    if not settings.state_file.exists():
+        return
+    state = State(settings.state_file)
+    try:
+        if spec.forget:
+            state.drop_files([f.path for f in state.files() if spec.drops(f.path)])
+        if spec.masking:
+            state.rewrite_catalog(lambda f: {k: mask.mask_text(v, spec.redact, spec.patterns)
+                                             for k, v in f.items()})
+    finally:
+        state.close()
+
+
+def purge_search(settings: Settings, spec: Rewrite, masked: list[bytes]) -> None:
+    """The search index forgets the sessions and the masked files' text (they are read
+    again), then is compacted so no page of the file keeps it."""
+    path = settings.state_dir / "search.db"
+    if not path.exists():
+        return
+    from syncd.search.index import SearchIndex
+    with SearchIndex.open(path) as ix:
+        for sid in sorted(spec.forget):
+            ix.drop_session(sid)
+        for rel in masked:
+            ix.drop_file(rel)
+        ix.commit()
+        ix.purge()
+
+
+def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
+                  dry_run: bool) -> RewriteReport:
+    """Rewrite one machine's backup (its head too); another machine's under its lease."""
+    own = repo.machine == settings.machine_id
+    if own:
+        opts = compact_options(settings, dry_run=dry_run)
+        return _with_head(repo, spec, rewrite(repo, spec, opts))
+    opts = CompactOptions(level=settings.compact_level, pack_target=settings.pack_target_bytes,
+                          dry_run=dry_run, spool_dir=settings.state_dir,
+                          lock=settings.state_dir / f"compact-{repo.machine}.lock")
+    if dry_run:
+        return rewrite(repo, spec, opts)
+    from syncd.security.lease import Lease
+    lease = Lease(repo.store, repo.machine, owner=os.urandom(16).hex(),
+                  ttl=settings.lease_ttl)
+    try:
+        lease.acquire()
+    except LeaseHeld as e:
+        raise PreconditionFailed(f"machine {repo.machine!r} is being backed up (its lease "
+                                 f"is held), not rewriting it here: run this on that "
+                                 f"machine, or let it follow this one's tombstone ({e})"
+                                 ) from e
+    try:
+        return _with_head(repo, spec, rewrite(repo, spec, replace(opts)))
+    finally:
+        lease.release()
+
+
+def _with_head(repo: Repository, spec: Rewrite, rep: RewriteReport) -> RewriteReport:
+    """The head without what went (its sessions and their catalog text)."""
+    if rep.dry_run:
+        return rep
+    try:
+        h = repo.head()
+    except (FormatError, StoreError) as e:
+        rep.errors.append(f"head: {e}")
+        return rep
+    if h is None:
+        return rep
+    keep = [s for s in h.sessions if not spec.drops(s.path)]
+    changed = len(keep) != len(h.sessions)
+    if spec.masking:
+        for s in keep:
+            new = {k: mask.mask_text(v, spec.redact, spec.patterns) for k, v in s.fields.items()}
+            changed |= new != s.fields
+            s.fields = new
+    if changed:
+        h.sessions = keep
+        try:
+            repo.write_head(h)
+        except StoreError as e:
+            rep.errors.append(f"head: {e}")
+    return rep
+
+
+def session_paths_in_state(settings: Settings, sids: frozenset[str]) -> list[bytes]:
+    if not settings.state_file.exists():
+        return []
+    state = State(settings.state_file, readonly=True)
+    try:
+        return [f.path for f in state.files() if session_owning(f.path) in sids]
+    except sqlite3.Error:
+        return []
+    finally:
+        state.close()
+
+
+__all__ = ["LocalReport", "apply_local", "busy", "drop_state", "local_plan", "mark_forgotten",
+           "purge_machine", "purge_search", "session_of"]

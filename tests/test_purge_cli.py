@@ -1,0 +1,108 @@
+"""``syncd forget`` and ``syncd redact`` as a user runs them: the local tree, the state,
+the search index and the backup agree afterwards, and nothing ships again."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from syncd.repository import Repository
+from syncd.restore.restorer import RestoreOptions, restore
+from syncd.store import LocalStore
+from tests.helpers import one_line, syncd, tree_bytes, write
+
+SA = "aaaaaaaa-0000-4000-8000-000000000001"
+SB = "bbbbbbbb-0000-4000-8000-000000000002"
+TA = f"projects/-home-u-app/{SA}.jsonl"
+TB = f"projects/-home-u-app/{SB}.jsonl"
+SUB = f"projects/-home-u-app/{SA}/subagents/agent-a1.jsonl"
+SECRET = "ghp_" + "Z9" * 18  # a GitHub token's shape
+OLD = 1_700_000_000  # files older than any quiet window
+
+
+def entry(sid: str, i: int, text: str) -> bytes:
+    return json.dumps({"type": "user", "sessionId": sid, "uuid": f"{i:08x}",
+                       "cwd": "/home/u/app", "message": {"role": "user", "content": text}}
+                      ).encode() + b"\n"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SYNCD_", "AWS_"))}
+    e.update({"HOME": str(tmp_path / "home"), "SYNCD_SOURCE": str(tmp_path / "claude"),
+              "SYNCD_STORE": (tmp_path / "store").as_uri(), "SYNCD_MACHINE_ID": "desk",
+              "SYNCD_STATE_DIR": str(tmp_path / "state"), "SYNCD_CONFIG": os.devnull})
+    src = tmp_path / "claude"
+    write(src, TA, entry(SA, 0, "hello") + entry(SA, 1, "my token " + SECRET))
+    write(src, SUB, entry(SA, 2, "sub"))
+    write(src, TB, entry(SB, 0, "other " + SECRET) + entry(SB, 1, "bye"))
+    write(src, "history.jsonl", b"".join(
+        json.dumps({"display": f"p{i}", "sessionId": s}).encode() + b"\n"
+        for i, s in enumerate([SA, SB, SA])))
+    for dirpath, _, names in os.walk(src):
+        for n in names:
+            os.utime(os.path.join(dirpath, n), (OLD, OLD))
+    r = syncd(e, "sync")
+    assert r.returncode == 0, r.stderr
+    r = syncd(e, "compact")
+    assert r.returncode == 0, r.stderr
+    return e
+
+
+def backup(env: dict[str, str]) -> dict[bytes, bytes]:
+    store = LocalStore(Path(env["SYNCD_STORE"].removeprefix("file://")))
+    with tempfile.TemporaryDirectory() as d:
+        r = restore(Repository(store, "desk"), RestoreOptions(target=Path(d),
+                                                              local_machine="desk"))
+        assert r.errors == []
+        return tree_bytes(Path(d))
+
+
+def test_forget_local_takes_the_session_out_here_and_in_the_backup(env: dict[str, str]) -> None:
+    src = Path(env["SYNCD_SOURCE"])
+    dry = syncd(env, "forget", "--session", SA[:8], "--local", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert (src / TA).exists()
+
+    r = syncd(env, "forget", "--session", SA[:8], "--local")
+
+    assert r.returncode == 0, r.stderr
+    assert not (src / TA).exists() and not (src / SUB).exists()
+    hist = (src / "history.jsonl").read_bytes()
+    assert SA.encode() not in hist and hist.count(b"\n") == 3
+    got = backup(env)
+    assert not any(SA.encode() in p for p in got)
+    assert got[TB.encode()] == (src / TB).read_bytes()
+    assert got[b"history.jsonl"] == hist
+    # Nothing ships again: a sync finds nothing new.
+    again = syncd(env, "sync")
+    assert again.returncode == 0, again.stderr
+    assert backup(env) == got
+
+
+def test_redact_masks_here_and_in_the_backup_and_nothing_ships_again(
+        env: dict[str, str]) -> None:
+    src = Path(env["SYNCD_SOURCE"])
+    r = syncd(env, "redact", "ghp_[A-Za-z0-9]{36}")
+    assert r.returncode == 0, r.stderr
+    for rel in (TA, TB):
+        data = (src / rel).read_bytes()
+        assert SECRET.encode() not in data and b"[REDACTED" in data
+    got = backup(env)
+    assert got[TA.encode()] == (src / TA).read_bytes()
+    assert got[TB.encode()] == (src / TB).read_bytes()
+    before = sorted(os.listdir(Path(env["SYNCD_STORE"].removeprefix("file://"))
+                               / "machines" / "desk" / "snap"))
+    again = syncd(env, "sync")
+    assert again.returncode == 0, again.stderr
+    seg = Path(env["SYNCD_STORE"].removeprefix("file://")) / "machines" / "desk" / "seg"
+    assert not seg.exists() or os.listdir(seg) == [], "the masked files were shipped again"
+    assert before
+
+
+def test_redact_refuses_a_pattern_that_matches_nothing(env: dict[str, str]) -> None:
+    assert "empty match" in one_line(syncd(env, "redact", "x*"), 2)
