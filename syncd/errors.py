@@ -195,8 +195,8 @@ __all__ = [
     "AlreadyExists", "AmbiguousSession", "BackupError", "BadPassphrase", "BadQuery", "CompactError",
     "ConfigError", "CryptoError", "FormatError", "InvalidKey", "LeaseError", "LeaseHeld",
     "LeaseLost", "LeaseStale", "Locked", "LookupFailed", "NoBackup", "NoSuchStore", "NotFound",
-    "OnSeveralMachines", "PolicyError", "PreconditionFailed", "RestoreError", "RewriteRefused", "ScheduleError",
-    "StateError",
+    "OnSeveralMachines", "PolicyError", "PreconditionFailed", "RestoreError", "RewriteRefused",
+    "ScheduleError", "StateError",
     "StoreError", "SyncError", "SyncStopped", "SyncdError", "TransientError", "UsageError",
     "exit_code",
 ]

@@ -7,6 +7,7 @@ segments, and no object holds the bytes any more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -82,10 +83,8 @@ def all_raw(store: Store) -> bytes:
             j = blob.find(b"\x28\xb5\x2f\xfd", i)
             if j < 0:
                 break
-            try:
+            with contextlib.suppress(zstandard.ZstdError):
                 out += d.decompressobj().decompress(blob[j:])
-            except zstandard.ZstdError:
-                pass
             i = j + 4
     return bytes(out)
 
