@@ -174,3 +174,40 @@ def test_redact_masks_a_value_in_every_point_but_in_signed_blocks(tmp_path: Path
     raw = all_raw(store)
     # Only the signed block keeps it.
     assert raw.count(SECRET) == raw.count(b"thinking of " + SECRET)
+
+
+def test_a_dictionary_that_learnt_the_session_goes_with_it(tmp_path: Path) -> None:
+    import base64
+
+    from syncd.backup.state import State
+    from syncd.format.dictionary import Dictionary
+
+    src, store, clock = tmp_path / "src", MemoryStore(), Clock()
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    write(src, TB, line(SB, 0, cwd="/home/u/lib"))
+    ship_all(sh, src)
+    compact(Repository(store, M), CompactOptions(max_chain=0))
+    # A dictionary whose content holds the session's id (as training on its lines would).
+    d = Dictionary(b"".join(line(SA, i) for i in range(40)))
+    Repository(store, M).publish(d)
+    st = State(tmp_path / "st.db")
+    st.set_meta(dict_id=d.id, dict_data=base64.b64encode(d.data).decode())
+    st.close()
+    write(src, TA, line(SA, 0))
+    write(src, TB, line(SB, 1, cwd="/home/u/lib"), "ab")
+    ship_all(sh, src)
+    clock.t += 10
+    compact(Repository(store, M), DELTA)
+    assert any(i.key.endswith(d.id) for i in store.list(f"machines/{M}/dict/"))
+    before = points(store)
+    retired: list[str] = []
+
+    rep = rewrite(Repository(store, M), Rewrite(forget=frozenset({SA})),
+                  retire_dictionary=retired.append)
+
+    assert rep.errors == [] and rep.dictionaries == [d.id] == retired
+    assert list(store.list(f"machines/{M}/dict/")) == []
+    after = points(store)
+    for seq, tree in before.items():
+        assert after[seq] == forgotten(tree), f"point {seq}"
+    assert SA.encode() not in all_raw(store)

@@ -4,7 +4,9 @@ daemon's scheduler)."""
 from __future__ import annotations
 
 import base64
+import os
 import time
+from pathlib import Path
 
 from syncd.archive.compact import CompactOptions
 from syncd.archive.retention import Policy
@@ -14,6 +16,7 @@ from syncd.duration import parse_duration
 from syncd.errors import ConfigError
 from syncd.format.dictionary import train
 from syncd.repository import Repository
+from syncd.sessionfiles import session_owning
 
 # A dictionary that did not pay is not tried again for this long.
 DICT_RETRY = 7 * 86400.0
@@ -63,7 +66,13 @@ def ensure_dictionary(settings: Settings, repo: Repository, now: float | None = 
         tried = state.meta("dict_tried")
         if tried and now - float(tried) < DICT_RETRY:
             return "no dictionary: the last training did not pay"
-        d, gain = train(settings.source, settings.zstd_level)
+        forgotten = set(state.forgotten())
+        root = settings.source
+
+        def skip(p: Path) -> bool:  # a forgotten session's transcript teaches nothing
+            return session_owning(os.fsencode(p.relative_to(root))) in forgotten
+
+        d, gain = train(root, settings.zstd_level, skip)
         if gain is None:
             return "no dictionary yet: too few transcript lines to learn from"
         state.set_meta(dict_tried=repr(now))

@@ -20,10 +20,11 @@ leaves a store that restores (with what was to go still in it until a run comple
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,6 +73,12 @@ class Rewrite:
     def masks_text(self, text: str) -> bool:
         return self.masking and mask.mask_text(text, self.redact, self.patterns) != text
 
+    def in_bytes(self, data: bytes) -> bool:
+        """Whether raw ``data`` (a dictionary) holds a session id or a value that goes."""
+        return any(sid.encode() in data for sid in self.forget) or \
+            any(v and v in data for v in self.redact) or \
+            any(p.search(data) for p in self.patterns)
+
     def __bool__(self) -> bool:
         return bool(self.forget or self.masking)
 
@@ -88,6 +95,7 @@ class RewriteReport:
     deleted: list[str] = field(default_factory=list)
     bytes_deleted: int = 0
     folded: CompactReport | None = None
+    dictionaries: list[str] = field(default_factory=list)  # dropped: they held what goes
     errors: list[str] = field(default_factory=list)
     note: str = ""
 
@@ -103,25 +111,49 @@ class RewriteReport:
                 "bytes_written": self.bytes_written, "deleted": len(self.deleted),
                 "bytes_deleted": self.bytes_deleted,
                 "bytes_reclaimed": self.bytes_deleted - self.bytes_written,
+                "dictionaries_dropped": self.dictionaries,
                 "errors": self.errors, "note": self.note}
 
 
-def rewrite(repo: Repository, spec: Rewrite, opts: CompactOptions | None = None
+def rewrite(repo: Repository, spec: Rewrite, opts: CompactOptions | None = None,
+            retire_dictionary: Callable[[str], None] = lambda dict_id: None
             ) -> RewriteReport:
-    """Take ``spec`` out of every point of the repository machine's backup."""
+    """Take ``spec`` out of every point of the repository machine's backup.
+
+    A trained dictionary that holds what goes (a session id or a value its training
+    saw) goes too: ``retire_dictionary`` is told first (the writer stops compressing with
+    it), the deltas whose frames use it are rewritten, and it is deleted unless a segment
+    still names it."""
     opts = opts or CompactOptions()
     with exclusive(opts.lock, "rewrite"):
         rep = RewriteReport(repo.machine, dry_run=opts.dry_run)
         if not spec:
             rep.note = "nothing to rewrite"
             return rep
+        rep.dictionaries = _dirty_dictionaries(repo, spec, rep)
         if not opts.dry_run:
+            for d in rep.dictionaries:
+                retire_dictionary(d)
             # Segments have fixed keys: fold them first, so that what holds the bytes is
             # packs, deltas and manifests, which can be replaced.
             rep.folded = _compact(repo, replace(opts, max_chain=0, keep=None, drop=()))
             rep.errors += rep.folded.errors
         _Run(repo, spec, opts, rep).run()
         return rep
+
+
+def _dirty_dictionaries(repo: Repository, spec: Rewrite, rep: RewriteReport) -> list[str]:
+    out = []
+    for info in repo.store.list(layout.dict_key(repo.machine, "")):
+        dict_id = info.key.rsplit("/", 1)[-1]
+        try:
+            d = repo.dictionary(dict_id)
+        except (FormatError, StoreError) as e:
+            rep.errors.append(f"{e}; not looked into")
+            continue
+        if spec.in_bytes(d.data):
+            out.append(dict_id)
+    return out
 
 
 class _Run:
@@ -157,8 +189,11 @@ class _Run:
         tree.start(newest, groups)
         self._find_masks(tree)
         deltas, narrower = self._deltas()
-        dirty_deltas = [d for d in deltas if self._dirty_index(d.index, d.points)]
-        self.leftovers = [d for d in narrower if self._dirty_index(d.index, d.points)]
+        dicts = set(rep.dictionaries)
+        dirty_deltas = [d for d in deltas if self._dirty_index(d.index, d.points)
+                        or any(x.dict_id in dicts for x in d.index.extents)]
+        self.leftovers = [d for d in narrower if self._dirty_index(d.index, d.points)
+                          or any(x.dict_id in dicts for x in d.index.extents)]
         packs = dict(repo.packs())
         dirty_packs = []
         for key, size in sorted(packs.items()):
@@ -181,7 +216,7 @@ class _Run:
         rep.files_dropped = dropped
         rep.ranges_masked = sum(len(v) for v in self.masks.values())
         newest_dirty = bool(move or dirty_manifests or dropped or self.leftovers
-                            or self._dirty_manifest(newest))
+                            or dicts or self._dirty_manifest(newest))
         if later:
             rep.errors.append(f"{len(later)} segments written during the rewrite hold what "
                               "goes (the daemon ships it until it knows): run it again")
@@ -378,10 +413,34 @@ class _Run:
         drep = CompactReport(repo.machine)
         _delete(repo, sorted(set(doomed)), drep)
         _sweep(repo, newest.seq, top, referenced, drep)
+        self._drop_dictionaries(newest.seq, drep)
         rep.deleted = drep.deleted
         rep.errors += drep.errors
         log.info("rewrote %d objects of %s (%d written, %d deleted)", len(rep.rewritten),
                  repo.machine, len(rep.written), len(rep.deleted))
+
+    def _drop_dictionaries(self, seq: int, drep: CompactReport) -> None:
+        """The dirty dictionaries, once no object left names them (a segment written
+        before the writer stopped using one keeps it)."""
+        if not self.rep.dictionaries:
+            return
+        named: set[str] = set()
+        for key, size in self.repo.segments(seq):
+            try:
+                named |= {x.dict_id for x in self.repo.read_index(key, size).extents
+                          if x.dict_id}
+            except (FormatError, StoreError):
+                named |= set(self.rep.dictionaries)  # unknown: kept
+        for _, _, key, size in self.repo.deltas():
+            with contextlib.suppress(FormatError, StoreError):
+                named |= {x.dict_id for x in self.repo.read_delta(key, size).index.extents
+                          if x.dict_id}
+        for d in self.rep.dictionaries:
+            if d in named:
+                self.rep.errors.append(f"dictionary {d[:12]} holds what goes, and objects "
+                                       "written meanwhile still use it: run this again")
+            else:
+                _delete(self.repo, [layout.dict_key(self.repo.machine, d)], drep)
 
     def _own(self, m: Manifest) -> dict[str, Any]:
         got = manifest_points(m)

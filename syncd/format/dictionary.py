@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import zstandard
@@ -27,10 +28,13 @@ class Dictionary:
         self.zdict = zstandard.ZstdCompressionDict(data)
 
 
-def samples(root: Path) -> list[bytes]:
-    """Runs of 1-3 lines, the size of what one flush appends, from the newest transcripts."""
+def samples(root: Path, skip: Callable[[Path], bool] = lambda p: False) -> list[bytes]:
+    """Runs of 1-3 lines, the size of what one flush appends, from the newest transcripts
+    (but those ``skip`` names: a forgotten session's)."""
     files = []
     for p in (root / "projects").glob("**/*.jsonl"):
+        if skip(p):
+            continue
         with contextlib.suppress(OSError):
             files.append((p.stat().st_mtime, p))
     out: list[bytes] = []
@@ -51,10 +55,11 @@ def samples(root: Path) -> list[bytes]:
     return out
 
 
-def train(root: Path, level: int = 3) -> tuple[Dictionary | None, float | None]:
+def train(root: Path, level: int = 3, skip: Callable[[Path], bool] = lambda p: False
+          ) -> tuple[Dictionary | None, float | None]:
     """A dictionary from the tree's transcripts and its gain on held-out samples
     (None when it would not pay; a gain of None: too little to learn from)."""
-    got = samples(root)
+    got = samples(root, skip)
     if len(got) < MIN_SAMPLES:
         return None, None
     held = got[::5]

@@ -201,7 +201,8 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
     own = repo.machine == settings.machine_id
     if own:
         opts = compact_options(settings, dry_run=dry_run)
-        return _with_head(repo, spec, rewrite(repo, spec, opts))
+        return _with_head(repo, spec, rewrite(repo, spec, opts,
+                                              retire_dictionary=lambda d: _retire(settings, d)))
     opts = CompactOptions(level=settings.compact_level, pack_target=settings.pack_target_bytes,
                           dry_run=dry_run, spool_dir=settings.state_dir,
                           lock=settings.state_dir / f"compact-{repo.machine}.lock")
@@ -221,6 +222,19 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
         return _with_head(repo, spec, rewrite(repo, spec, replace(opts)))
     finally:
         lease.release()
+
+
+def _retire(settings: Settings, dict_id: str) -> None:
+    """The shipper stops compressing with ``dict_id`` (it learnt from what goes); the next
+    compaction trains another, from the files that stay."""
+    if not settings.state_file.exists():
+        return
+    state = State(settings.state_file)
+    try:
+        if state.meta("dict_id") == dict_id:
+            state.set_meta(dict_id="", dict_data="", dict_tried="")
+    finally:
+        state.close()
 
 
 def _with_head(repo: Repository, spec: Rewrite, rep: RewriteReport) -> RewriteReport:
