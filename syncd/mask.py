@@ -15,6 +15,7 @@ signed blocks changed). Those places are reported instead (``Found.signed``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Collection, Iterable, Iterator
@@ -43,6 +44,8 @@ class Range:
     start: int
     end: int
     line: bool = False  # a whole line: spaces (forget), else a value's mask
+    # A value's sha256 (hex), what a follower's copy is searched for: never the value.
+    digest: str = ""
 
     def fill(self) -> bytes:
         n = self.end - self.start
@@ -141,7 +144,8 @@ def value_places(chunks: Iterable[bytes], values: Collection[bytes],
                                          "masking it would change the line's JSON")
                                    for f in found[-len(spans):]]
             continue
-        ranges += [Range(off + a, off + b) for a, b in keep]
+        ranges += [Range(off + a, off + b, digest=hashlib.sha256(line[a:b]).hexdigest())
+                   for a, b in keep]
     return ranges, found
 
 
@@ -210,6 +214,37 @@ def _same_json(line: bytes, spans: list[tuple[int, int]]) -> bool:
     except ValueError:
         return False
     return True
+
+
+def find_digests(chunks: Iterable[bytes], digests: Collection[tuple[str, int]]
+                 ) -> set[bytes]:
+    """The values whose (sha256, length) are ``digests``, as they occur in a file (a
+    follower's copy of a session its origin redacted): every run of bytes of such a
+    length within a token (no quote or white space) of at most TOKEN_MAX bytes."""
+    want: dict[int, set[str]] = {}
+    for digest, n in digests:
+        if 0 < n <= TOKEN_MAX:
+            want.setdefault(n, set()).add(digest)
+    found: set[bytes] = set()
+    if not want:
+        return found
+    shortest = min(want)
+    for _, line in lines(chunks):
+        for m in _TOKEN.finditer(line):
+            tok = m.group(0)
+            if len(tok) < shortest or len(tok) > TOKEN_MAX:
+                continue
+            for n, ds in want.items():
+                for i in range(len(tok) - n + 1):
+                    v = tok[i : i + n]
+                    if hashlib.sha256(v).hexdigest() in ds:
+                        found.add(v)
+    return found
+
+
+# A token a value is looked for in: between quotes and white space.
+_TOKEN = re.compile(rb'[^"\s]+')
+TOKEN_MAX = 64 << 10
 
 
 def mask_text(text: str, values: Collection[bytes],

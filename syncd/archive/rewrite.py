@@ -96,6 +96,9 @@ class RewriteReport:
     bytes_deleted: int = 0
     folded: CompactReport | None = None
     dictionaries: list[str] = field(default_factory=list)  # dropped: they held what goes
+    # Per session, the (sha256, length) of each value masked in its files: what its
+    # tombstone tells the machines that imported it (never the value).
+    digests: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     note: str = ""
 
@@ -279,6 +282,10 @@ class _Run:
                             f"{f.why}")
             if ranges:
                 self.masks[(e.path, e.gen)] = sorted(ranges, key=lambda r: r.start)
+                sid = session_owning(e.path)
+                if sid is not None:
+                    self.rep.digests.setdefault(sid, set()).update(
+                        (r.digest, r.end - r.start) for r in ranges if r.digest)
 
     def _bytes(self, e: Entry) -> Iterator[bytes]:
         try:
