@@ -112,7 +112,8 @@ def history_ranges(chunks: Iterable[bytes], sids: Collection[str]) -> list[Range
     for off, line in lines(chunks):
         if b"sessionId" in line and history_session(line) in sids:
             end = off + len(line) - (1 if line.endswith(b"\n") else 0)
-            out.append(Range(off, end, line=True))
+            out.append(Range(off, end, line=True,
+                             digest=hashlib.sha256(line[: end - off]).hexdigest()))
     return out
 
 

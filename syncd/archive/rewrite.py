@@ -285,7 +285,7 @@ class _Run:
                 sid = session_owning(e.path)
                 if sid is not None:
                     self.rep.digests.setdefault(sid, set()).update(
-                        (r.digest, r.end - r.start) for r in ranges if r.digest)
+                        (r.digest, r.end - r.start) for r in ranges if not r.line)
 
     def _bytes(self, e: Entry) -> Iterator[bytes]:
         try:

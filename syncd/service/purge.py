@@ -11,6 +11,7 @@ forget through this machine's tombstone when it follows this machine).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from syncd.archive.rewrite import Rewrite, RewriteReport, rewrite
 from syncd.backup.marks import marks_of
 from syncd.backup.ship import check_hash
 from syncd.backup.state import State
+from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import FormatError, LeaseHeld, PreconditionFailed, StoreError
 from syncd.follow.quiet import Quiet
@@ -46,26 +48,31 @@ class LocalReport:
         return {"deleted": self.deleted, "masked": self.masked, "left_alone": self.left_alone}
 
 
-def _files(root: Path) -> Iterator[tuple[bytes, Path]]:
-    base = os.fsencode(root)
+def _files(settings: Settings) -> Iterator[tuple[bytes, Path]]:
+    """The files of the tree that are backed up (the include set, never the never-list):
+    the only ones a forget or redact changes here."""
+    sel = Selection(settings.include, settings.exclude)
+    base = os.fsencode(settings.source)
     for dirpath, dirs, names in os.walk(base):
-        dirs.sort()
+        rel_dir = os.path.relpath(dirpath, base)
+        dirs[:] = sorted(d for d in dirs if sel.may_descend(
+            os.fsdecode(os.path.normpath(os.path.join(rel_dir, d)))))
         for n in sorted(names):
             full = os.path.join(dirpath, n)
-            if os.path.islink(full):
+            rel = os.path.relpath(full, base)
+            if os.path.islink(full) or not sel.wants(os.fsdecode(rel)):
                 continue
-            yield os.path.relpath(full, base), Path(os.fsdecode(full))
+            yield rel, Path(os.fsdecode(full))
 
 
 def local_plan(settings: Settings, spec: Rewrite
                ) -> tuple[list[bytes], dict[bytes, list[mask.Range]], list[str]]:
     """The local files of the forgotten sessions, the ranges to mask in the others, and
     the values found and left alone (a signed block: say so)."""
-    root = settings.source
     drop: list[bytes] = []
     ranges: dict[bytes, list[mask.Range]] = {}
     left: list[str] = []
-    for rel, full in _files(root):
+    for rel, full in _files(settings):
         if spec.drops(rel):
             drop.append(rel)
             continue
@@ -116,8 +123,19 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
     try:
         for rel, rs in sorted(ranges.items()):
             full = os.path.join(base, rel)
-            fd = os.open(full, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
+                fd = os.open(full, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as e:
+                rep.left_alone.append(f"{os.fsdecode(rel)}: {e.strerror}")
+                continue
+            try:
+                # What was read is still there (not replaced or rewritten since), every
+                # range of it, or the file is left as it is.
+                if any(hashlib.sha256(os.pread(fd, r.end - r.start, r.start)).hexdigest()
+                       != r.digest for r in rs):
+                    rep.left_alone.append(f"{os.fsdecode(rel)}: changed since it was read; "
+                                          "run this again")
+                    continue
                 for r in rs:
                     os.pwrite(fd, r.fill(), r.start)
                 os.fsync(fd)
@@ -213,6 +231,7 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
                   ttl=settings.lease_ttl)
     try:
         lease.acquire()
+        lease.start()
     except LeaseHeld as e:
         raise PreconditionFailed(f"machine {repo.machine!r} is being backed up (its lease "
                                  f"is held), not rewriting it here: run this on that "
