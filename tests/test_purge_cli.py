@@ -106,3 +106,54 @@ def test_redact_masks_here_and_in_the_backup_and_nothing_ships_again(
 
 def test_redact_refuses_a_pattern_that_matches_nothing(env: dict[str, str]) -> None:
     assert "empty match" in one_line(syncd(env, "redact", "x*"), 2)
+
+
+def test_redact_refuses_while_a_file_is_being_written(env: dict[str, str]) -> None:
+    src = Path(env["SYNCD_SOURCE"])
+    os.utime(src / TA)  # written just now
+    before = tree_bytes(src)
+    r = syncd(env, "redact", "ghp_[A-Za-z0-9]{36}")
+    assert r.returncode == 1 and "being written" in r.stderr, r.stderr
+    assert tree_bytes(src) == before
+    assert SECRET.encode() in backup(env)[TA.encode()]
+
+
+def test_redact_leaves_a_thinking_block_alone_and_says_so(env: dict[str, str]) -> None:
+    src = Path(env["SYNCD_SOURCE"])
+    think = json.dumps({"type": "assistant", "sessionId": SB, "message": {"content": [
+        {"type": "thinking", "thinking": "recall " + SECRET, "signature": "c2ln"}]}}
+                       ).encode() + b"\n"
+    write(src, TB, think, "ab")
+    os.utime(src / TB, (OLD, OLD))
+    assert syncd(env, "sync").returncode == 0
+    r = syncd(env, "redact", "ghp_[A-Za-z0-9]{36}")
+    assert r.returncode == 0, r.stderr
+    assert "left alone" in r.stderr and "thinking" in r.stderr
+    data = (src / TB).read_bytes()
+    assert data.endswith(think) and data.count(SECRET.encode()) == 1
+    assert backup(env)[TB.encode()] == data
+
+
+def test_forget_on_another_machine_only_while_its_lease_is_free(
+        env: dict[str, str], tmp_path: Path) -> None:
+    from syncd.security.lease import Lease
+    lap_src = tmp_path / "lap"
+    lid = "cccccccc-0000-4000-8000-000000000003"
+    lt = f"projects/-home-l-x/{lid}.jsonl"
+    write(lap_src, lt, entry(lid, 0, "on the laptop"))
+    lap = {**env, "SYNCD_MACHINE_ID": "lap", "SYNCD_SOURCE": str(lap_src),
+           "SYNCD_STATE_DIR": str(tmp_path / "lapstate")}
+    assert syncd(lap, "sync").returncode == 0
+    store = LocalStore(Path(env["SYNCD_STORE"].removeprefix("file://")))
+    held = Lease(store, "lap", owner="someone-else")
+    held.acquire()
+    try:
+        r = syncd(env, "forget", "--session", lid, "--machine", "lap")
+        assert r.returncode == 1 and "not reached: lap" in r.stderr, r.stderr
+    finally:
+        held.release()
+    r = syncd(env, "forget", "--session", lid, "--machine", "lap")
+    assert r.returncode == 0, r.stderr
+    with tempfile.TemporaryDirectory() as d:
+        rr = restore(Repository(store, "lap"), RestoreOptions(target=Path(d)))
+        assert rr.errors == [] and lid.encode() not in b"".join(tree_bytes(Path(d)))
