@@ -129,6 +129,7 @@ def test_redact_leaves_a_thinking_block_alone_and_says_so(env: dict[str, str]) -
     r = syncd(env, "redact", "ghp_[A-Za-z0-9]{36}")
     assert r.returncode == 0, r.stderr
     assert "left alone" in r.stderr and "thinking" in r.stderr
+    assert f"syncd forget --session {SB}" in r.stderr
     data = (src / TB).read_bytes()
     assert data.endswith(think) and data.count(SECRET.encode()) == 1
     assert backup(env)[TB.encode()] == data

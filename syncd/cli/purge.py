@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 # What a command needs is imported inside it (see syncd.cli.main).
 PATTERN_MAX = 1000
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _machines(settings: Settings, named: tuple[str, ...], every: bool) -> list[str]:
@@ -82,8 +83,14 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
             click.echo(_summary(r))
             for w in r.errors:
                 click.echo(f"warning: {w}", err=True)
-        for line in sorted(set(lrep.left_alone + [x for r in reports for x in r.left_alone])):
+        left = sorted(set(lrep.left_alone + [x for r in reports for x in r.left_alone]))
+        for line in left:
             click.echo(f"left alone: {line}", err=True)
+        signed = sorted({m.group(0) for line in left if "(signed)" in line
+                         for m in _UUID.finditer(line)})
+        for sid in signed:
+            click.echo(f"a signed block of session {sid} holds it: only `syncd forget "
+                       f"--session {sid}` removes it", err=True)
         for f in failed:
             click.echo(f"not reached: {f}", err=True)
     if failed or any(r.errors for r in reports):
