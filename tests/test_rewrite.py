@@ -211,3 +211,24 @@ def test_a_dictionary_that_learnt_the_session_goes_with_it(tmp_path: Path) -> No
     for seq, tree in before.items():
         assert after[seq] == forgotten(tree), f"point {seq}"
     assert SA.encode() not in all_raw(store)
+
+
+def test_values_known_by_digest_are_found_in_the_named_sessions_only(tmp_path: Path) -> None:
+    import hashlib
+    _, store, _ = build(tmp_path)
+    before = points(store)
+    digest = (hashlib.sha256(SECRET).hexdigest(), len(SECRET))
+
+    rep = rewrite(Repository(store, M), Rewrite(digests=frozenset({digest}),
+                                                 within=frozenset({SA})))
+
+    assert rep.errors == []
+    masked = mask_of(len(SECRET))
+    for seq, tree in points(store).items():
+        for p, data in tree.items():
+            old = before[seq][p]
+            if SA.encode() in p:
+                assert data == b"".join(x if b'"thinking"' in x else x.replace(SECRET, masked)
+                                        for x in old.splitlines(keepends=True))
+            else:
+                assert data == old  # SB's copy of the value is not SA's

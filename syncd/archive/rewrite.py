@@ -21,6 +21,7 @@ leaves a store that restores (with what was to go still in it until a run comple
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -62,13 +63,27 @@ class Rewrite:
     forget: frozenset[str] = frozenset()  # session ids
     redact: tuple[bytes, ...] = ()  # values, as the files hold them
     patterns: tuple[re.Pattern[bytes], ...] = ()  # matched against each line's bytes
+    # Values known by (sha256, length) only, looked for in the files of ``within``'s
+    # sessions: what another machine's redact tombstone names.
+    digests: frozenset[tuple[str, int]] = frozenset()
+    within: frozenset[str] = frozenset()
 
     def drops(self, path: bytes) -> bool:
         return bool(self.forget) and session_owning(path) in self.forget
 
+    def searched(self, path: bytes) -> bool:
+        """Whether ``path`` is looked into for the ``digests``' values."""
+        return bool(self.digests) and session_owning(path) in self.within
+
     @property
     def masking(self) -> bool:
-        return bool(self.redact or self.patterns)
+        return bool(self.redact or self.patterns or self.digests)
+
+    def values_in(self, read: Callable[[], Iterable[bytes]], path: bytes) -> tuple[bytes, ...]:
+        """The values to mask in a file: ``redact``'s, and the ``digests``' found in it."""
+        if not self.searched(path):
+            return self.redact
+        return tuple(sorted({*self.redact, *mask.find_digests(read(), self.digests)}))
 
     def masks_text(self, text: str) -> bool:
         return self.masking and mask.mask_text(text, self.redact, self.patterns) != text
@@ -166,6 +181,7 @@ class _Run:
         self.masks: dict[tuple[bytes, int], list[mask.Range]] = {}
         self.sizes: dict[str, int] = {}
         self.leftovers: list[Delta] = []
+        self.found: set[bytes] = set()  # the digests' values, found in the files
 
     # -- what is there ------------------------------------------------------
     def run(self) -> None:
@@ -273,7 +289,9 @@ class _Run:
             if history:
                 ranges += mask.history_ranges(chunks, spec.forget)
             if spec.masking:
-                got, found = mask.value_places(chunks, spec.redact, spec.patterns)
+                values = spec.values_in(functools.partial(self._bytes, e), e.path)
+                self.found |= set(values) - set(spec.redact)
+                got, found = mask.value_places(chunks, values, spec.patterns)
                 ranges += got
                 for f in found:
                     if f.why is not None:
@@ -299,7 +317,7 @@ class _Run:
         return any(r.start < end and start < r.end for r in self.masks.get((path, gen), ()))
 
     def _dirty_fields(self, fields: dict[str, str]) -> bool:
-        return self.spec.masking and any(self.spec.masks_text(v) for v in fields.values())
+        return self.spec.masking and self._clean_fields(fields) != fields
 
     def _dirty_points(self, pts: list[Point]) -> bool:
         return any(self.spec.drops(c.path) for p in pts for c in p.changes) or any(
@@ -346,8 +364,8 @@ class _Run:
     def _clean_fields(self, fields: dict[str, str]) -> dict[str, str]:
         if not self.spec.masking:
             return fields
-        return {k: mask.mask_text(v, self.spec.redact, self.spec.patterns)
-                for k, v in fields.items()}
+        values = (*self.spec.redact, *sorted(self.found))
+        return {k: mask.mask_text(v, values, self.spec.patterns) for k, v in fields.items()}
 
     def _clean_sessions(self, sessions: list[Session]) -> list[Session]:
         return [replace(s, fields=self._clean_fields(s.fields)) for s in sessions

@@ -11,6 +11,7 @@ forget through this machine's tombstone when it follows this machine).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sqlite3
@@ -81,7 +82,8 @@ def local_plan(settings: Settings, spec: Rewrite
             if rel == HISTORY and spec.forget:
                 got += mask.history_ranges(_read(full), spec.forget)
             if spec.masking:
-                found_ranges, found = mask.value_places(_read(full), spec.redact, spec.patterns)
+                values = spec.values_in(functools.partial(_read, full), rel)
+                found_ranges, found = mask.value_places(_read(full), values, spec.patterns)
                 got += found_ranges
                 left += [f"{os.fsdecode(rel)} line {f.line_no}: {f.why}" for f in found
                          if f.why is not None]
