@@ -172,8 +172,12 @@ def _plain(line: bytes) -> bool:
     """Whether a line is plain text, not JSON (a tool's output kept in
     ``tool-results/<id>.txt``, a log): a value may then be masked anywhere in it. A line
     that parses as JSON, or begins like an object or array (one cut short), keeps the
-    rules of JSON strings."""
+    rules of JSON strings; bytes that are not UTF-8 (an image) are no text to mask."""
     if line.lstrip()[:1] in (b"{", b"["):
+        return False
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
         return False
     try:
         json.loads(line)

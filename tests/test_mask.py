@@ -42,3 +42,9 @@ def test_a_key_in_plain_json_text_is_not_a_plain_line() -> None:
     line = b'{"' + SECRET + b'": 1}\n'
     ranges, found = value_places([line], [], [PATTERN])
     assert ranges == [] and [f.why for f in found] == ["inside a key"]
+
+
+def test_bytes_that_are_not_text_are_left_alone() -> None:
+    png = b"\x89PNG\r\n\x1a\n\xff\xfe" + SECRET + b"\x00\x01"
+    got, why = masked(png)
+    assert got == png and why == ["not inside a string"]
