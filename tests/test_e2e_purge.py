@@ -302,7 +302,8 @@ def test_forget_leaves_history_spaces_the_cli_reads(claude: Claude, tmp_path: Pa
     with Interactive(claude.binary, a, here) as cli:
         cli.ask(KEPT)
         cli.submit("/clear")  # the next prompt begins another session
-        wait_for(lambda: answer_to(KEPT) not in cli.terminal.screen(), 60,
+        wait_for(lambda: answer_to(KEPT) not in cli.terminal.screen()
+                 and empty_input(cli.terminal.screen()), 60,
                  "/clear to clear the screen", explain=cli.terminal.explain)
         cli.ask(GONE)
         cli.exit()
@@ -358,9 +359,8 @@ def test_forget_leaves_history_spaces_the_cli_reads(claude: Claude, tmp_path: Pa
             wait_for(lambda n=n, entry=entry: recalled(cli.terminal.screen(), n, entry), 60,
                      f"Up to recall history entry {n} ({entry!r})", explain=cli.terminal.explain)
         cli.terminal.key("C-u")
-        wait_for(lambda: any(ln.strip() == PROMPT_LINE.strip()
-                             for ln in cli.terminal.screen().splitlines()), 60,
-                 "the input line to empty", explain=cli.terminal.explain)
+        wait_for(lambda: empty_input(cli.terminal.screen()), 60, "the input line to empty",
+                 explain=cli.terminal.explain)
         picker = cli.picker()
         assert picker.titles == [KEPT] and picker.selected == KEPT, picker.screen
         assert GONE not in picker.screen
@@ -385,6 +385,10 @@ def test_forget_leaves_history_spaces_the_cli_reads(claude: Claude, tmp_path: Pa
     assert [p for p, data in got.items() if gone.encode() in data or GONE.encode() in data
             or gone in p] == []
     assert got["history.jsonl"].replace(str(c).encode(), str(a).encode()) == b"".join(now)
+
+
+def empty_input(screen: str) -> bool:
+    return any(ln.strip() == PROMPT_LINE.strip() for ln in screen.splitlines())
 
 
 def recalled(screen: str, n: int, entry: str) -> bool:
