@@ -23,6 +23,7 @@ end-to-end tests are.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -57,6 +58,7 @@ from tests.claude_fixtures import (
 )
 from tests.helpers import wait_for
 from tests.standin import Block
+from tests.terminal import Terminal
 
 pytestmark = pytest.mark.timeout(1200)  # the first test may pay for the npm install
 
@@ -356,7 +358,7 @@ def test_forget_leaves_history_spaces_the_cli_reads(claude: Claude, tmp_path: Pa
     with Interactive(claude.binary, a, here, "--debug") as cli:
         for n, entry in ((2, "/clear"), (1, KEPT)):
             cli.terminal.key("Up")
-            wait_for(lambda n=n, entry=entry: recalled(cli.terminal.screen(), n, entry), 60,
+            wait_for(functools.partial(recalled, cli.terminal, n, entry), 60,
                      f"Up to recall history entry {n} ({entry!r})", explain=cli.terminal.explain)
         cli.terminal.key("C-u")
         wait_for(lambda: empty_input(cli.terminal.screen()), 60, "the input line to empty",
@@ -391,9 +393,9 @@ def empty_input(screen: str) -> bool:
     return any(ln.strip() == PROMPT_LINE.strip() for ln in screen.splitlines())
 
 
-def recalled(screen: str, n: int, entry: str) -> bool:
+def recalled(term: Terminal, n: int, entry: str) -> bool:
     """The input line shows history entry ``n`` of 2 (the navigator's count) as ``entry``."""
-    rows = screen.splitlines()
+    rows = term.screen().splitlines()
     return any(f"History {n}/2" in r for r in rows) and any(
         r.strip() == PROMPT_LINE + entry for r in rows)
 
