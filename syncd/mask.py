@@ -10,7 +10,8 @@ newer ones.
 A value is masked only where the result is still the same JSON: inside one string's
 text, never beginning or ending within an escape, and never inside a ``thinking``,
 ``signature`` or redacted ``data`` string (the API rejects a resumed session whose
-signed blocks changed). Those places are reported instead (``Found.signed``).
+signed blocks changed). Those places are reported instead (``Found.signed``). A line
+of plain text (not JSON: a persisted tool output) is masked wherever the value is.
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ def value_places(chunks: Iterable[bytes], values: Collection[bytes],
             found += [Found(off + a, off + b, no, "a line too long to parse") for a, b in spans]
             continue
         keep = []
+        plain = _plain(line)
         for a, b in spans:
-            why = _why_not(line, a, b)
+            why = None if plain else _why_not(line, a, b)
             found.append(Found(off + a, off + b, no, why))
             if why is None:
                 keep.append((a, b))
@@ -169,6 +171,24 @@ def _occurrences(line: bytes, vals: list[bytes],
         for m in p.finditer(line):
             take(m.start(), m.end())
     return sorted(taken)
+
+
+def _plain(line: bytes) -> bool:
+    """Whether a line is plain text, not JSON (a tool's output kept in
+    ``tool-results/<id>.txt``, a log): a value may then be masked anywhere in it. A line
+    that parses as JSON, or begins like an object or array (one cut short), keeps the
+    rules of JSON strings; bytes that are not UTF-8 (an image) are no text to mask."""
+    if line.lstrip()[:1] in (b"{", b"["):
+        return False
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return True
+    return False
 
 
 def _why_not(line: bytes, a: int, b: int) -> str | None:
