@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from syncd.archive import purge as purges
 from syncd.archive.compact import CompactOptions, compact
@@ -181,9 +182,9 @@ def test_a_heads_forgotten_list_is_checked() -> None:
     for bad in ([["x", 1.0]], [[SID, 1e300]], [[SID]], [[SID, 1.0]] * 4097, {"a": 1}):
         h.forgotten = []
         blob = headfmt.encode(h)
-        doc = json.loads(__import__("zstandard").decompress(blob))
+        doc = json.loads(zstandard.decompress(blob))
         doc["forgotten"] = bad
-        raw = __import__("zstandard").ZstdCompressor().compress(json.dumps(doc).encode())
+        raw = zstandard.ZstdCompressor().compress(json.dumps(doc).encode())
         with pytest.raises(FormatError):
             headfmt.decode(raw, "desk", "head")
 
@@ -340,11 +341,12 @@ def test_a_tombstone_of_a_machine_the_session_did_not_come_from_is_ignored(
     own = b.path(b.rel("lib", S2))
     fwrite(b.settings.source, b.rel("lib", S2), line(S2, b.cwd("lib"), 0))
     b.sync(monkeypatch)
-    forget(a.settings, S2)  # desk names the laptop's own session
+    forget(a.settings, S2, S1)  # desk names the laptop's own session, and its own
     a.sync(monkeypatch)
     b.poll(monkeypatch)
-    assert own.exists() and all(p.exists() for p in copies)
-    assert forgotten_of(b.settings) == {} and b.pending_purge() == []
+    assert own.exists() and own.read_bytes() == line(S2, b.cwd("lib"), 0)
+    assert not any(p.exists() for p in copies)
+    assert forgotten_of(b.settings) == {S1: ("desk", 0)} and b.pending_purge() == [S1]
 
 
 def test_the_tombstone_is_honoured_from_the_head_once_the_segment_was_compacted(
@@ -361,6 +363,14 @@ def test_the_tombstone_is_honoured_from_the_head_once_the_segment_was_compacted(
     b.poll(monkeypatch)
     assert not any(p.exists() for p in copies)
     assert forgotten_of(b.settings) == {S1: ("desk", 0)}
+    # Lifted here, it stays lifted: the head that still lists the tombstone is read again.
+    state = State(b.settings.state_file)
+    try:
+        state.lift_forgotten([S1])
+    finally:
+        state.close()
+    b.poll(monkeypatch)
+    assert forgotten_of(b.settings) == {}
 
 
 @pytest.mark.parametrize("bad", ["not-a-uuid", "many", "huge-time"])

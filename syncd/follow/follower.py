@@ -81,6 +81,9 @@ WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip", "ke
 INDEXES_KEPT = 4096
 INDEX_BYTES_KEPT = 32 << 20
 INDEX_BYTES_ALL = 128 << 20
+# Sessions forgotten on a machine's tombstones remembered per machine (as many as a head
+# lists): one lifted here is not forgotten again by the same tombstone.
+HONOURED_KEPT = 4096
 # A refusal is said (logged, the cursor's problem) in at most this many characters.
 PROBLEM_MAX = 500
 # The largest integer the state holds: a source's generation or size past it (a number no
@@ -775,13 +778,15 @@ class Follower:
         tombs, self._forgets = self._forgets, {}
         if tombs:
             forgotten = self.state.forgotten()
-            fresh = [sid for sid in sorted(tombs) if sid not in forgotten and
-                     sid not in cur.forgetting]
+            done = set(cur.forgetting) | set(cur.honoured)
+            fresh = [sid for sid in sorted(tombs) if sid not in forgotten and sid not in done]
             theirs = self._from(machine, fresh) if fresh else set()
             if theirs:
                 # Noted in the cursor before anything else: a crash from here on
                 # finds the session there at the next start, and goes on.
                 cur.forgetting = sorted(set(cur.forgetting) | theirs)
+                cur.honoured = [*(s for s in cur.honoured if s not in theirs),
+                                *sorted(theirs)][-HONOURED_KEPT:]
                 self._save_cursors()
                 self.state.forget_sessions(sorted(theirs), by=machine)
                 purges.queue(self.state, sorted(theirs))

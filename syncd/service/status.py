@@ -176,7 +176,7 @@ def status(settings: Settings, *, probe_store: bool = False,
             if rec.size:  # a conflict wrote nothing here: none of its sessions is here
                 here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
         for row in out["following"]:
-            for key in ("misses", "head_etag", "since"):
+            for key in ("misses", "head_etag", "since", "honoured"):
                 del row[key]
             row["sessions"] = len(here.get(row["machine"], set()) - {None})
         last = state.meta("last_reconcile_time")
