@@ -32,6 +32,7 @@ from syncd.store.layout import segment_key
 from tests.faultkit import FaultProxy, cli, kill9_at_put, make_settings
 from tests.faultkit import line as fline
 from tests.faultkit import write as fwrite
+from tests.helpers import running, wait_for
 from tests.hostile import line
 from tests.seaweed import Seaweed
 
@@ -132,6 +133,19 @@ def test_lifting_ships_the_sessions_files_again_as_new_generations(
     got = {x.path: (x.gen, x.start, x.end) for x in ix.extents}
     assert got == {A: (2, 0, len(fline(1))), A_SUB: (2, 0, len(fline(2)))}
     assert forgotten_of(s) == {}
+
+
+def test_the_daemon_ships_a_tombstone_when_nothing_else_changed(
+        tmp_path: Path, seaweed: Seaweed, bucket: str) -> None:
+    s = s3(tmp_path, bucket, seaweed)
+    fwrite(s.source, A, fline(1))
+    store = open_store(s.store, endpoint_url=seaweed.endpoint)
+    with running(s) as daemon:
+        wait_for(lambda: status(s)["last_flush_seq"] == 0, 20, "the first flush")
+        forget(s, SID)
+        daemon.request_scan()  # the tree is as it was: an idle look
+        wait_for(lambda: forgotten_of(s) == {SID: ("user", 1)}, 20, "the tombstone")
+    assert [sid for ix in indexes(store, "m1") for sid, _ in ix.forgotten] == [SID]
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["after-put", "before-put"])
