@@ -169,6 +169,23 @@ def test_a_kill_between_the_tombstones_put_and_its_commit_never_loses_it(
     assert tombs == [SID]  # once: adopted, or shipped by the restart
 
 
+def test_a_delta_keeps_the_tombstones_of_the_segments_it_folds(
+        tmp_path: Path, seaweed: Seaweed, bucket: str) -> None:
+    s = s3(tmp_path, bucket, seaweed)
+    fwrite(s.source, A, fline(1))
+    fwrite(s.source, B, fline(2))
+    sync_once(s)
+    repo = Repository(open_store(s.store, endpoint_url=seaweed.endpoint), "m1")
+    compact(repo, CompactOptions())  # the first: a manifest
+    forget(s, SID)
+    sync_once(s)  # the tombstone alone (the head is written after it)
+    compact(repo, CompactOptions())  # that segment: a delta
+    assert not repo.segments()
+    (lo, hi, key, _), = repo.deltas()
+    d = repo.read_delta(key)
+    assert (lo, hi) == (1, 1) and [sid for sid, _ in d.index.forgotten] == [SID]
+
+
 # -- the format --------------------------------------------------------------------------
 
 def segment(forgets: list[tuple[str, float]], machine: str = "desk", seq: int = 0) -> bytes:
