@@ -167,6 +167,15 @@ def test_a_kill_between_the_tombstones_put_and_its_commit_never_loses_it(
     assert forgotten_of(s) == {SID: ("user", 1)}
     tombs = [sid for ix in indexes(direct, "m1") for sid, _ in ix.forgotten]
     assert tombs == [SID]  # once: adopted, or shipped by the restart
+    # Lifted, its file ships again whole, as a new generation.
+    state = State(s.state_file)
+    try:
+        state.lift_forgotten([SID])
+    finally:
+        state.close()
+    assert cli(again, "sync").returncode == 0
+    got = [(x.gen, x.start, x.end) for x in indexes(direct, "m1")[-1].extents if x.path == A]
+    assert got == [(2, 0, len(fline(1)))]
 
 
 def test_a_delta_keeps_the_tombstones_of_the_segments_it_folds(

@@ -424,6 +424,11 @@ class Shipper:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
                            .but(deleted_at=t.time))
+        if ix.forgotten:  # what its flush marked: their files ship anew once lifted
+            sids = {sid for sid, _ in ix.forgotten}
+            named = {u.path for u in updates}
+            updates += [mark for row in self.state.files() if row.path not in named and
+                        session_owning(row.path) in sids and (mark := _lost(row)) is not None]
         self.state.commit(seq, updates, ix.sessions)
         if ix.forgotten:  # their tombstones are in the store: not shipped again
             self.state.announce_forgotten(sid for sid, _ in ix.forgotten)
