@@ -17,7 +17,7 @@ import zstandard
 from syncd.archive import purge as purges
 from syncd.archive.compact import CompactOptions, compact
 from syncd.backup.engine import sync_once
-from syncd.backup.state import State
+from syncd.backup.state import ImportedFile, State
 from syncd.claude import project_folder
 from syncd.config import Settings, load_settings
 from syncd.errors import CompactError, FormatError
@@ -381,6 +381,14 @@ def test_a_tombstone_of_a_machine_the_session_did_not_come_from_is_ignored(
     own = b.path(b.rel("lib", S2))
     fwrite(b.settings.source, b.rel("lib", S2), line(S2, b.cwd("lib"), 0))
     b.sync(monkeypatch)
+    # desk's copy of it was once a conflict here: the record says nothing of desk's
+    # was written (an import's record of a conflict).
+    state = State(b.settings.state_file)
+    try:
+        state.record_imported([ImportedFile(b.rel("lib", S2), "desk", 0, b"", False,
+                                            a.rel("lib", S2), 1, 10, 0.0)])
+    finally:
+        state.close()
     forget(a.settings, S2, S1)  # desk names the laptop's own session, and its own
     a.sync(monkeypatch)
     b.poll(monkeypatch)

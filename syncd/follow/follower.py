@@ -796,10 +796,12 @@ class Follower:
             self._remove_forgotten(machine, cur)
 
     def _from(self, machine: str, sids: list[str]) -> set[str]:
-        """Those of ``sids`` that came here from ``machine``: their origin says so, or (no
-        origin known) an import from there wrote their files."""
+        """Those of ``sids`` that came here from ``machine``: their origin says so (an
+        import or a restore that made them here records it), or, with no origin known (a
+        state from before origins), an import from there wrote their transcript whole. A
+        conflict or a merge wrote nothing of that machine's over this one's own."""
         imported = {sid for r in self.state.imports(machine)
-                    if (sid := session_owning(r.path)) is not None}
+                    if r.size and not r.merged and (sid := session_of(r.path)) is not None}
         out = set()
         for sid in sids:
             rec = self.state.origin(sid)
