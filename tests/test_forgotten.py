@@ -374,6 +374,24 @@ def test_a_copy_being_written_waits_until_quiet(
     assert not transcript.exists()
 
 
+def test_removing_a_forgotten_copy_never_follows_a_symlinked_folder(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    a, b = two
+    _, sub = imported(a, b, monkeypatch)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / sub.name).write_bytes(sub.read_bytes())  # the same bytes, outside the tree
+    sub.unlink()
+    sub.parent.rmdir()
+    sub.parent.symlink_to(outside)
+    forget(a.settings, S1)
+    a.sync(monkeypatch)
+    b.poll(monkeypatch)
+    assert (outside / sub.name).exists()
+    assert forgotten_of(b.settings) == {S1: ("desk", 0)}
+
+
 def test_a_tombstone_of_a_machine_the_session_did_not_come_from_is_ignored(
         two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two

@@ -821,11 +821,13 @@ class Follower:
         purges.queue(self.state, sorted(sids))
         quiet = Quiet(self.settings.source, self.settings.follow_quiet, self.clock,
                       ours=self._as_imported)
+        wants = Selection(self.settings.include, self.settings.exclude).wants
         imported: dict[str, list[bytes]] = {}
         for r in self.state.imports(machine):
             sid = session_owning(r.path)
             if sid in sids:
                 imported.setdefault(sid, []).append(r.path)
+        top = os.path.realpath(self.root)
         # The session's files no import wrote (shipped from here): kept, being its own.
         own: dict[str, list[bytes]] = {}
         for f in self.state.files():
@@ -848,8 +850,13 @@ class Follower:
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                if intact(self.state, self.root, rel, st.st_size) is None:
-                    kept.append(rel)  # lines written here, or merged with them
+                if intact(self.state, self.root, rel, st.st_size) is None or \
+                        not wants(os.fsdecode(rel)) or \
+                        os.path.realpath(os.path.dirname(full)) != \
+                        os.path.join(top, os.path.dirname(rel)).rstrip(b"/"):
+                    # Lines written here, or merged with them; or (never removed) beyond
+                    # the include set or through a symlinked folder.
+                    kept.append(rel)
                 elif quiet(rel, st) is not None:
                     waits = True
                 else:
@@ -982,6 +989,7 @@ class Follower:
             cur.last_import = self.clock()
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
+
 
 def _remove_empty_dirs(root: bytes, removed: list[bytes], sid: str) -> None:
     """The directories of session ``sid`` that removing ``removed`` left empty (never one
