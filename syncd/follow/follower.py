@@ -876,9 +876,9 @@ class Follower:
                 continue
             if kept:
                 log.warning("following %s: session %s was forgotten there; %d of its files "
-                            "here hold lines written here and are kept (%s%s)", machine, sid,
-                            len(kept), os.fsdecode(sorted(kept)[0]),
-                            ", …" if len(kept) > 1 else "")
+                            "here are kept, holding lines written here (or not as an import "
+                            "left them): %s%s", machine, sid, len(kept),
+                            os.fsdecode(sorted(kept)[0]), ", …" if len(kept) > 1 else "")
             elif removed:
                 log.info("following %s: removed forgotten session %s (%d files)", machine,
                          sid, len(removed))
