@@ -2,10 +2,11 @@
 keeps every one of their points (docs/FORMAT.md, "Deltas").
 
 Each file generation's new bytes become frames of their own (history.jsonl cut at line
-ends), small ones compressed with the machine's trained dictionary; the deletions and
-the projects of the segments come along, and the points say what each flush changed and
-which catalog fields its lines named. A rerun after a crash finds the delta written (its
-key names its range) and adopts it when it reads.
+ends), small ones compressed with the machine's trained dictionary; the deletions, the
+forgotten sessions' tombstones and the projects of the segments come along, and the
+points say what each flush changed and which catalog fields its lines named. A rerun
+after a crash finds the delta written (its key names its range) and adopts it when it
+reads.
 """
 
 from __future__ import annotations
@@ -88,10 +89,23 @@ def _build(repo: Repository, key: str, sources: Sequence[tuple[str, SegmentIndex
             w.add_copy(c)
         for t in ix.tombstones:
             w.add_tombstone(t.path, t.gen, t.time)
+    # Forgotten sessions' tombstones travel on (followers that read the delta honour them).
+    for sid, at in _forgets(sources):
+        w.add_forget(sid, at)
     for cwd, info in projects.items():
         w.add_project(cwd, dict(info))
     w.index.extra = {"kind": KIND, "lo": lo, "hi": hi, **pointfmt.encode(points)}
     return w.finish()
+
+
+def _forgets(sources: Sequence[tuple[str, SegmentIndex]]) -> list[tuple[str, float]]:
+    """The sources' forget entries, one per session (its newest), in the order met."""
+    out: dict[str, float] = {}
+    for _, ix in sources:
+        for sid, t in ix.forgotten:
+            out.pop(sid, None)
+            out[sid] = t
+    return list(out.items())
 
 
 def _add_run(w: SegmentWriter, spool: Spool, path: bytes, gen: int,

@@ -17,7 +17,7 @@ from syncd.backup.ship import FlushResult, machine_facts
 from syncd.backup.state import State
 from syncd.errors import BackupError, FormatError, StoreError, SyncdError
 from syncd.format.catalog import session_of
-from syncd.format.head import KINDS, Head, HeadSession
+from syncd.format.head import FORGOTTEN_MAX, KINDS, Head, HeadSession
 from syncd.repository import Repository
 from syncd.security.lease import Lease
 from syncd.store import layout
@@ -90,18 +90,23 @@ class HeadWriter:
             self._objects = self._list()
         catalog = self.state.catalog()
         keep = self.tombstone_keep
+        forgotten = self.state.forgotten()
         sessions = []
         for f in self.state.files():
-            if session_of(f.path) is None or (f.deleted_at is not None and keep
-                                              and f.deleted_at < written - keep):
+            sid = session_of(f.path)
+            if sid is None or sid in forgotten or (f.deleted_at is not None and keep
+                                                   and f.deleted_at < written - keep):
                 continue
             # The fields of the newest generation that named any, as a reader of the
             # backup folds them (a generation that names none yet keeps the last ones).
             named, fields = catalog.get(f.path, (0, {}))
             sessions.append(HeadSession(f.path, f.gen, f.offset, f.deleted_at, fields,
                                         named if fields and named != f.gen else None))
+        # The newest tombstones: a follower that missed their segment finds them here.
+        tombs = sorted((f.at, f.sid) for f in forgotten.values())[-FORGOTTEN_MAX:]
         h = Head(self.repo.machine, written, seq, float(flushed) if flushed else None,
-                 machine_facts(self.root), dict(self._objects), sessions)
+                 machine_facts(self.root), dict(self._objects), sessions,
+                 [(sid, at) for at, sid in tombs])
         if self.lease is not None:
             self.lease.ensure()
         self.repo.write_head(h)

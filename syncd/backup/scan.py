@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from syncd.backup.state import State
 from syncd.claude import Selection, is_temp
+from syncd.sessionfiles import session_owning
 
 log = logging.getLogger("syncd.scan")
 
@@ -27,9 +28,11 @@ class ScanResult:
 def scan(root: bytes, selection: Selection, state: State, under: bytes = b"") -> ScanResult:
     """Paths below ``under`` whose stat differs from what was shipped, and tracked ones gone.
 
-    Never follows symlinks: a link to a directory outside the tree is not walked.
+    Never follows symlinks: a link to a directory outside the tree is not walked. The
+    files of forgotten sessions are not looked at (never shipped until lifted).
     """
     out = ScanResult()
+    forgotten = set(state.forgotten())
     seen: set[bytes] = set()
     stack = [under]
     while stack:
@@ -59,6 +62,8 @@ def scan(root: bytes, selection: Selection, state: State, under: bytes = b"") ->
                     out.temps.append(rel)
                 continue
             seen.add(rel)
+            if forgotten and session_owning(rel) in forgotten:
+                continue
             out.files += 1
             prev = state.get(rel)
             if prev is None or prev.deleted_at is not None or (prev.dev, prev.ino) != (
@@ -70,6 +75,7 @@ def scan(root: bytes, selection: Selection, state: State, under: bytes = b"") ->
                 out.pending_bytes += st.st_size - prev.offset
     prefix = under + b"/" if under else b""
     for f in state.files():
-        if f.deleted_at is None and f.path not in seen and f.path.startswith(prefix):
+        if f.deleted_at is None and f.path not in seen and f.path.startswith(prefix) and \
+                not (forgotten and session_owning(f.path) in forgotten):
             out.dirty.add(f.path)  # gone (or no longer a regular file): the shipper decides
     return out

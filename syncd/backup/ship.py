@@ -54,6 +54,7 @@ from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
 from syncd.repository import Repository
 from syncd.security.lease import Lease
+from syncd.sessionfiles import session_owning
 from syncd.store import layout
 from syncd.view import Backup, load_backup
 from syncd.worker import worker
@@ -88,6 +89,8 @@ MAX_AHEAD = 1 << 32
 # Passed-over seqs the state remembers until compaction folds them (each one took a
 # planted object: a PUT of whoever planted it).
 PASSED_KEPT = 4096
+# Forgotten sessions' tombstones one flush carries at most (the rest go with the next).
+FORGETS_MAX = 4096
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
 # transcripts are append-only, and a rewrite touches the head or the tail.
 CHECK_HEAD = 4 << 10
@@ -171,6 +174,8 @@ class _Batch:
     def __init__(self, writer: SegmentWriter) -> None:
         self.writer = writer
         self.updates: dict[bytes, FileState] = {}
+        # The forgotten sessions whose tombstone this segment carries.
+        self.forgets: list[str] = []
 
 
 class Shipper:
@@ -219,6 +224,10 @@ class Shipper:
         # Per flush: files that begin with a copy of another generation (their catalog
         # starts from that one's).
         self._copied: dict[bytes, tuple[bytes, int]] = {}
+        # Per flush: the sessions forgotten here (``syncd forget``, or a followed
+        # machine's tombstone), re-read each flush: the CLI writes them from another
+        # process. None of their files is shipped, nor its deletion.
+        self._forgotten: set[str] = set()
 
     # -- recovery -----------------------------------------------------------
     def recover(self) -> int:
@@ -415,7 +424,14 @@ class Shipper:
             prev = self.state.get(t.path)
             updates.append((prev or FileState(t.path, t.gen, 0, 0, 0, 0, 0, None))
                            .but(deleted_at=t.time))
+        if ix.forgotten:  # what its flush marked: their files ship anew once lifted
+            sids = {sid for sid, _ in ix.forgotten}
+            named = {u.path for u in updates}
+            updates += [mark for row in self.state.files() if row.path not in named and
+                        session_owning(row.path) in sids and (mark := _lost(row)) is not None]
         self.state.commit(seq, updates, ix.sessions)
+        if ix.forgotten:  # their tombstones are in the store: not shipped again
+            self.state.announce_forgotten(sid for sid, _ in ix.forgotten)
         log.warning("adopted segment %s already in the store (%d files): a previous run "
                     "stopped between upload and commit", key, len(updates))
         return True
@@ -547,6 +563,7 @@ class Shipper:
         repair = set(self.repair)
         try:
             batch = self._new_batch()
+            self._announce(batch)
             for rel in sorted(set(paths) | self.repair):
                 if self.should_stop():
                     raise InterruptedError("stopping: flush abandoned before upload")
@@ -569,6 +586,29 @@ class Shipper:
             self._settle(result)
         self.repair -= repair
         return result
+
+    def tombstones_due(self) -> bool:
+        """Whether a forgotten session's tombstone waits to be shipped (then even a flush
+        with nothing else to ship is one PUT)."""
+        return any(not f.announced for f in self.state.forgotten().values())
+
+    def _announce(self, batch: _Batch) -> None:
+        """Read the forgotten sessions; the tombstones of those not announced yet go in
+        ``batch`` (``announce_forgotten`` once the store confirmed it), and their files'
+        rows are marked as the store's bytes lost: lifted, they ship as new generations."""
+        forgotten = self.state.forgotten()
+        self._forgotten = set(forgotten)
+        news = sorted((f for f in forgotten.values() if not f.announced),
+                      key=lambda f: (f.at, f.sid))[:FORGETS_MAX]
+        if not news:
+            return
+        for f in news:
+            batch.writer.add_forget(f.sid, f.at)
+        batch.forgets = [f.sid for f in news]
+        sids = set(batch.forgets)
+        for row in self.state.files():
+            if session_owning(row.path) in sids and (mark := _lost(row)) is not None:
+                batch.updates[row.path] = mark
 
     def _ready(self) -> bool:
         """Connect and recover, once. True when recovery changed the state: what was
@@ -636,7 +676,11 @@ class Shipper:
             # adopted or passed over (only while the lease is still ours), then again.
             self._take_next()
             raise _Restart() from None
-        self.state.commit(seq, batch.updates.values(), batch.writer.index.sessions)
+        # A tombstone is for followers that read the head too: it is written soon.
+        self.state.commit(seq, batch.updates.values(), batch.writer.index.sessions,
+                          **({"head_due": "now"} if batch.forgets else {}))
+        if batch.forgets:
+            self.state.announce_forgotten(batch.forgets)
         result.segments.append(seq)
         result.raw_bytes += batch.writer.raw_bytes
         result.stored_bytes += size
@@ -650,6 +694,12 @@ class Shipper:
 
     def _stage(self, rel: bytes, batch: _Batch, result: FlushResult) -> _Batch:
         prev = self.state.get(rel)
+        if self._forgotten and session_owning(rel) in self._forgotten:
+            # Forgotten: neither its bytes nor its deletion leave this machine.
+            mark = None if prev is None or rel in batch.updates else _lost(prev)
+            if mark is not None:
+                batch.updates[rel] = mark
+            return batch
         full = os.path.join(self.root, rel)
         text = os.fsdecode(rel)
         try:
@@ -1117,6 +1167,14 @@ def open_provenance(state_file: Path, create: bool = False) -> Provenance | None
     (``create``) a new one: a restore into the tree before the daemon's first start
     records where the sessions it brings came from."""
     return Provenance(state_file) if create or state_file.exists() else None
+
+
+def _lost(row: FileState) -> FileState | None:
+    """``row`` marked as bytes the store no longer holds (a forgotten session's: the next
+    scan after a lift ships it anew), or None when it is already (or deleted)."""
+    if row.deleted_at is not None or (row.check_hash == LOST and not row.dev and not row.ino):
+        return None
+    return row.but(dev=0, ino=0, check_hash=LOST, marks=None)
 
 
 def _check_hash_of(data: bytes, length: int) -> bytes:

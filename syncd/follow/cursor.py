@@ -44,6 +44,12 @@ class Cursor:
     # Per session read from it but not here yet (``waiting``, ``retry``): the flush time
     # of its oldest change not imported (what the lag is measured from).
     since: dict[str, float] = field(default_factory=dict)
+    # Sessions its tombstones forgot here whose local files (as its imports left them)
+    # wait to be removed until they are quiet.
+    forgetting: list[str] = field(default_factory=list)
+    # Sessions forgotten here on its tombstones (the newest): a tombstone its head still
+    # lists does not forget again one the user lifted here since.
+    honoured: list[str] = field(default_factory=list)
 
 
 def cursors(state: State) -> dict[str, Cursor]:
@@ -84,7 +90,7 @@ def waited(c: Cursor, seen: dict[str, float], fallback: float) -> None:
 
 def sound(c: Cursor) -> bool:
     """Whether every field of a cursor read back from the state has its type."""
-    names = (c.waiting, c.conflicts, c.retry, c.elsewhere)
+    names = (c.waiting, c.conflicts, c.retry, c.elsewhere, c.forgetting, c.honoured)
     return (c.seq is None or type(c.seq) is int) and type(c.imported) is int and \
         (c.missing is None or type(c.missing) is int) and isinstance(c.head_etag, str) and \
         type(c.misses) is int and (c.problem is None or isinstance(c.problem, str)) and \

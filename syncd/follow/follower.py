@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
+from syncd.archive import purge as purges
 from syncd.backup.ship import check_hash, imported_from, merged_from, shipped_bytes
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection, tree_writable
@@ -38,6 +40,7 @@ from syncd.progress import NullMeter
 from syncd.repository import Repository
 from syncd.restore.remap import config_rules
 from syncd.restore.restorer import RestoreOptions, RestoreReport, restore
+from syncd.sessionfiles import session_owning
 from syncd.sibling import owner_of
 from syncd.store import layout
 from syncd.view import Backup, load_backup
@@ -78,6 +81,9 @@ WRITTEN = ("create", "fast-forward", "replace", "merge", "conflict", "skip", "ke
 INDEXES_KEPT = 4096
 INDEX_BYTES_KEPT = 32 << 20
 INDEX_BYTES_ALL = 128 << 20
+# Sessions forgotten on a machine's tombstones remembered per machine (as many as a head
+# lists): one lifted here is not forgotten again by the same tombstone.
+HONOURED_KEPT = 4096
 # A refusal is said (logged, the cursor's problem) in at most this many characters.
 PROBLEM_MAX = 500
 # The largest integer the state holds: a source's generation or size past it (a number no
@@ -305,6 +311,9 @@ class Follower:
         # the flush time of the last segment read (None: none read).
         self._seen_at: dict[str, float] = {}
         self._top_time: float | None = None
+        # This poll's: the tombstones (session → when forgotten) read of the machine, from
+        # its segments and its head.
+        self._forgets: dict[str, float] = {}
         # Per machine: the flush time of its head last read here.
         self._head_time: dict[str, float | None] = {}
         # Machines not reconciled yet since this follower started.
@@ -346,6 +355,7 @@ class Follower:
                 continue
             cur.last_check = self.clock()
             self._seen_at = {}
+            self._forgets = {}
             try:
                 if self._poll(machine, cur, blocked):
                     # (A first look still to come is not held back by it.)
@@ -363,8 +373,7 @@ class Follower:
                 log.warning("following %s: %s", machine, cur.problem, exc_info=not known)
             waited(cur, self._seen_at, cur.last_check if cur.seq_time is None else cur.seq_time)
         self._polls += 1
-        self.state.set_meta(**{META: json.dumps({m: asdict(c)
-                                                 for m, c in self.cursors.items()})})
+        self._save_cursors()
 
     # -- one machine ------------------------------------------------------------------
     def _poll(self, machine: str, cur: Cursor, blocked: str | None) -> bool:
@@ -432,6 +441,7 @@ class Follower:
             if top is None and head_top is not None and head_top > cur.seq:
                 top = head_top  # segments compacted away before they were read
                 self._top_time = self._head_time.get(machine)
+        self._honour(machine, cur, blocked is None)
         if blocked is not None:
             # Nothing is imported: what the new segments named waits with what waits
             # already, and comes (with what the head lists) once the tree can be written.
@@ -489,6 +499,8 @@ class Follower:
             return self._due_listed(machine), None
         if head is None:
             return set(), None
+        # Its tombstones, for those whose segment was compacted before it was read here.
+        self._forgets.update(head.forgotten)
         if head.seq < after and rm.store.head(layout.segment_key(machine, after)) is None:
             if self._compacted_past(rm, after):
                 # An older head put back over the newer one (segments gone because they
@@ -505,12 +517,14 @@ class Follower:
         self._unreconciled.discard(machine)
         wants = Selection(self.settings.include, self.settings.exclude).wants
         known = self.state.known_sessions()
+        forgotten = self.state.forgotten()
         have = {r.src_path: r for r in self.state.imports(machine)}
         missing: dict[bytes, tuple[int, int]] = {}
         more = 0
         for s in head.sessions:
             r = have.get(s.path)
-            if s.deleted_at is not None or not wants(os.fsdecode(s.path)) or not (
+            if s.deleted_at is not None or not wants(os.fsdecode(s.path)) or \
+                    s.session_id in forgotten or not (
                     (gap or s.session_id not in known) if r is None else
                     (gap or started) and _behind(r, s.gen, s.size)):
                 continue
@@ -650,6 +664,7 @@ class Follower:
                     ours = x.reason == imported_from(self.me) or (
                         x.reason == merged_from(self.me) and x.start > 0)
                     echo[sid] = echo.get(sid, True) and ours
+            self._forgets.update(ix.forgotten)
             # A copy (a cut, a move, a rewrite) changes its session like new bytes do.
             sids |= {sid for c in ix.copies if (sid := session_of_any(c.path)) is not None}
             sids |= {sid for sid, back in echo.items() if not back}
@@ -660,6 +675,17 @@ class Follower:
 
     def _import(self, rm: _Remembered, cur: Cursor, sids: set[str],
                 backup: Backup | None) -> None:
+        # A session forgotten here (by the user, or on a tombstone) never comes again.
+        gone = sids & self.state.forgotten().keys()
+        if gone:
+            sids = sids - gone
+            cur.waiting = [s for s in cur.waiting if s not in gone]
+            cur.retry = [s for s in cur.retry if s not in gone]
+            for sid in gone:
+                self._failed.pop((rm.machine, sid), None)
+        if not sids:
+            return
+
         def listed_anew() -> Backup:
             rm.forget()
             return load_backup(rm, sessions=sorted(sids))
@@ -742,6 +768,125 @@ class Follower:
                 else:
                     self._failed.pop((machine, sid), None)
             self._placed(cur, report)
+
+    # -- tombstones -------------------------------------------------------------------
+    def _honour(self, machine: str, cur: Cursor, writable: bool) -> None:
+        """The tombstones read of ``machine`` this poll: a session that came here from it
+        and is not forgotten here yet is forgotten (by that machine), its local copy
+        removed once quiet and this machine's backup purged of it. One that did not
+        come from there is not that machine's to forget: ignored."""
+        tombs, self._forgets = self._forgets, {}
+        if tombs:
+            forgotten = self.state.forgotten()
+            done = set(cur.forgetting) | set(cur.honoured)
+            fresh = [sid for sid in sorted(tombs) if sid not in forgotten and sid not in done]
+            theirs = self._from(machine, fresh) if fresh else set()
+            if theirs:
+                # Noted in the cursor before anything else: a crash from here on
+                # finds the session there at the next start, and goes on.
+                cur.forgetting = sorted(set(cur.forgetting) | theirs)
+                cur.honoured = [*(s for s in cur.honoured if s not in theirs),
+                                *sorted(theirs)][-HONOURED_KEPT:]
+                self._save_cursors()
+                self.state.forget_sessions(sorted(theirs), by=machine)
+                purges.queue(self.state, sorted(theirs))
+                log.info("following %s: %d sessions forgotten there are forgotten here too",
+                         machine, len(theirs))
+        if cur.forgetting and writable:
+            self._remove_forgotten(machine, cur)
+
+    def _from(self, machine: str, sids: list[str]) -> set[str]:
+        """Those of ``sids`` that came here from ``machine``: their origin says so (an
+        import or a restore that made them here records it), or, with no origin known (a
+        state from before origins), an import from there wrote their transcript whole. A
+        conflict or a merge wrote nothing of that machine's over this one's own."""
+        imported = {sid for r in self.state.imports(machine)
+                    if r.size and not r.merged and (sid := session_of(r.path)) is not None}
+        out = set()
+        for sid in sids:
+            rec = self.state.origin(sid)
+            if (rec.machine == machine) if rec is not None else sid in imported:
+                out.add(sid)
+        return out
+
+    def _remove_forgotten(self, machine: str, cur: Cursor) -> None:
+        """Remove the local files of the sessions in ``cur.forgetting`` that are exactly
+        what imports from ``machine`` left, each once it is quiet (else at a later poll);
+        a file holding lines written here is kept, and said once."""
+        sids = set(cur.forgetting)
+        forgotten = self.state.forgotten()
+        again = sorted(sids - forgotten.keys())
+        if again:  # (a crash between the cursor and the table: made good)
+            self.state.forget_sessions(again, by=machine)
+        purges.queue(self.state, sorted(sids))
+        quiet = Quiet(self.settings.source, self.settings.follow_quiet, self.clock,
+                      ours=self._as_imported)
+        wants = Selection(self.settings.include, self.settings.exclude).wants
+        imported: dict[str, list[bytes]] = {}
+        for r in self.state.imports(machine):
+            sid = session_owning(r.path)
+            if sid in sids:
+                imported.setdefault(sid, []).append(r.path)
+        top = os.path.realpath(self.root)
+        # The session's files no import wrote (shipped from here): kept, being its own.
+        own: dict[str, list[bytes]] = {}
+        for f in self.state.files():
+            sid = session_owning(f.path)
+            if sid in sids and f.deleted_at is None and f.path not in imported.get(sid, ()):
+                own.setdefault(sid, []).append(f.path)
+        still = []
+        for sid in sorted(sids):
+            waits = False
+            kept = [p for p in own.get(sid, []) if os.path.lexists(os.path.join(self.root, p))]
+            removed: list[bytes] = []
+            for rel in imported.get(sid, []):
+                full = os.path.join(self.root, rel)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    waits = True
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if intact(self.state, self.root, rel, st.st_size) is None or \
+                        not wants(os.fsdecode(rel)) or \
+                        os.path.realpath(os.path.dirname(full)) != \
+                        os.path.join(top, os.path.dirname(rel)).rstrip(b"/"):
+                    # Lines written here, or merged with them; or (never removed) beyond
+                    # the include set or through a symlinked folder.
+                    kept.append(rel)
+                elif quiet(rel, st) is not None:
+                    waits = True
+                else:
+                    try:
+                        os.unlink(full)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as e:
+                        log.warning("following %s: cannot remove %s of forgotten session "
+                                    "%s: %s", machine, os.fsdecode(rel), sid, e.strerror)
+                        waits = True
+                        continue
+                    removed.append(rel)
+            _remove_empty_dirs(self.root, removed, sid)
+            if waits:
+                still.append(sid)
+                continue
+            if kept:
+                log.warning("following %s: session %s was forgotten there; %d of its files "
+                            "here are kept, holding lines written here (or not as an import "
+                            "left them): %s%s", machine, sid, len(kept),
+                            os.fsdecode(sorted(kept)[0]), ", …" if len(kept) > 1 else "")
+            elif removed:
+                log.info("following %s: removed forgotten session %s (%d files)", machine,
+                         sid, len(removed))
+        cur.forgetting = still
+
+    def _save_cursors(self) -> None:
+        self.state.set_meta(**{META: json.dumps({m: asdict(c)
+                                                 for m, c in self.cursors.items()})})
 
     def _fail(self, machine: str, cur: Cursor, sid: str) -> None:
         """An import of ``sid`` that did not bring it: tried again at the next poll, then
@@ -844,6 +989,20 @@ class Follower:
             cur.last_import = self.clock()
             log.info("imported %d sessions from %s%s", len(written), machine,
                      f"; {len(cur.waiting)} left until quiet" if cur.waiting else "")
+
+
+def _remove_empty_dirs(root: bytes, removed: list[bytes], sid: str) -> None:
+    """The directories of session ``sid`` that removing ``removed`` left empty (never one
+    that is not the session's own, such as its project folder)."""
+    dirs = {os.path.dirname(rel) for rel in removed}
+    for d in sorted(dirs, key=len, reverse=True):
+        while d and session_owning(d + b"/x") == sid:
+            try:
+                os.rmdir(os.path.join(root, d))
+            except OSError:
+                break  # not empty (or gone): its parents are not either
+            d = os.path.dirname(d)
+
 
 def _behind(rec: ImportedFile, gen: int, size: int) -> bool:
     """Whether what an import brought is behind generation ``gen`` at ``size`` there."""

@@ -17,7 +17,7 @@ import zstandard
 
 from syncd import untrusted
 from syncd.errors import FormatError
-from syncd.format.catalog import FIELD_MAX, FIRST, LATEST, Session, session_of
+from syncd.format.catalog import FIELD_MAX, FIRST, LATEST, Session, is_session_id, session_of
 from syncd.format.segment import decode_path, decompress_capped, encode_path, expansion_limit, when
 
 FORMAT = 1
@@ -27,6 +27,9 @@ HEAD_RAW_MAX = 64 << 20
 # A writer keeps each catalog field of a head this short (a listing shows 60 characters).
 HEAD_FIELD_MAX = 512
 KINDS = ("seg", "delta", "snap", "pack", "dict")
+# Tombstones of forgotten sessions a head carries at most (the newest): for followers that
+# missed the segment that carried one (compacted before they read it).
+FORGOTTEN_MAX = 4096
 # A listing's fields: where a session came from is a restore's business, not a listing's.
 _FIELDS = frozenset(FIRST + LATEST) - {"origin"}
 _INFO = ("hostname", "os", "home", "claude_root")
@@ -71,6 +74,8 @@ class Head:
     info: dict[str, str] = field(default_factory=dict)
     objects: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind: (count, bytes)
     sessions: list[HeadSession] = field(default_factory=list)
+    # Sessions this machine forgot: (session id, when), the newest FORGOTTEN_MAX.
+    forgotten: list[tuple[str, float]] = field(default_factory=list)
 
 
 def encode(h: Head) -> bytes:
@@ -85,6 +90,8 @@ def encode(h: Head) -> bytes:
                       **({"fields_gen": s.fields_gen} if s.fields_gen not in (None, s.gen)
                          and s.fields else {})}
                      for s in h.sessions]}
+    if h.forgotten:
+        doc["forgotten"] = [[sid, t] for sid, t in h.forgotten[-FORGOTTEN_MAX:]]
     # With its content checksum: a flipped byte of a plain store's head fails to read
     # (a sealed one fails its tag anyway).
     return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(
@@ -139,9 +146,22 @@ def decode(blob: bytes, machine: str, where: str, raw_max: int = HEAD_RAW_MAX) -
         if not isinstance(sessions, list):
             raise ValueError("sessions is not a list")
         h.sessions = [_session(s) for s in sessions]
+        h.forgotten = _forgotten(doc.get("forgotten", []))
     except (ValueError, TypeError, KeyError, UnicodeError) as e:
         raise FormatError(f"{where}: unreadable head: {e}") from None
     return h
+
+
+def _forgotten(v: Any) -> list[tuple[str, float]]:
+    if not isinstance(v, list) or len(v) > FORGOTTEN_MAX:
+        raise ValueError(f"forgotten is not a list of at most {FORGOTTEN_MAX}")
+    out = []
+    for x in v:
+        if not (isinstance(x, list) and len(x) == 2 and isinstance(x[0], str)
+                and is_session_id(x[0])):
+            raise ValueError(f"forgotten names {str(x)[:80]!r}, not [session id, time]")
+        out.append((x[0], when(x[1])))
+    return out
 
 
 def _session(s: Any) -> HeadSession:

@@ -31,6 +31,7 @@ import zstandard
 
 from syncd import untrusted
 from syncd.errors import CryptoError, FormatError
+from syncd.format.catalog import is_session_id
 from syncd.security.crypto import PAD_BLOCK, ObjectCipher, pad, unpad
 from syncd.worker import worker
 
@@ -230,6 +231,8 @@ class SegmentIndex:
     projects: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Keys of packs and snapshot manifests (docs/FORMAT.md), which share this container.
     extra: dict[str, Any] = field(default_factory=dict)
+    # Tombstones of forgotten sessions (``forget`` entries): (session id, when forgotten).
+    forgotten: list[tuple[str, float]] = field(default_factory=list)
 
 
 # Bytes an object takes beyond what sys.getsizeof says (the allocator rounds up to 16
@@ -253,6 +256,8 @@ def index_bytes(ix: SegmentIndex) -> int:
     for c in ix.copies:
         n += size(c) + size(c.path) + size(c.src) + size(c.reason) + 8 * size(c.at) + \
             11 * _ROUNDING + _SLOT
+    for sid, at in ix.forgotten:
+        n += size((sid, at)) + size(sid) + size(at) + 3 * _ROUNDING + _SLOT
     for path, (gen, fields) in ix.sessions.items():
         # The dict's slot (its table has room to spare), the key, the tuple, the fields.
         n += 4 * _SLOT + size(path) + size((gen, fields)) + size(gen) + 3 * _ROUNDING + \
@@ -448,6 +453,11 @@ class SegmentWriter:
         self.index.copies.append(c)
         self._index_bytes += (len(c.path) + len(c.src)) * 2 + _ENTRY_BYTES
 
+    def add_forget(self, sid: str, time: float) -> None:
+        """The tombstone of a session forgotten at ``time`` (docs/FORMAT.md)."""
+        self.index.forgotten.append((sid, time))
+        self._index_bytes += _ENTRY_BYTES
+
     def add_session(self, path: bytes, gen: int, fields: dict[str, str]) -> None:
         if fields:
             self.index.sessions[path] = (gen, fields)
@@ -463,13 +473,13 @@ class SegmentWriter:
         object (readers accept far more)."""
         pending = len(self._batch) + (len(self._running[0]) if self._running else 0)
         return len(self.index.extents) + len(self.index.tombstones) + \
-            len(self.index.copies) + pending >= MAX_ENTRIES \
+            len(self.index.copies) + len(self.index.forgotten) + pending >= MAX_ENTRIES \
             or self._index_bytes + pending * _ENTRY_BYTES >= INDEX_TARGET
 
     @property
     def empty(self) -> bool:
         return (not self.index.extents and not self.index.tombstones and not self.index.copies
-                and not self._batch and self._running is None)
+                and not self.index.forgotten and not self._batch and self._running is None)
 
     def finish(self) -> bytes:
         self._drain()
@@ -499,6 +509,8 @@ class SegmentWriter:
         for t in ix.tombstones:
             pieces.append(dumps({"op": "delete", **encode_path(t.path), "gen": t.gen,
                                  "time": t.time}))
+        for sid, at in ix.forgotten:
+            pieces.append(dumps({"op": "forget", "session": sid, "time": at}))
         head = {"v": VERSION, "machine": ix.machine, "seq": ix.seq, "time": ix.time}
         rest: dict[str, Any] = {}
         if ix.sessions:
@@ -621,6 +633,9 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
                 ix.tombstones.append(Tombstone(decode_path(d), int(d["gen"]), when(d["time"])))
             elif d["op"] == "copy":
                 ix.copies.append(_copy(d))
+            elif d["op"] == "forget":
+                ix.forgotten.append(_forget(d))
+            # Any other op is a later writer's: skipped, as older readers skip "forget".
         for s in doc.get("sessions", []):
             ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
                                                            for k, v in s["fields"].items()})
@@ -653,6 +668,14 @@ def _copy(d: dict[str, Any]) -> Copy:
     reason = d.get("reason")
     return Copy(path, gen, at, src, src_gen, start, end, mode, mtime_ns,
                 reason if isinstance(reason, str) else None)
+
+
+def _forget(d: dict[str, Any]) -> tuple[str, float]:
+    """A forget entry: a session id (a UUID) and a time, else ``ValueError``."""
+    sid = d["session"]
+    if not isinstance(sid, str) or not is_session_id(sid):
+        raise ValueError(f"forget entry of {str(sid)[:80]!r}, which is no session id")
+    return sid, when(d["time"])
 
 
 def _too_many(where: str, what: str, count: int | None = None) -> FormatError:

@@ -443,7 +443,8 @@ class Daemon:
             idle = not d.paths and not d.dirs
             if idle:
                 d.first = d.last = None
-                if not self._unconnected:
+                # A forgotten session's tombstone is shipped even when nothing changed.
+                if not self._unconnected and not engine.shipper.tombstones_due():
                     return
                 # Not connected yet (store down at start): an empty flush connects, so
                 # the lease is held even while nothing changes.

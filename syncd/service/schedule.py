@@ -22,6 +22,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from syncd.archive import purge as purges
 from syncd.archive.compact import compact
 from syncd.archive.options import (
     acknowledged_seq,
@@ -47,6 +48,9 @@ logging.getLogger("apscheduler").setLevel(logging.WARNING)
 JOBS = ("compaction", "prune", "verify")
 # Lower than the flush loop: a compaction never delays a flush.
 NICE = 10
+# How often the purge queue (sessions forgotten on a followed machine's word) is looked
+# at: one read of the state when it is empty.
+PURGE_EVERY = 60.0
 
 
 def trigger(name: str, text: str) -> BaseTrigger | None:
@@ -88,6 +92,8 @@ class Archiver:
         for name, trig in self.triggers.items():
             if trig is not None:
                 self._sched.add_job(self.run, trig, args=[name], id=name, name=name)
+        self._sched.add_job(self.purge, IntervalTrigger(seconds=PURGE_EVERY), id="purge",
+                            name="purge")
         self._sched.start()
         self._record()
 
@@ -99,7 +105,7 @@ class Archiver:
     def next_times(self) -> dict[str, float | None]:
         out: dict[str, float | None] = dict.fromkeys(JOBS)
         for job in self._sched.get_jobs():
-            if job.next_run_time is not None:
+            if job.id in out and job.next_run_time is not None:
                 out[job.id] = job.next_run_time.timestamp()
         return out
 
@@ -148,6 +154,40 @@ class Archiver:
             record_job(s, name)
             self._record()
             return result
+
+    def purge(self) -> dict[str, Any] | None:
+        """Rewrite this machine's backup without the sessions queued for it (follow
+        queues those a followed machine's tombstone forgot here); they leave the queue
+        only once the rewrite returned. Never raises; None when there was nothing to do
+        or it failed (recorded, tried again at the next look)."""
+        with self._run_lock:
+            state = State(self.settings.state_file)
+            try:
+                sids = frozenset(purges.pending(state))
+            finally:
+                state.close()
+            if not sids:
+                return None
+            repo = self.connected()
+            if repo is None:
+                return None
+            opts = compact_options(self.settings)
+            opts.should_stop = self.stop.is_set
+            try:
+                report = purges.purge(repo, sids, opts)
+            except (SyncdError, OSError) as e:
+                log.error("purge of %d forgotten sessions failed: %s", len(sids), e)
+                self._record(error=f"purge: {e}")
+                return None
+            state = State(self.settings.state_file)
+            try:
+                purges.done(state, sids)
+            finally:
+                state.close()
+            log.info("purged %d forgotten sessions from this machine's backup", len(sids))
+            self.on_stored()
+            as_dict = getattr(report, "as_dict", None)
+            return as_dict() if callable(as_dict) else {"sessions": sorted(sids)}
 
     def _record(self, error: str | None = None) -> None:
         """The error (if any) and the next run times, through a connection of its own

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from syncd.archive.purge import pending as purge_pending
 from syncd.backup.errorlog import WINDOW, errors_since
 from syncd.backup.scan import scan
 from syncd.backup.state import State
@@ -114,6 +115,12 @@ def status(settings: Settings, *, probe_store: bool = False,
         # follow = "*": the last choice of machines (the cap, those left out, those
         # refused: they do not open this store's key).
         "follow_all": None,
+        # Sessions forgotten here (never shipped until lifted), those whose tombstone
+        # waits for the next flush, and those waiting for a purge of this machine's
+        # backup (forgotten on a followed machine's tombstone).
+        "forgotten": 0,
+        "forgotten_unshipped": 0,
+        "forgotten_purge_pending": 0,
     }
     if probe_store:
         out["store_reachable"], out["store_error"] = check_store(settings, store)
@@ -145,6 +152,10 @@ def status(settings: Settings, *, probe_store: bool = False,
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     doc = json.loads(note)
                     out[key], out[f"{key}_time"] = str(doc["note"]), float(doc["time"])
+        forgotten = state.forgotten()
+        out["forgotten"] = len(forgotten)
+        out["forgotten_unshipped"] = sum(1 for f in forgotten.values() if not f.announced)
+        out["forgotten_purge_pending"] = len(purge_pending(state))
         if "*" in settings.follow:
             out["follow_all"] = recorded(state)
         followed = cursors(state)
@@ -165,7 +176,7 @@ def status(settings: Settings, *, probe_store: bool = False,
             if rec.size:  # a conflict wrote nothing here: none of its sessions is here
                 here.setdefault(rec.source, set()).add(session_of_any(rec.src_path))
         for row in out["following"]:
-            for key in ("misses", "head_etag", "since"):
+            for key in ("misses", "head_etag", "since", "honoured"):
                 del row[key]
             row["sessions"] = len(here.get(row["machine"], set()) - {None})
         last = state.meta("last_reconcile_time")
@@ -236,6 +247,10 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         if s.get("store_repair") else "store repair: none needed",
         *([f"passed over:  {printable(s['passed_over'])} ({when(s.get('passed_over_time'))})"]
           if s.get("passed_over") else []),
+        *([f"forgotten:    {s['forgotten']} sessions, never shipped until lifted ("
+           f"{s.get('forgotten_unshipped', 0)} tombstones wait for the next flush, "
+           f"{s.get('forgotten_purge_pending', 0)} wait to be purged from the store)"]
+          if s.get("forgotten") else []),
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
         f"verify:       {when(s.get('last_verify_time'))}",
