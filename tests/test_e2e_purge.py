@@ -15,7 +15,7 @@ have ``history.jsonl`` lines). ``syncd forget --session S --local`` of the newer
 its history lines into spaces; then ``claude -p --continue`` picks the other one, the
 interactive CLI reads the history without the spaces lines (its Up-arrow navigator), and
 its ``/resume`` picker lists the other session and not S. Forgotten without ``--local``
-and resumed here, S must not ship again (xfail: the shipper ignores the forgotten mark).
+and resumed here, S does not ship again (its history lines ship as spaces).
 
 Skipped when npm (for the CLI) or, for the picker, tmux is not on PATH, as the other
 end-to-end tests are.
@@ -405,10 +405,6 @@ LATER_PROMPT = "one more thing about the fence"
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not on PATH: cannot "
                     "drive the interactive CLI")
-@pytest.mark.xfail(strict=True, reason="the shipper does not read the state's forgotten "
-                   "sessions (syncd/backup never calls State.forgotten): a session forgotten "
-                   "without --local and used again here ships again, transcript and history "
-                   "lines")
 def test_a_session_forgotten_but_kept_here_never_ships_again(claude: Claude,
                                                              tmp_path: Path) -> None:
     """``syncd forget --session S`` without ``--local`` keeps S's files here, marked

@@ -232,3 +232,23 @@ def test_values_known_by_digest_are_found_in_the_named_sessions_only(tmp_path: P
                                         for x in old.splitlines(keepends=True))
             else:
                 assert data == old  # SB's copy of the value is not SA's
+
+
+def test_history_lines_of_a_forgotten_session_ship_as_spaces(tmp_path: Path) -> None:
+    from syncd.backup.ship import masked_history
+    from syncd.backup.state import State
+
+    src, store = tmp_path / "src", MemoryStore()
+    sh = make_shipper(src, store, tmp_path / "st.db")
+    write(src, TB, line(SB, 0, cwd="/home/u/lib"))
+    ship_all(sh, src)
+    st = State(tmp_path / "st.db")
+    st.forget_sessions([SA])
+    st.close()
+    hist = history(SB, 0) + history(SA, 1) + history(SB, 2)
+    write(src, HIST, hist + b'{"display":"half a li')  # a line being written
+    ship_all(sh, src)
+
+    got = _restore_at(store, 4e9)[HIST.encode()]
+    assert got == history(SB, 0) + b" " * (len(history(SA, 1)) - 1) + b"\n" + history(SB, 2)
+    assert masked_history(b"x", {SA}, at_end=False) == (b"x", b"x")  # a line of 4 MiB

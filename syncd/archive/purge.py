@@ -6,13 +6,13 @@ the store without them (``archive.rewrite``) and only then takes them off the qu
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from syncd.errors import CompactError
+from syncd.archive.compact import CompactOptions
+from syncd.archive.rewrite import Rewrite, RewriteReport, rewrite
 from syncd.format.catalog import is_session_id
 
 if TYPE_CHECKING:
@@ -53,15 +53,10 @@ def done(state: State, sids: Iterable[str]) -> None:
         state.set_meta(**{META: json.dumps([s for s in pending(state) if s not in gone])})
 
 
-def purge(repo: Repository, sids: frozenset[str], opts: Any) -> Any:
+def purge(repo: Repository, sids: frozenset[str], opts: CompactOptions) -> RewriteReport:
     """Rewrite this machine's backup without ``sids`` (``CompactError`` when it cannot);
     returns the rewrite's report."""
-    # (Looked up when called: the one place that names the rewrite.)
-    try:
-        rw = importlib.import_module("syncd.archive.rewrite")
-    except ImportError as e:
-        raise CompactError(f"cannot rewrite the store here: {e}") from None
-    return rw.rewrite(repo, rw.Rewrite(forget=sids), opts)
+    return rewrite(repo, Rewrite(forget=sids), opts)
 
 
 __all__ = ["META", "done", "pending", "purge", "queue"]

@@ -19,7 +19,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,7 +54,7 @@ from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
 from syncd.repository import Repository
 from syncd.security.lease import Lease
-from syncd.sessionfiles import session_owning
+from syncd.sessionfiles import HISTORY, history_session, session_owning
 from syncd.store import layout
 from syncd.view import Backup, load_backup
 from syncd.worker import worker
@@ -103,6 +103,27 @@ PATCH_RUN = 16 << 20
 # Claude cuts a withdrawn row within its file's last 64 KiB; a "cut" further back is a
 # rewrite, whose patch also keeps what follows the change.
 CUT_BACK = 64 << 10
+
+
+def masked_history(data: bytes, sids: Collection[str], *, at_end: bool
+                   ) -> tuple[bytes, bytes]:
+    """``data`` (bytes of history.jsonl) cut after its last whole line, unless it holds
+    none and is not the file's end (a line of 4 MiB), and what is shipped of it: the lines
+    naming a session of ``sids`` as spaces. A last line without its newline at the
+    file's end waits (b"", b"": it is being written)."""
+    cut = data.rfind(b"\n") + 1
+    if cut == 0:
+        if at_end:
+            return b"", b""
+        cut = len(data)
+    data = data[:cut]
+    out = []
+    for line in data.splitlines(keepends=True):
+        if b"sessionId" in line and history_session(line) in sids:
+            body = len(line) - (1 if line.endswith(b"\n") else 0)
+            line = b" " * body + line[body:]
+        out.append(line)
+    return data, b"".join(out)
 
 
 def check_hash(fd: int, length: int) -> bytes:
@@ -827,7 +848,18 @@ class Shipper:
                 batch = self._next_segment(batch, result)
                 in_batch = False
             data = os.pread(fd, want, pos) if want else b""
-            batch.writer.add_data(rel, gen, pos, data, mode=mode, mtime_ns=st.st_mtime_ns,
+            short = len(data) < want
+            shipped = data
+            if rel == HISTORY and self._forgotten and data:
+                # A forgotten session's lines go as spaces of their length (the store
+                # then holds what a forget leaves); a line is judged whole, so a frame
+                # ends at a line end and a line still being written waits.
+                data, shipped = masked_history(data, self._forgotten,
+                                               at_end=pos + len(data) >= end)
+                if not data:
+                    result.requeue.add(rel)
+                    break
+            batch.writer.add_data(rel, gen, pos, shipped, mode=mode, mtime_ns=st.st_mtime_ns,
                                   reason=label if pos < imported_to else reason)
             reason = None
             pos += len(data)
@@ -835,7 +867,7 @@ class Shipper:
             self.progress(len(data))
             if scanner is not None:
                 scanner.feed(data)
-            if len(data) < want:
+            if short:
                 # Shrank while we read it: what we have is shipped; the next pass starts
                 # a new generation if the shipped bytes changed.
                 result.requeue.add(rel)

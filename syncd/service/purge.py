@@ -285,6 +285,26 @@ def _with_head(repo: Repository, spec: Rewrite, rep: RewriteReport) -> RewriteRe
     return rep
 
 
+def forget_here(settings: Settings, repo: Repository, sids: frozenset[str],
+                opts: CompactOptions) -> tuple[RewriteReport | None, bool]:
+    """What the daemon does for sessions a followed machine's tombstone forgot here (the
+    follower removed the copies it imported): this tree's history lines of them masked
+    (once quiet: else False, to be tried again), the state's rows and search text
+    dropped, this machine's backup rewritten without them."""
+    from syncd.archive import purge as purges
+    spec = Rewrite(forget=sids)
+    _, ranges, _ = local_plan(settings, spec)
+    whole = not busy(settings, list(ranges))
+    if whole:
+        apply_local(settings, [], ranges, False, LocalReport())
+    drop_state(settings, spec)
+    purge_search(settings, spec, list(ranges))
+    rep = purges.purge(repo, sids, opts)
+    if rep is not None:
+        _with_head(repo, spec, rep)
+    return rep, whole
+
+
 def session_paths_in_state(settings: Settings, sids: frozenset[str]) -> list[bytes]:
     if not settings.state_file.exists():
         return []

@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from syncd.archive import purge as purges
+from syncd.service.purge import forget_here
 from syncd.archive.compact import compact
 from syncd.archive.options import (
     acknowledged_seq,
@@ -174,10 +175,12 @@ class Archiver:
             opts = compact_options(self.settings)
             opts.should_stop = self.stop.is_set
             try:
-                report = purges.purge(repo, sids, opts)
+                report, whole = forget_here(self.settings, repo, sids, opts)
             except (SyncdError, OSError) as e:
                 log.error("purge of %d forgotten sessions failed: %s", len(sids), e)
                 self._record(error=f"purge: {e}")
+                return None
+            if not whole:  # this tree's history lines wait until it is quiet
                 return None
             state = State(self.settings.state_file)
             try:
