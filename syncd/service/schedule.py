@@ -23,7 +23,6 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from syncd.archive import purge as purges
-from syncd.service.purge import forget_here
 from syncd.archive.compact import compact
 from syncd.archive.options import (
     acknowledged_seq,
@@ -41,6 +40,7 @@ from syncd.config import Settings
 from syncd.duration import parse_duration
 from syncd.errors import CompactError, ConfigError, ScheduleError, SyncdError
 from syncd.repository import Repository
+from syncd.service.purge import forget_here
 
 log = logging.getLogger("syncd.schedule")
 # Its own INFO lines (job added, scheduler started) say nothing a user needs.
