@@ -158,3 +158,38 @@ def test_forget_on_another_machine_only_while_its_lease_is_free(
     with tempfile.TemporaryDirectory() as d:
         rr = restore(Repository(store, "lap"), RestoreOptions(target=Path(d)))
         assert rr.errors == [] and lid.encode() not in b"".join(tree_bytes(Path(d)))
+
+
+def test_forget_wakes_the_running_daemon_to_ship_the_tombstone(env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import wait_for
+    from tests.readers import read_index
+    store = LocalStore(Path(env["SYNCD_STORE"].removeprefix("file://")))
+    sc = "dddddddd-0000-4000-8000-000000000004"  # no history line: forgetting it changes
+    src = Path(env["SYNCD_SOURCE"])                # no file here
+    write(src, f"projects/-home-u-app/{sc}.jsonl", entry(sc, 0, "quiet one"))
+    os.utime(src / f"projects/-home-u-app/{sc}.jsonl", (OLD, OLD))
+    # An hour between reconcile scans: only a wake makes the idle daemon flush.
+    e = {**env, "SYNCD_RECONCILE_INTERVAL": "3600"}
+    p = subprocess.Popen([sys.executable, "-m", "syncd", "run"], env=e,
+                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        def running() -> bool:
+            r = syncd(e, "status", "--json")
+            return r.returncode in (0, 1) and json.loads(r.stdout).get("daemon_pid") == p.pid
+        wait_for(running, 60, "the daemon")
+
+        def tombstones() -> list[str]:
+            return [sid for info in store.list("machines/desk/seg/")
+                    for sid, _ in read_index(store, info.key).forgotten]
+        assert tombstones() == []
+        wait_for(lambda: any(sc.encode() in info.key.encode() or True
+                             for info in store.list("machines/desk/seg/")), 60, "the seed")
+        r = syncd(e, "forget", "--session", sc)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: tombstones() == [sc], 60, "the tombstone")
+    finally:
+        p.terminate()
+        p.wait(30)

@@ -54,6 +54,7 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
     if not dry_run and local_changes:
         if spec.forget:
             purge.mark_forgotten(settings, spec.forget)
+            purge.wake_daemon(settings)
         purge.apply_local(settings, drop, ranges, local, lrep)
         purge.drop_state(settings, spec)
         purge.purge_search(settings, spec, list(ranges))

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import signal
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -181,6 +182,16 @@ def mark_forgotten(settings: Settings, sids: frozenset[str]) -> None:
         state.forget_sessions(sorted(sids))
     finally:
         state.close()
+
+
+def wake_daemon(settings: Settings) -> None:
+    """Tell this tree's running daemon to look now (SIGHUP: it re-reads its config and
+    runs its loop), so a forget's tombstone ships at once, not at its next wake."""
+    from syncd.security.lock import ProcessLock
+    pid = ProcessLock(settings.state_file.with_suffix(".lock")).holder()
+    if pid is not None and pid > 0 and pid != os.getpid():  # (-1: unknown; never a group)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGHUP)
 
 
 def drop_state(settings: Settings, spec: Rewrite) -> None:
