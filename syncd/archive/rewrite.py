@@ -127,8 +127,9 @@ class _Run:
         self.leftovers: list[Delta] = []
 
     # -- what is there ------------------------------------------------------
-    def run(self) -> None:
+    def run(self, detached: bool = False) -> None:
         repo, rep = self.repo, self.rep
+        errors = list(rep.errors)
         snaps = current(repo.snapshots())
         if not snaps:
             self._segments_only()
@@ -168,7 +169,9 @@ class _Run:
                  if self._dirty_segment(k, size)]
         move = set(dirty_packs) | {d.key for d in dirty_deltas}
         # (a leftover's bytes are in the delta that replaced it: deleted, not moved)
-        rep.rewritten = sorted(move) + [m.key for m in dirty_manifests]
+        ours = {k for k, _ in rep.written}  # (what ``_detach`` wrote is no rewritten one)
+        rep.rewritten = sorted((set(rep.rewritten) | move | {m.key for m in dirty_manifests})
+                               - ours)
         dropped = sorted({os.fsdecode(e.path) for e in [*tree.live.values(),
                                                          *tree.retained.values()]
                           if self.spec.drops(e.path)})
@@ -181,11 +184,25 @@ class _Run:
                               "goes (the daemon ships it until it knows): run it again")
         if not newest_dirty:
             rep.note = "nothing holds it" if not later else rep.note
+            # Replaced revisions a run left when it died before deleting them.
+            stale = [k for k in self._stale(manifests, {}) if self._dirty_key(k)]
+            if stale and not self.opts.dry_run:
+                drep = CompactReport(repo.machine)
+                _delete(repo, stale, drep)
+                rep.deleted, rep.errors = drep.deleted, rep.errors + drep.errors
+                rep.note = "nothing holds it but replaced snapshots, deleted"
             return
         if self.opts.dry_run:
             rep.note = "dry run: nothing written"
             self.sizes = {k: s for k, s in packs.items() if k in move}
             rep.bytes_deleted = sum(self.sizes.values()) + sum(d.size for d in dirty_deltas)
+            return
+        if not detached and self._detach(newest, tree, dirty_deltas):
+            # Everything again from the newest manifest just written (what it found, it
+            # finds again: its lines are not said twice).
+            self.masks, self.leftovers = {}, []
+            rep.errors, rep.left_alone = errors, []
+            self.run(detached=True)
             return
         self._write(newest, tree, manifests, deltas, dirty_deltas, dirty_manifests, move,
                     packs)
@@ -273,6 +290,12 @@ class _Run:
         except (FormatError, StoreError):
             return False  # compaction stops there as before; verify says why
 
+    def _dirty_key(self, key: str) -> bool:
+        try:
+            return self._dirty_manifest(self.repo.read_manifest(key))
+        except (FormatError, StoreError):
+            return False  # superseded anyway; what it holds cannot be judged
+
     def _dirty_manifest(self, m: Manifest) -> bool:
         try:
             groups = self.repo.read_groups(m)
@@ -333,48 +356,95 @@ class _Run:
         for e in entries:
             final.add_all(e.extents)
         taken = {(s, r) for s, r, _ in repo.snapshots()}
-        new_keys: list[str] = []
-        # The newest again; a delta ending at its seq is carried by it (its points).
+        # First what replaces the older points: the older manifests that name what goes,
+        # and each dirty delta as a manifest carrying its points (a delta ending at the
+        # newest's seq is carried by the newest's own points). Until the newest is
+        # replaced, it locates every byte those points name, so a kill leaves each file of
+        # each point as it was or as it will be, never one that lost its bytes.
         last = next((d for d in dirty_deltas if d.hi == newest.seq), None)
+        older: list[str] = [self._reissue(m, final, taken) for m in dirty_manifests]
+        by_lo = {d.lo: d for d in deltas}
+        for d in dirty_deltas:
+            if d is not last:
+                older.append(self._delta_as_manifest(d, manifests, by_lo, final, taken))
+        self._read_back(older)
+        # The dirty deltas are needed by no manifest now (``_detach``): their points are
+        # the replacements' (or the newest's own), so they go before the newest changes:
+        # once it does, a walk through one would name bytes that no object holds.
+        gone = [d.key for d in [*dirty_deltas, *self.leftovers]]
+        drep = CompactReport(repo.machine)
+        _delete(repo, gone, drep)
+        if drep.errors:
+            rep.errors += drep.errors
+            rep.deleted = drep.deleted
+            rep.errors.append("the newest snapshot is left as it was (run this again)")
+            return
         own = self._own(newest)
         if last is not None and not own:
             own = {"lo": last.lo, **pointfmt.encode(self._clean_points(last.points))}
         top = self._put(newest.seq, newest.rev + 1, tree.time, tree.first_time or tree.time,
                         entries, tree.catalog(repo.machine), tree.projects, own, taken)
-        new_keys.append(top)
-        for m in dirty_manifests:
-            new_keys.append(self._reissue(m, final, taken))
-        by_lo = {d.lo: d for d in deltas}
-        for d in dirty_deltas:
-            if d is last:
-                continue
-            new_keys.append(self._delta_as_manifest(d, manifests, by_lo, final, taken))
-        for key in new_keys:  # what readers will see, read back before anything goes
-            try:
-                repo.read_groups(repo.read_manifest(key))
-            except (FormatError, StoreError) as e:
-                raise CompactError(f"a rewritten snapshot does not read back, nothing "
-                                   f"deleted: {e}") from e
+        self._read_back([top])
         referenced = {k for e in entries for k, _ in e.extents}
-        doomed = [d.key for d in [*dirty_deltas, *self.leftovers]]
-        doomed += [k for k in move if k in packs and k not in referenced]
-        replaced = {(m.seq, m.key) for m in [newest, *dirty_manifests]}
-        doomed += [key for s, r, key in repo.snapshots()
-                   if any(s == seq and key <= old for seq, old in replaced)]
+        doomed = [k for k in move if k in packs and k not in referenced]
+        doomed += self._stale([newest, *manifests, *(repo.read_manifest(k) for k in older)],
+                              {newest.seq: top})
         rep.bytes_deleted = sum(packs.get(k, 0) for k in doomed) + \
-            sum(d.size for d in dirty_deltas)
+            sum(d.size for d in [*dirty_deltas, *self.leftovers])
         snaps = repo.snapshots()
         if snaps and current(snaps)[-1][2] != top:
             rep.errors.append(f"{repo.where(current(snaps)[-1][2])} appeared during the "
-                              "rewrite; nothing deleted (run it again)")
+                              "rewrite; nothing more deleted (run it again)")
+            rep.deleted = drep.deleted
             return
-        drep = CompactReport(repo.machine)
         _delete(repo, sorted(set(doomed)), drep)
         _sweep(repo, newest.seq, top, referenced, drep)
         rep.deleted = drep.deleted
         rep.errors += drep.errors
         log.info("rewrote %d objects of %s (%d written, %d deleted)", len(rep.rewritten),
                  repo.machine, len(rep.written), len(rep.deleted))
+
+    def _read_back(self, keys: list[str]) -> None:
+        for key in keys:  # what readers will see, read back before anything goes
+            try:
+                self.repo.read_groups(self.repo.read_manifest(key))
+            except (FormatError, StoreError) as e:
+                raise CompactError(f"a rewritten snapshot does not read back, nothing "
+                                   f"deleted: {e}") from e
+
+    def _stale(self, read: list[Manifest], newer: dict[int, str]) -> list[str]:
+        """Revisions below the current one of a seq whose current one reads (a run that
+        died before deleting them left them: they may hold what goes)."""
+        best = dict(newer)
+        for m in read:
+            if m.seq not in newer and m.key > best.get(m.seq, ""):
+                best[m.seq] = m.key
+        return [key for s, _, key in self.repo.snapshots() if s in best and key < best[s]]
+
+    def _detach(self, newest: Manifest, tree: _Tree, dirty: list[Delta]) -> bool:
+        """Make the newest manifest need no dirty delta, so that those can be deleted
+        before it is replaced: their extents it names are copied into packs as they are,
+        and a delta ending at its seq lends it its points. Returns whether it wrote one
+        (the newest manifest is then another: everything is looked at again)."""
+        entries = tree.located()
+        keys = {d.key for d in dirty}
+        move = {k for e in entries for k, _ in e.extents if k in keys}
+        last = next((d for d in dirty if d.hi == newest.seq), None)
+        own = dict(newest.chain)
+        if last is not None and manifest_points(newest) is None:
+            own = {"lo": last.lo, **pointfmt.encode(last.points)}
+        elif not move:
+            return False
+        repo, opts = self.repo, self.opts
+        crep = CompactReport(repo.machine)
+        lo = min([newest.seq, *(d.lo for d in dirty if d.key in move)])
+        _write_packs(repo, entries, move, lo, tree, opts, crep)
+        self.rep.written += crep.packs_written
+        key = self._put(newest.seq, newest.rev + 1, tree.time, tree.first_time or tree.time,
+                        entries, tree.catalog(repo.machine), tree.projects, own,
+                        {(s, r) for s, r, _ in repo.snapshots()})
+        self._read_back([key])
+        return True
 
     def _own(self, m: Manifest) -> dict[str, Any]:
         got = manifest_points(m)
