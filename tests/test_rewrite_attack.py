@@ -5,24 +5,44 @@ compactions, prunes and verify make of a rewritten store."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import zstandard
 
-from syncd.archive.compact import CompactOptions
+from syncd.archive.compact import CompactOptions, compact
+from syncd.archive.prune import prune
+from syncd.archive.retention import Policy
 from syncd.archive.rewrite import Rewrite, rewrite
+from syncd.archive.verify import verify
 from syncd.errors import CryptoError
 from syncd.format.segment import TRAILER
+from syncd.format.snapshot import current
 from syncd.mask import mask_of
 from syncd.repository import Repository
 from syncd.security.crypto import Crypto, new_master, unpad
 from syncd.store import LocalStore, MemoryStore, Store, layout, open_store
+from tests.helpers import write
 from tests.seaweed import Seaweed
-from tests.test_compact import SA
+from tests.test_compact import (
+    APP,
+    HIST,
+    LIB,
+    SA,
+    SB,
+    TA,
+    TB,
+    Clock,
+    history,
+    line,
+    make_shipper,
+    ship_all,
+)
 from tests.test_rewrite import SECRET, M, all_raw, build, forgotten, points
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,3 +187,162 @@ def test_forget_on_seaweedfs(tmp_path: Path, seaweed: Seaweed, bucket: str) -> N
     assert points(store) == {seq: forgotten(t) for seq, t in before.items()}
     assert_gone(store)
     assert rewrite(Repository(store, M), FORGET_SA).note == "nothing holds it"
+
+
+# -- pruned stores, long chains, copies and patches ---------------------------------
+
+SM = "cccccccc-0000-4000-8000-000000000003"  # moved between project folders (/cd)
+SP = "dddddddd-0000-4000-8000-000000000004"  # patched (a row removed further back)
+TM_APP, TM_LIB = f"{APP}/{SM}.jsonl", f"{LIB}/{SM}.jsonl"
+AGENT_M = "subagents/agent-m1.jsonl"
+TP = f"{APP}/{SP}.jsonl"
+SPAN = b"ghp_" + b"Z9" * 18  # a token's shape, shipped half in one flush, half in the next
+HOUR = 3600.0
+
+
+def without(tree: dict[bytes, bytes], sid: str) -> dict[bytes, bytes]:
+    """A point's tree with session ``sid`` forgotten (its history lines spaces)."""
+    out = {}
+    for p, data in tree.items():
+        if sid.encode() in p:
+            continue
+        if p == HIST.encode():
+            data = b"".join(b" " * (len(x) - 1) + b"\n" if sid.encode() in x else x
+                            for x in data.splitlines(keepends=True))
+        out[p] = data
+    return out
+
+
+def long_story(tmp_path: Path, store: Store) -> Clock:
+    """Six hours of flushes every 10 minutes: a manifest every hour, deltas between them
+    (small ones grown), SA deleted from the tree in hour 2 (only its tombstone after), SM
+    moved from app to lib in hour 3, SP patched in hour 4, a token of SB's shipped half
+    in one flush and half in the next, history lines of every session; then a prune that
+    keeps the last 90 minutes and 3 hourly manifests."""
+    src, clock = tmp_path / "src", Clock()
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    repo = Repository(store, M)
+    write(src, TA, line(SA, 0))
+    write(src, TB, line(SB, 0, cwd="/home/u/lib"))
+    write(src, TM_APP, line(SM, 0))
+    write(src, f"{APP}/{SM}/{AGENT_M}", line(SM, 900))
+    write(src, TP, b"".join(line(SP, i) for i in range(260)))  # ~90 KB: patches apply
+    write(src, HIST, history(SA, 0) + history(SM, 0))
+    for step in range(36):
+        gone: list[str] = []
+        if step != 28:  # (which ends the line the flush before began)
+            write(src, TB, line(SB, step + 1, cwd="/home/u/lib"), "ab")
+        write(src, HIST, history([SA, SB, SM, SP][step % 4], step + 1), "ab")
+        if step < 12:
+            write(src, TA, line(SA, step + 1), "ab")
+        if step == 12:  # SA gone from the tree: its tombstone
+            (src / TA).unlink()
+            gone.append(TA)
+        if step == 18:  # /cd: SM moves to lib, a relocated record appended
+            os.makedirs(src / LIB / SM / "subagents", exist_ok=True)
+            os.rename(src / TM_APP, src / TM_LIB)
+            os.rename(src / APP / SM / AGENT_M, src / LIB / SM / AGENT_M)
+            shutil.rmtree(src / APP / SM)
+            relocated = json.dumps({"type": "relocated", "sessionId": SM,
+                                    "relocatedCwd": "/home/u/lib"}).encode() + b"\n"
+            write(src, TM_LIB, relocated, "ab")
+            gone += [TM_APP, f"{APP}/{SM}/{AGENT_M}"]
+        elif step < 18:
+            write(src, TM_APP, line(SM, step + 1), "ab")
+        else:
+            write(src, TM_LIB, line(SM, step + 1, cwd="/home/u/lib"), "ab")
+        if step == 24:  # a row removed further back: Claude writes the file whole
+            data = (src / TP).read_bytes()
+            (src / TP).write_bytes(data.replace(line(SP, 100), b""))
+        if step == 27:  # half a token, the rest in the next flush
+            write(src, TB, b'{"type":"user","sessionId":"' + SB.encode()
+                  + b'","message":{"content":"my token ' + SPAN[:21], "ab")
+        if step == 28:
+            write(src, TB, SPAN[21:] + b' ok"}}\n', "ab")
+        ship_all(sh, src, *gone)
+        clock.t += 600
+        if step % 6 == 5:
+            compact(repo, CompactOptions(max_chain=0, now=clock.t))
+        elif step % 2 == 1:
+            compact(repo, CompactOptions(now=clock.t))
+    prune(repo, Policy(keep_within=5400, keep_hourly=3), opts=CompactOptions(now=clock.t))
+    return clock
+
+
+def story_shape(store: Store) -> None:
+    """What the story is meant to make: kept manifests, deltas in the window, a segment
+    or more, copies (a move and a patch) and history frames that name their sessions."""
+    repo = Repository(store, M)
+    kinds = [layout.kind_of(i.key) for i in store.list(f"machines/{M}/")]
+    assert kinds.count("snap") >= 3 and kinds.count("delta") >= 2, kinds
+    newest = repo.read_manifest(current(repo.snapshots())[-1][2])
+    groups = repo.read_groups(newest)
+    hist = [e for g in groups.values() for e in g.entries if e.path == HIST.encode()]
+    assert hist and any(hist[0].sids.values()), "history.jsonl is in packs with sids"
+    parts = [e.path for g in groups.values() for e in g.entries
+             if any(x.frame for _, x in e.extents)]
+    assert TM_LIB.encode() in parts and TP.encode() in parts, "copies: parts of frames"
+
+
+Story = tuple[Path, dict[int, dict[bytes, bytes]], CompactOptions]
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> Story:
+    """The long story's store, every point of it, and options on its clock (a tombstone
+    expires by the compaction's clock)."""
+    tmp = tmp_path_factory.mktemp("story")
+    clock = long_story(tmp, LocalStore(tmp / "store"))
+    story_shape(LocalStore(tmp / "store"))
+    every = points(LocalStore(tmp / "store"))
+    assert len(every) >= 12, sorted(every)  # the window's flushes and the kept manifests
+    return tmp / "store", every, CompactOptions(now=clock.t)
+
+
+def copy_of(base: Path, tmp_path: Path) -> LocalStore:
+    shutil.copytree(base, tmp_path / "store")
+    return LocalStore(tmp_path / "store")
+
+
+@pytest.mark.parametrize("sid", [SA, SM], ids=["only-in-old-points", "moved-and-live"])
+def test_forget_in_a_pruned_store_with_chains_copies_and_patches(
+        tmp_path: Path, story: Story, sid: str) -> None:
+    base, before, opts = story
+    assert any(sid.encode() in p for t in before.values() for p in t)
+    store = copy_of(base, tmp_path)
+
+    rep = rewrite(Repository(store, M), Rewrite(forget=frozenset({sid})), opts)
+
+    assert rep.errors == [], rep.errors
+    after = points(store)
+    assert sorted(after) == sorted(before)
+    for seq, tree in before.items():
+        assert after[seq] == without(tree, sid), f"point {seq}"
+    raw = all_raw(store)
+    assert sid.encode() not in raw and sid[:8].encode() not in raw
+    assert verify(Repository(store, M), read_data=1.0).problems == []
+
+
+def test_redact_a_value_shipped_half_in_one_flush_and_half_in_the_next(
+        tmp_path: Path, story: Story) -> None:
+    base, before, opts = story
+    tb = TB.encode()
+    at = max(before.items())[1][tb].index(SPAN)
+    halves = [seq for seq, t in before.items() if t[tb].endswith(SPAN[:21])]
+    assert halves, "a point holds the first half of the token only"
+    store = copy_of(base, tmp_path)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(SPAN,)), opts)
+
+    assert rep.errors == [] and rep.ranges_masked == 1, rep
+    after = points(store)
+    assert sorted(after) == sorted(before)
+    fill = mask_of(len(SPAN))
+    for seq, tree in before.items():
+        data = tree[tb]
+        cut = max(0, min(len(SPAN), len(data) - at))
+        want = {**tree, tb: data[:at] + fill[:cut] + data[at + cut:]}
+        assert after[seq] == want, f"point {seq}"
+    assert after[halves[0]][tb].endswith(fill[:21])  # the half is masked where it was
+    raw = all_raw(store)
+    assert SPAN[:21] not in raw and SPAN[21:] not in raw

@@ -125,6 +125,8 @@ class _Run:
         self.masks: dict[tuple[bytes, int], list[mask.Range]] = {}
         self.sizes: dict[str, int] = {}
         self.leftovers: list[Delta] = []
+        self.unreadable: list[int] = []  # seqs of manifests, los of deltas, that do not read
+        self.orphans: set[str] = set()  # dirty deltas no walk reaches
 
     # -- what is there ------------------------------------------------------
     def run(self, detached: bool = False) -> None:
@@ -135,7 +137,8 @@ class _Run:
             self._segments_only()
             return
         manifests: list[Manifest] = []
-        for _, _, key in snaps:
+        self.unreadable, self.orphans = [], set()
+        for seq, _, key in snaps:
             try:
                 manifests.append(repo.read_manifest(key))
             except (FormatError, StoreError) as e:
@@ -143,6 +146,7 @@ class _Run:
                     raise CompactError(f"the newest snapshot is unreadable, not rewriting "
                                        f"(run syncd verify): {e}") from e
                 rep.errors.append(f"{e}; left as it is")
+                self.unreadable.append(seq)
         newest = manifests[-1]
         try:
             groups = repo.read_groups(newest)
@@ -152,7 +156,8 @@ class _Run:
         tree.start(newest, groups)
         self._find_masks(tree)
         deltas, narrower = self._deltas()
-        dirty_deltas = [d for d in deltas if self._dirty_index(d.index, d.points)]
+        dirty_deltas = self._reached([d for d in deltas if self._dirty_index(d.index, d.points)],
+                                     deltas, manifests)
         self.leftovers = [d for d in narrower if self._dirty_index(d.index, d.points)]
         packs = dict(repo.packs())
         dirty_packs = []
@@ -221,13 +226,45 @@ class _Run:
         a run that died before deleting them: redundant)."""
         chain: list[Delta] = []
         narrower: list[Delta] = []
-        for rows in by_start(self.repo.deltas()).values():
-            for i, (_, _, key, size) in enumerate(rows):
+        for lo, rows in by_start(self.repo.deltas()).items():
+            read = False  # readers take the widest that reads: a wider one that does not
+            for _, _, key, size in rows:  # makes no leftover of the one they take
                 try:
-                    (narrower if i else chain).append(self.repo.read_delta(key, size))
+                    (narrower if read else chain).append(self.repo.read_delta(key, size))
+                    read = True
                 except (FormatError, StoreError) as e:
                     self.rep.errors.append(f"{e}; left as it is")
+                    self.unreadable.append(lo)
         return sorted(chain, key=lambda d: d.lo), narrower
+
+    def _leads_to(self, d: Delta, manifests: list[Manifest], by_lo: dict[int, Delta]) -> bool:
+        """Whether a walk reaches delta ``d``: from the newest manifest before it (or the
+        beginning), delta after delta, as readers step."""
+        base = max((m.seq for m in manifests if m.seq < d.lo), default=-1)
+        at = base + 1
+        while at < d.lo and at in by_lo:
+            at = by_lo[at].hi + 1
+        return at == d.lo
+
+    def _reached(self, dirty: list[Delta], deltas: list[Delta], manifests: list[Manifest]
+                 ) -> list[Delta]:
+        """The dirty deltas to rewrite. One that no walk reaches holds no point: retention
+        thinned its points out (a prune drops it later), so it goes without a replacement
+        (``orphans``). One that a walk would reach but for an object that does not read
+        is left as it is, in one line: its points may come back with that object."""
+        by_lo = {d.lo: d for d in deltas}
+        out = []
+        for d in dirty:
+            if self._leads_to(d, manifests, by_lo):
+                out.append(d)
+            elif any(u < d.lo for u in self.unreadable):
+                self.rep.errors.append(f"{self.repo.where(d.key)}: holds what goes, but a "
+                                       "snapshot or delta before it does not read, so its "
+                                       "points cannot be restated: left as it is")
+            else:
+                self.orphans.add(d.key)
+                out.append(d)
+        return out
 
     def _find_masks(self, tree: _Tree) -> None:
         """Every range to mask, found in each generation's bytes as the newest manifest
@@ -365,7 +402,7 @@ class _Run:
         older: list[str] = [self._reissue(m, final, taken) for m in dirty_manifests]
         by_lo = {d.lo: d for d in deltas}
         for d in dirty_deltas:
-            if d is not last:
+            if d is not last and d.key not in self.orphans:
                 older.append(self._delta_as_manifest(d, manifests, by_lo, final, taken))
         self._read_back(older)
         # The dirty deltas are needed by no manifest now (``_detach``): their points are
