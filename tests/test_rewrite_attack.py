@@ -10,6 +10,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -25,9 +27,11 @@ from syncd.format.segment import TRAILER
 from syncd.format.snapshot import current
 from syncd.mask import mask_of
 from syncd.repository import Repository
+from syncd.restore.restorer import RestoreOptions, restore
 from syncd.security.crypto import Crypto, new_master, unpad
 from syncd.store import LocalStore, MemoryStore, Store, layout, open_store
-from tests.helpers import write
+from syncd.timeline import timeline
+from tests.helpers import tree_bytes, write
 from tests.seaweed import Seaweed
 from tests.test_compact import (
     APP,
@@ -346,3 +350,92 @@ def test_redact_a_value_shipped_half_in_one_flush_and_half_in_the_next(
     assert after[halves[0]][tb].endswith(fill[:21])  # the half is masked where it was
     raw = all_raw(store)
     assert SPAN[:21] not in raw and SPAN[21:] not in raw
+
+
+# -- hostile and odd stores -----------------------------------------------------------
+
+class Keeping(MemoryStore):
+    """A memory store that keeps what it deletes (to put a leftover back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone: dict[str, bytes] = {}
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self.gone.update({k: self.objects[k] for k in keys if k in self.objects})
+        super().delete_many(keys)
+
+
+def lenient(store: Store) -> tuple[dict[int, dict[bytes, bytes]], list[str]]:
+    """Every point's tree, and every line the timeline and the restores said."""
+    rows, errors = timeline(Repository(store, M))
+    out = {}
+    for row in rows:
+        with tempfile.TemporaryDirectory() as d:
+            r = restore(Repository(store, M), RestoreOptions(target=Path(d), at=row.time,
+                                                             local_machine=M))
+            errors += r.errors
+            out[row.seq] = tree_bytes(Path(d))
+    return out, errors
+
+
+def key_of(store: MemoryStore, kind: str, i: int = 0) -> str:
+    return sorted(k for k in store.objects if f"/{kind}/" in k)[i]
+
+
+def damage_index(store: MemoryStore, key: str) -> None:
+    """A flipped byte in the index: the object no longer reads, its frames still do."""
+    blob = bytearray(store.objects[key])
+    blob[-TRAILER.size - 3] ^= 0x55
+    store.objects[key] = bytes(blob)
+
+
+def hostile_case(case: str, tmp_path: Path) -> tuple[MemoryStore, str]:
+    """A built store made odd as ``case`` says; returns it and the odd object."""
+    store = Keeping()
+    build(tmp_path, store)
+    if case == "unreadable-older-manifest":
+        compact(Repository(store, M), CompactOptions(max_chain=0))  # a newer manifest
+        odd = key_of(store, "snap", 0)
+        store.objects[odd] = store.objects[odd][:-10]
+    elif case == "unreadable-delta":
+        odd = key_of(store, "delta")
+        damage_index(store, odd)
+    elif case == "leftover-narrower-delta":
+        [odd] = [k for k in store.gone if "/delta/" in k]  # the small delta that grew
+        store.objects[odd] = store.gone[odd]
+    elif case == "unreadable-wider-delta":
+        real = key_of(store, "delta")
+        lo, hi = layout.delta_range(real) or (0, 0)
+        odd = layout.delta_key(M, lo, hi + 1)  # a planted wider one: readers pass it over
+        store.objects[odd] = store.objects[real][:-1]
+    else:  # a planted pack naming the session, nothing references it
+        real = key_of(store, "pack")
+        lo, hi, _ = real.rsplit("/", 1)[1].split("-")
+        odd = f"machines/{M}/pack/{lo}-{hi}-0badc0de"
+        store.objects[odd] = store.objects[real]
+    return store, odd
+
+
+@pytest.mark.parametrize("case", ["unreadable-older-manifest", "unreadable-delta",
+                                  "leftover-narrower-delta", "unreadable-wider-delta",
+                                  "planted-pack"])
+def test_forget_in_a_hostile_store(tmp_path: Path, case: str) -> None:
+    store, odd = hostile_case(case, tmp_path)
+    before, _ = lenient(store)
+
+    rep = rewrite(Repository(store, M), FORGET_SA)
+
+    after, _ = lenient(store)
+    assert sorted(after) == sorted(before)
+    for seq, tree in before.items():
+        assert after[seq] == forgotten(tree), f"point {seq}"
+    if case in ("leftover-narrower-delta", "planted-pack"):
+        assert rep.errors == [] and odd not in store.objects
+        assert_gone(store)
+    else:  # one line; and what the fold could not fold past an unreadable delta, or a
+        # delta behind an unreadable manifest (whose points cannot be restated)
+        assert len([e for e in rep.errors if odd in e]) == 1, rep.errors
+        assert all(odd in e or "/seg/" in e or "before it does not read" in e
+                   for e in rep.errors), rep.errors

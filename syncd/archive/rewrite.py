@@ -115,7 +115,21 @@ def rewrite(repo: Repository, spec: Rewrite, opts: CompactOptions | None = None
             rep.folded = _compact(repo, replace(opts, max_chain=0, keep=None, drop=()))
             rep.errors += rep.folded.errors
         _Run(repo, spec, opts, rep).run()
+        rep.errors = _one_line_each(rep.errors)
         return rep
+
+
+def _one_line_each(errors: list[str]) -> list[str]:
+    """The first line about each object (the fold and the rewrite both meet one that
+    does not read)."""
+    seen: set[str] = set()
+    out = []
+    for e in errors:
+        about = e.split(": ", 1)[0]
+        if about not in seen:
+            seen.add(about)
+            out.append(e)
+    return out
 
 
 class _Run:
@@ -127,6 +141,7 @@ class _Run:
         self.leftovers: list[Delta] = []
         self.unreadable: list[int] = []  # seqs of manifests, los of deltas, that do not read
         self.orphans: set[str] = set()  # dirty deltas no walk reaches
+        self.left: set[str] = set()  # dirty deltas kept (a walk to them does not read)
 
     # -- what is there ------------------------------------------------------
     def run(self, detached: bool = False) -> None:
@@ -137,7 +152,7 @@ class _Run:
             self._segments_only()
             return
         manifests: list[Manifest] = []
-        self.unreadable, self.orphans = [], set()
+        self.unreadable, self.orphans, self.left = [], set(), set()
         for seq, _, key in snaps:
             try:
                 manifests.append(repo.read_manifest(key))
@@ -251,20 +266,20 @@ class _Run:
         """The dirty deltas to rewrite. One that no walk reaches holds no point: retention
         thinned its points out (a prune drops it later), so it goes without a replacement
         (``orphans``). One that a walk would reach but for an object that does not read
-        is left as it is, in one line: its points may come back with that object."""
+        stays, in one line (``left``): its points may come back with that object. The
+        bytes the newest manifest finds in either are moved (masked) all the same."""
         by_lo = {d.lo: d for d in deltas}
-        out = []
         for d in dirty:
             if self._leads_to(d, manifests, by_lo):
-                out.append(d)
-            elif any(u < d.lo for u in self.unreadable):
+                continue
+            if any(u < d.lo for u in self.unreadable):
                 self.rep.errors.append(f"{self.repo.where(d.key)}: holds what goes, but a "
                                        "snapshot or delta before it does not read, so its "
                                        "points cannot be restated: left as it is")
+                self.left.add(d.key)
             else:
                 self.orphans.add(d.key)
-                out.append(d)
-        return out
+        return dirty
 
     def _find_masks(self, tree: _Tree) -> None:
         """Every range to mask, found in each generation's bytes as the newest manifest
@@ -398,17 +413,18 @@ class _Run:
         # newest's seq is carried by the newest's own points). Until the newest is
         # replaced, it locates every byte those points name, so a kill leaves each file of
         # each point as it was or as it will be, never one that lost its bytes.
-        last = next((d for d in dirty_deltas if d.hi == newest.seq), None)
+        last = next((d for d in dirty_deltas if d.hi == newest.seq
+                     and d.key not in self.orphans | self.left), None)
         older: list[str] = [self._reissue(m, final, taken) for m in dirty_manifests]
         by_lo = {d.lo: d for d in deltas}
         for d in dirty_deltas:
-            if d is not last and d.key not in self.orphans:
+            if d is not last and d.key not in self.orphans | self.left:
                 older.append(self._delta_as_manifest(d, manifests, by_lo, final, taken))
         self._read_back(older)
         # The dirty deltas are needed by no manifest now (``_detach``): their points are
         # the replacements' (or the newest's own), so they go before the newest changes:
         # once it does, a walk through one would name bytes that no object holds.
-        gone = [d.key for d in [*dirty_deltas, *self.leftovers]]
+        gone = [d.key for d in [*dirty_deltas, *self.leftovers] if d.key not in self.left]
         drep = CompactReport(repo.machine)
         _delete(repo, gone, drep)
         if drep.errors:
@@ -427,7 +443,7 @@ class _Run:
         doomed += self._stale([newest, *manifests, *(repo.read_manifest(k) for k in older)],
                               {newest.seq: top})
         rep.bytes_deleted = sum(packs.get(k, 0) for k in doomed) + \
-            sum(d.size for d in [*dirty_deltas, *self.leftovers])
+            sum(d.size for d in [*dirty_deltas, *self.leftovers] if d.key not in self.left)
         snaps = repo.snapshots()
         if snaps and current(snaps)[-1][2] != top:
             rep.errors.append(f"{repo.where(current(snaps)[-1][2])} appeared during the "
@@ -464,9 +480,10 @@ class _Run:
         and a delta ending at its seq lends it its points. Returns whether it wrote one
         (the newest manifest is then another: everything is looked at again)."""
         entries = tree.located()
-        keys = {d.key for d in dirty}
+        keys = {d.key for d in dirty if d.key not in self.left}  # (those stay meanwhile)
         move = {k for e in entries for k, _ in e.extents if k in keys}
-        last = next((d for d in dirty if d.hi == newest.seq), None)
+        last = next((d for d in dirty if d.hi == newest.seq
+                     and d.key not in self.orphans | self.left), None)
         own = dict(newest.chain)
         if last is not None and manifest_points(newest) is None:
             own = {"lo": last.lo, **pointfmt.encode(last.points)}
