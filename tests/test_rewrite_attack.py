@@ -439,3 +439,29 @@ def test_forget_in_a_hostile_store(tmp_path: Path, case: str) -> None:
         assert len([e for e in rep.errors if odd in e]) == 1, rep.errors
         assert all(odd in e or "/seg/" in e or "before it does not read" in e
                    for e in rep.errors), rep.errors
+
+
+# -- what comes after -----------------------------------------------------------------
+
+def test_compactions_prunes_and_verify_after_a_rewrite(tmp_path: Path) -> None:
+    """A rewritten store goes on: flushes, a delta, a manifest and a prune keep every
+    point the rewrite left, exactly, and verify finds nothing wrong."""
+    src, store, clock = build(tmp_path)
+    repo = Repository(store, M)
+    rewrite(repo, Rewrite(forget=frozenset({SA}), redact=(SECRET,)))
+    done = points(store)
+    assert verify(repo, read_data=1.0).problems == []
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    for i in range(5, 11):  # only SB grows (SA's files are the forget's --local to take)
+        clock.t += 60
+        write(src, TB, line(SB, i, cwd="/home/u/lib"), "ab")
+        sh.ship([TB.encode()])
+        compact(repo, CompactOptions(max_chain=0 if i == 8 else 24, now=clock.t))
+    prune(repo, Policy(keep_within=3 * HOUR), opts=CompactOptions(now=clock.t))
+
+    later = points(store)
+    assert len(later) == len(done) + 6
+    assert {seq: later[seq] for seq in done} == done
+    assert verify(repo, read_data=1.0).problems == []
+    raw = all_raw(store)
+    assert SA.encode() not in raw and SECRET not in raw
