@@ -23,6 +23,7 @@ from syncd.archive.retention import Policy
 from syncd.archive.rewrite import Rewrite, rewrite
 from syncd.archive.verify import verify
 from syncd.errors import CryptoError
+from syncd.format.dictionary import Dictionary
 from syncd.format.segment import TRAILER
 from syncd.format.snapshot import current
 from syncd.mask import mask_of
@@ -465,3 +466,19 @@ def test_compactions_prunes_and_verify_after_a_rewrite(tmp_path: Path) -> None:
     assert verify(repo, read_data=1.0).problems == []
     raw = all_raw(store)
     assert SA.encode() not in raw and SECRET not in raw
+
+
+def test_a_trained_dictionary_that_holds_the_session_is_named(tmp_path: Path) -> None:
+    """A dictionary learnt from the machine's newest transcripts may hold the forgotten
+    session's lines; frames need it, so it stays, and the report says so."""
+    _, store, _ = build(tmp_path)
+    before = points(store)
+    repo = Repository(store, M)
+    learnt = repo.publish(Dictionary(line(SA, 7) * 20 + line(SB, 7) * 20))
+    repo.publish(Dictionary(line(SB, 8) * 40))
+
+    rep = rewrite(repo, FORGET_SA)
+
+    assert len(rep.errors) == 1 and learnt in rep.errors[0], rep.errors
+    assert "dictionary holds what goes" in rep.errors[0]
+    assert points(store) == {seq: forgotten(t) for seq, t in before.items()}

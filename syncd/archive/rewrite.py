@@ -170,6 +170,7 @@ class _Run:
         tree = _Tree()
         tree.start(newest, groups)
         self._find_masks(tree)
+        self._dictionaries()
         deltas, narrower = self._deltas()
         dirty_deltas = self._reached([d for d in deltas if self._dirty_index(d.index, d.points)],
                                      deltas, manifests)
@@ -226,6 +227,24 @@ class _Run:
             return
         self._write(newest, tree, manifests, deltas, dirty_deltas, dirty_manifests, move,
                     packs)
+
+    def _dictionaries(self) -> None:
+        """Say which trained dictionaries hold what goes: a dictionary learnt from this
+        machine's newest transcripts, and the frames of flushes (the daemon's next ones
+        too) need it, so it is not rewritten."""
+        needles = [s.encode() for s in self.spec.forget] + [v for v in self.spec.redact if v]
+        prefix = layout.machine_prefix(self.repo.machine) + "dict/"
+        for info in self.repo.store.list(prefix):
+            try:
+                data = self.repo.dictionary(info.key[len(prefix):]).data
+            except (FormatError, StoreError) as e:
+                self.rep.errors.append(f"{e}; not searched")
+                continue
+            if any(n in data for n in needles):
+                self.rep.errors.append(
+                    f"{self.repo.where(info.key)}: this trained dictionary holds what goes "
+                    "(it learnt from the machine's transcripts); frames need it, so it is "
+                    "not rewritten and stays in the store")
 
     def _segments_only(self) -> None:
         # A machine never compacted (nor could be just now): nothing but segments, whose
