@@ -59,38 +59,58 @@ def assert_gone(store: Store) -> None:
     assert SA.encode() not in raw and SA[:8].encode() not in raw
 
 
-def assert_between(before: dict[int, dict[bytes, bytes]],
-                   after: dict[int, dict[bytes, bytes]]) -> None:
-    """Every point holds, file by file, what it held or its forgotten version: no file of
-    another session is missing or changed otherwise."""
+Tree = dict[bytes, bytes]
+
+
+def assert_between(before: dict[int, Tree], after: dict[int, Tree],
+                   want: dict[int, Tree], what: str = "") -> None:
+    """Every point holds, file by file, what it held or what the rewrite makes of it: no
+    file of another session is missing or changed otherwise."""
     assert sorted(after) == sorted(before)
     for seq, tree in before.items():
-        want = forgotten(tree)
         got = after[seq]
         for p, data in got.items():
-            assert data in (tree.get(p), want.get(p)), f"point {seq}: {p!r}"
-        assert set(want) <= set(got) <= set(tree), f"point {seq}"
+            assert data in (tree.get(p), want[seq].get(p)), f"{what} point {seq}: {p!r}"
+        assert set(want[seq]) <= set(got) <= set(tree), f"{what} point {seq}"
+
+
+def redacted(tree: Tree, value: bytes) -> Tree:
+    """A point's tree with ``value`` masked but in signed blocks."""
+    fill = mask_of(len(value))
+    return {p: b"".join(x if b'"thinking"' in x else x.replace(value, fill)
+                        for x in data.splitlines(keepends=True)) for p, data in tree.items()}
 
 
 # -- kill -9 -----------------------------------------------------------------------
 
-def kill_rewrite(base: Path, work: Path, kill_at: int, mode: str) -> tuple[
-        subprocess.CompletedProcess[str], list[str]]:
+def kill_rewrite(base: Path, work: Path, kill_at: int, mode: str, now: float | None
+                 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """A rewrite of a copy of ``base`` in a process SIGKILLed before write ``kill_at``."""
     shutil.copytree(base, work / "store")
     log = work / "writes.log"
     r = subprocess.run([sys.executable, "-m", "tests.compactkill", str(work / "store"), M,
-                        str(kill_at), str(log), str(8 << 10), str(4 << 10), mode],
+                        str(kill_at), str(log), str(8 << 10), str(4 << 10), mode,
+                        *([] if now is None else [repr(now)])],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     return r, log.read_text().splitlines() if log.exists() else []
 
 
-def test_kill_9_before_every_store_write_of_a_forget(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scenario", ["forget", "redact", "forget-in-the-long-story"])
+def test_kill_9_before_every_store_write_of_a_rewrite(tmp_path: Path, scenario: str) -> None:
     base = tmp_path / "base"
-    build(tmp_path, LocalStore(base))
+    now: float | None = None
+    if scenario == "forget-in-the-long-story":  # detached, orphaned and replaced deltas
+        now = long_story(tmp_path, LocalStore(base)).t
+        sid, value = SM, b""
+    else:
+        build(tmp_path, LocalStore(base))
+        sid, value = (SA, b"") if scenario == "forget" else ("", SECRET)
     before = points(LocalStore(base))
-    want = {seq: forgotten(t) for seq, t in before.items()}
-    clean, writes = kill_rewrite(base, tmp_path / "clean", 0, f"forget={SA}")
+    assert len(before) >= 5
+    want = {seq: without(t, sid) if sid else redacted(t, value) for seq, t in before.items()}
+    spec = Rewrite(forget=frozenset({sid})) if sid else Rewrite(redact=(value,))
+    mode = f"forget={sid}" if sid else f"redact={value.decode()}"
+    clean, writes = kill_rewrite(base, tmp_path / "clean", 0, mode, now)
     assert clean.returncode == 0, clean.stderr
     assert json.loads(clean.stdout)["errors"] == []
     kinds = [w.split("/")[2] if w.startswith("put ") else "delete" for w in writes]
@@ -100,17 +120,21 @@ def test_kill_9_before_every_store_write_of_a_forget(tmp_path: Path) -> None:
 
     for k in range(1, len(writes) + 1):
         work = tmp_path / f"kill-{k}"
-        r, done = kill_rewrite(base, work, k, f"forget={SA}")
+        r, done = kill_rewrite(base, work, k, mode, now)
         assert r.returncode == -signal.SIGKILL, (k, r.stdout, r.stderr)
-        assert done == writes[:k] or len(done) == k
+        assert len(done) == k
         store = LocalStore(work / "store")
-        assert_between(before, points(store))
+        assert_between(before, points(store), want, f"killed before write {k}:")
 
-        again = rewrite(Repository(store, M), FORGET_SA, CompactOptions())
+        again = rewrite(Repository(store, M), spec, CompactOptions(now=now))
 
         assert again.errors == [], (k, again.errors)
         assert points(store) == want, k
-        assert_gone(store)
+        raw = all_raw(store)
+        if sid:
+            assert sid.encode() not in raw and sid[:8].encode() not in raw
+        else:  # only the signed block keeps it
+            assert raw.count(value) == raw.count(b"thinking of " + value)
         shutil.rmtree(work)
 
 

@@ -434,11 +434,17 @@ class _Run:
         # each point as it was or as it will be, never one that lost its bytes.
         last = next((d for d in dirty_deltas if d.hi == newest.seq
                      and d.key not in self.orphans | self.left), None)
-        older: list[str] = [self._reissue(m, final, taken) for m in dirty_manifests]
+        # Oldest first: a walk then meets what was rewritten before what was not, so a
+        # file that goes either starts again at its next change as it was, or is gone;
+        # the other way round, an older point would keep it at a stale size.
         by_lo = {d.lo: d for d in deltas}
-        for d in dirty_deltas:
-            if d is not last and d.key not in self.orphans | self.left:
-                older.append(self._delta_as_manifest(d, manifests, by_lo, final, taken))
+        jobs: list[tuple[int, int, Manifest | Delta]] = [(m.seq, 0, m) for m in dirty_manifests]
+        jobs += [(d.hi, 1, d) for d in dirty_deltas
+                 if d is not last and d.key not in self.orphans | self.left]
+        older: list[str] = []
+        for _, _, x in sorted(jobs, key=lambda j: j[:2]):
+            older.append(self._reissue(x, final, taken) if isinstance(x, Manifest) else
+                         self._delta_as_manifest(x, manifests, by_lo, final, taken))
         self._read_back(older)
         # The dirty deltas are needed by no manifest now (``_detach``): their points are
         # the replacements' (or the newest's own), so they go before the newest changes:
