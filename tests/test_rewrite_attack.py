@@ -32,6 +32,7 @@ from syncd.restore.restorer import RestoreOptions, restore
 from syncd.security.crypto import Crypto, new_master, unpad
 from syncd.store import LocalStore, MemoryStore, Store, layout, open_store
 from syncd.timeline import timeline
+from syncd.view import load_backup
 from tests.helpers import tree_bytes, write
 from tests.seaweed import Seaweed
 from tests.test_compact import (
@@ -506,3 +507,56 @@ def test_a_trained_dictionary_that_holds_the_session_is_named(tmp_path: Path) ->
     assert len(rep.errors) == 1 and learnt in rep.errors[0], rep.errors
     assert "dictionary holds what goes" in rep.errors[0]
     assert points(store) == {seq: forgotten(t) for seq, t in before.items()}
+
+
+SC = "eeeeeeee-0000-4000-8000-000000000005"
+
+
+def test_redact_reaches_catalog_fields_of_every_point(tmp_path: Path) -> None:
+    """A value in a session's first prompt is in the catalog of segments, deltas and
+    manifests (and in the points' catalogs) and in history.jsonl: masked there as in the
+    transcript."""
+    src, store, clock = build(tmp_path)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    tc = f"{APP}/{SC}.jsonl"
+    write(src, tc, json.dumps({"type": "user", "sessionId": SC, "cwd": "/home/u/app",
+                               "message": {"role": "user",
+                                           "content": "deploy with " + SECRET.decode()}},
+                              separators=(",", ":")).encode() + b"\n")
+    write(src, HIST, json.dumps({"display": "deploy with " + SECRET.decode(),
+                                 "project": "/home/u/app", "sessionId": SC}).encode() + b"\n",
+          "ab")  # and the prompt in history.jsonl
+    sh.ship([tc.encode(), HIST.encode()])
+    clock.t += 10
+    compact(Repository(store, M), CompactOptions())  # a delta with its catalog
+    write(src, tc, json.dumps({"type": "last-prompt", "sessionId": SC,
+                               "lastPrompt": "use " + SECRET.decode() + " again"},
+                              separators=(",", ":")).encode() + b"\n", "ab")
+    sh.ship([tc.encode()])
+    assert b"deploy with " + SECRET in all_raw(store)
+    before = points(store)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(SECRET,)))
+
+    assert rep.errors == []
+    assert points(store) == {seq: redacted(t, SECRET) for seq, t in before.items()}
+    raw = all_raw(store)
+    assert b"deploy with " + SECRET not in raw and b"deploy with " + mask_of(20) in raw
+    b = load_backup(Repository(store, M))
+    fill = mask_of(len(SECRET)).decode()
+    fields = b.sessions[tc.encode()].fields
+    assert (fields["first_prompt"], fields["last_prompt"]) == (
+        "deploy with " + fill, f"use {fill} again")
+
+
+def test_a_dry_run_writes_nothing(tmp_path: Path) -> None:
+    _, store, _ = build(tmp_path)
+    assert isinstance(store, MemoryStore)
+    objects = dict(store.objects)
+
+    rep = rewrite(Repository(store, M), Rewrite(forget=frozenset({SA}), redact=(SECRET,)),
+                  CompactOptions(dry_run=True))
+
+    assert store.objects == objects
+    assert rep.dry_run and rep.files_dropped and rep.ranges_masked and rep.rewritten
+    assert rep.written == [] and rep.deleted == []
