@@ -22,6 +22,7 @@ from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
 from syncd.archive.rewrite import Rewrite, rewrite
 from syncd.archive.verify import verify
+from syncd.backup.headwriter import HeadWriter
 from syncd.errors import CryptoError
 from syncd.format.dictionary import Dictionary
 from syncd.format.segment import TRAILER
@@ -560,3 +561,29 @@ def test_a_dry_run_writes_nothing(tmp_path: Path) -> None:
     assert store.objects == objects
     assert rep.dry_run and rep.files_dropped and rep.ranges_masked and rep.rewritten
     assert rep.written == [] and rep.deleted == []
+
+
+def test_the_head_is_written_again_without_what_goes(tmp_path: Path) -> None:
+    """The head lists every session and its catalog fields: a forgotten session leaves
+    it, a redacted value is masked in it (the same flush: readers fold as before)."""
+    src, store, clock = build(tmp_path)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    write(src, TB, json.dumps({"type": "user", "sessionId": SB, "cwd": "/home/u/lib",
+                               "message": {"role": "user", "content": "hi " + SECRET.decode()}},
+                              separators=(",", ":")).encode() + b"\n", "ab")
+    sh.ship([TB.encode()])
+    HeadWriter(Repository(store, M), sh.state, os.fsencode(src), interval=300,
+               tombstone_keep=0).write()
+    repo = Repository(store, M)
+    head = repo.head()
+    assert head is not None and {s.path for s in head.sessions} == {TA.encode(), TB.encode()}
+
+    rep = rewrite(repo, Rewrite(forget=frozenset({SA}), redact=(SECRET,)))
+
+    assert rep.errors == []
+    after = repo.head()
+    assert after is not None and (after.seq, after.time) == (head.seq, head.time)
+    assert [s.path for s in after.sessions] == [TB.encode()]
+    assert after.sessions[0].fields["first_prompt"] == "hi " + mask_of(len(SECRET)).decode()
+    assert SA.encode() not in all_raw(store)
+    assert rewrite(repo, FORGET_SA).note == "nothing holds it"

@@ -205,6 +205,8 @@ class _Run:
                               "goes (the daemon ships it until it knows): run it again")
         if not newest_dirty:
             rep.note = "nothing holds it" if not later else rep.note
+            if not self.opts.dry_run:
+                self._clean_head()
             # Replaced revisions a run left when it died before deleting them.
             stale = [k for k in self._stale(manifests, {}) if self._dirty_key(k)]
             if stale and not self.opts.dry_run:
@@ -227,6 +229,30 @@ class _Run:
             return
         self._write(newest, tree, manifests, deltas, dirty_deltas, dirty_manifests, move,
                     packs)
+
+    def _clean_head(self) -> None:
+        """The head lists sessions and their catalog fields: written again without what
+        goes (the same flush, so readers fold the same segments onto it)."""
+        repo = self.repo
+        try:
+            h = repo.head()
+        except (FormatError, StoreError) as e:
+            self.rep.errors.append(f"{e}; not searched for what goes (readers pass over a "
+                                   "head that does not read)")
+            return
+        if h is None:
+            return
+        sessions = [replace(s, fields=self._clean_fields(s.fields)) for s in h.sessions
+                    if not self.spec.drops(s.path)]
+        if sessions == h.sessions:
+            return
+        try:
+            repo.write_head(replace(h, sessions=sessions))
+        except StoreError as e:
+            self.rep.errors.append(f"{repo.where(layout.head_key(repo.machine))}: still "
+                                   f"lists what goes, not written again: {e}")
+            return
+        self.rep.rewritten.append(layout.head_key(repo.machine))
 
     def _dictionaries(self) -> None:
         """Say which trained dictionaries hold what goes: a dictionary learnt from this
@@ -479,6 +505,7 @@ class _Run:
         _sweep(repo, newest.seq, top, referenced, drep)
         rep.deleted = drep.deleted
         rep.errors += drep.errors
+        self._clean_head()
         log.info("rewrote %d objects of %s (%d written, %d deleted)", len(rep.rewritten),
                  repo.machine, len(rep.written), len(rep.deleted))
 
