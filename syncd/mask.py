@@ -113,10 +113,11 @@ def history_ranges(chunks: Iterable[bytes], sids: Collection[str]) -> list[Range
     return out
 
 
-def value_places(chunks: Iterable[bytes], values: Collection[bytes]
+def value_places(chunks: Iterable[bytes], values: Collection[bytes], plain: bool = False
                  ) -> tuple[list[Range], list[Found]]:
     """Where ``values`` occur: the ranges to mask, and every occurrence found (with why
-    one is left alone)."""
+    one is left alone). ``plain``: the file is no JSON (a tool's output, a file's copy
+    in file-history): every occurrence is masked."""
     ranges: list[Range] = []
     found: list[Found] = []
     vals = sorted({v for v in values if v}, key=len, reverse=True)
@@ -126,6 +127,10 @@ def value_places(chunks: Iterable[bytes], values: Collection[bytes]
         if not any(v in line for v in vals):
             continue
         spans = _occurrences(line, vals)
+        if plain:
+            found += [Found(off + a, off + b, no) for a, b in spans]
+            ranges += [Range(off + a, off + b) for a, b in spans]
+            continue
         if len(line) >= LINE_MAX:
             found += [Found(off + a, off + b, no, "a line too long to parse") for a, b in spans]
             continue

@@ -587,3 +587,25 @@ def test_the_head_is_written_again_without_what_goes(tmp_path: Path) -> None:
     assert after.sessions[0].fields["first_prompt"] == "hi " + mask_of(len(SECRET)).decode()
     assert SA.encode() not in all_raw(store)
     assert rewrite(repo, FORGET_SA).note == "nothing holds it"
+
+
+def test_redact_masks_a_value_in_files_that_are_no_json(tmp_path: Path) -> None:
+    """A tool's output and a file's copy in file-history are plain text (a .env file,
+    a command's output): every occurrence of the value there is masked."""
+    src, store, clock = build(tmp_path)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    env = f"file-history/{SB}/3f2a9c1b@v1"
+    out = f"{LIB}/{SB}/tool-results/toolu_01abc.txt"
+    write(src, env, b"DEBUG=1\nAWS_ACCESS_KEY_ID=" + SECRET + b"\n")
+    write(src, out, b"$ env | grep AWS\nAWS_ACCESS_KEY_ID=" + SECRET + b" (x2: " + SECRET
+          + b")\n")
+    sh.ship([env.encode(), out.encode()])
+    compact(Repository(store, M), CompactOptions(max_chain=0))
+    before = points(store)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(SECRET,)))
+
+    assert rep.errors == [] and not [w for w in rep.left_alone if "not inside" in w]
+    assert points(store) == {seq: redacted(t, SECRET) for seq, t in before.items()}
+    raw = all_raw(store)
+    assert raw.count(SECRET) == raw.count(b"thinking of " + SECRET)  # the signed block

@@ -53,6 +53,9 @@ log = logging.getLogger("syncd.rewrite")
 
 # Bytes of a file read at a time while looking for what to mask.
 WINDOW = 16 << 20
+# Files whose lines are JSON (a value is masked only inside a string, never a signed
+# one); in any other file every occurrence is.
+JSON_NAMES = (b".jsonl", b".json")
 
 
 @dataclass(frozen=True)
@@ -343,7 +346,8 @@ class _Run:
             if history:
                 ranges += mask.history_ranges(chunks, spec.forget)
             if spec.redact:
-                got, found = mask.value_places(chunks, spec.redact)
+                got, found = mask.value_places(chunks, spec.redact,
+                                               plain=not e.path.endswith(JSON_NAMES))
                 ranges += got
                 for f in found:
                     if f.why is not None:
