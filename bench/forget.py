@@ -11,8 +11,10 @@ Prints figures; asserts nothing about timing. See bench/README.md, "Forget and r
 The store is built as a daemon builds it over a day: the tree shipped, a manifest, then
 rounds of appended lines (every session may grow, the victim too), each round compacted
 (deltas, small ones grown), a manifest every few rounds, segments after the last one.
-Then ``rewrite`` forgets one session of median size that has subagents, and afterwards
-redacts one value planted in another session's line. Everything lives in one temporary
+Then ``rewrite`` forgets one session of median size that has subagents and a line in
+every round (so in every delta), then (on a copy of the store as built) one of the same
+size shipped once, then, on the first store, redacts one value planted in another
+session's line. Everything lives in one temporary
 directory, removed at the end.
 """
 
@@ -76,15 +78,20 @@ class Counting(LocalStore):
 
 
 def stored(store: LocalStore) -> tuple[int, int, Counter[str]]:
+    """Objects, bytes, and bytes by kind of the machine."""
     kinds: Counter[str] = Counter()
     n = size = 0
     for info in LocalStore.list(store, f"machines/{MACHINE}/"):
         n, size = n + 1, size + info.size
-        kinds[layout.kind_of(info.key) or "other"] += 1
+        kinds[layout.kind_of(info.key) or "other"] += info.size
     return n, size, kinds
 
 
-def build(work: Path, size: int, rounds: int) -> tuple[Counting, str, float]:
+def by_kind(kinds: Counter[str]) -> str:
+    return ", ".join(f"{k} {v / MB:.2f} MB" for k, v in sorted(kinds.items()))
+
+
+def build(work: Path, size: int, rounds: int) -> tuple[Counting, str, str, float]:
     rng = random.Random(28)
     corpus = synthetic_corpus(rng)
     src = work / "claude"
@@ -100,7 +107,8 @@ def build(work: Path, size: int, rounds: int) -> tuple[Counting, str, float]:
     with_agents = sorted((p.stat().st_size, str(p), sid) for p, sid, _ in tree.sessions
                          if (p.parent / sid / "subagents").is_dir())
     _, _, victim = with_agents[len(with_agents) // 2]
-    others = [(p, sid, cwd) for p, sid, cwd in tree.sessions if sid != victim]
+    idle = with_agents[len(with_agents) // 2 + 1][2]  # shipped once, never appended to
+    others = [(p, sid, cwd) for p, sid, cwd in tree.sessions if sid not in (victim, idle)]
     victim_row = next(r for r in tree.sessions if r[1] == victim)
 
     def flush() -> None:
@@ -123,7 +131,11 @@ def build(work: Path, size: int, rounds: int) -> tuple[Counting, str, float]:
         if r < rounds - 2:  # the last two rounds stay segments
             compact(repo, CompactOptions(max_chain=0 if r % 6 == 5 else 24, now=clock[0]))
     log(f"store built in {time.perf_counter() - t0:.0f} s")
-    return store, victim, clock[0]
+    for what, sid in (("active", victim), ("idle", idle)):
+        mine = [p for p in src.rglob("*") if p.is_file() and sid in str(p)]
+        print(f"{what} session {sid}: {len(mine)} files, "
+              f"{sum(p.stat().st_size for p in mine) / MB:.2f} MB")
+    return store, victim, idle, clock[0]
 
 
 def measure(store: Counting, spec: Rewrite, now: float) -> tuple[RewriteReport, dict[str, float]]:
@@ -134,6 +146,7 @@ def measure(store: Counting, spec: Rewrite, now: float) -> tuple[RewriteReport, 
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     after = stored(store)
     objects_read = sum(1 for k in store.n if k.startswith("get:"))
+    log(f"by kind before: {by_kind(before[2])}; after: {by_kind(after[2])}")
     return rep, {"wall": wall, "cpu": cpu, "gets": store.n["get"],
                  "objects_read": objects_read, "read": store.n["get_bytes"],
                  "puts": store.n["put"], "written": store.n["put_bytes"],
@@ -161,13 +174,16 @@ def main() -> int:
     size, rounds = (30, 8) if args.quick else (args.size, args.rounds)
     work = Path(tempfile.mkdtemp(prefix="syncd-forget-"))
     try:
-        store, victim, now = build(work, size * MB, rounds)
+        store, victim, idle, now = build(work, size * MB, rounds)
         n, total, kinds = stored(store)
         points = len(timeline(Repository(store, MACHINE))[0])
-        print(f"store: {total / MB:.0f} MB in {n} objects ({dict(sorted(kinds.items()))}), "
+        print(f"store: {total / MB:.0f} MB in {n} objects ({by_kind(kinds)}), "
               f"{points} points, from {size} MB of transcripts")
+        shutil.copytree(work / "store", work / "store-idle")
         rep, f = measure(store, Rewrite(forget=frozenset({victim})), now)
-        show("forget one session", rep, f)
+        show("forget one active session (in every delta)", rep, f)
+        rep, f = measure(Counting(work / "store-idle"), Rewrite(forget=frozenset({idle})), now)
+        show("forget one idle session, on the store as built", rep, f)
         rep, f = measure(store, Rewrite(redact=(SECRET,)), now)
         show("redact one value", rep, f)
     finally:
