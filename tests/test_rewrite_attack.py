@@ -609,3 +609,28 @@ def test_redact_masks_a_value_in_files_that_are_no_json(tmp_path: Path) -> None:
     assert points(store) == {seq: redacted(t, SECRET) for seq, t in before.items()}
     raw = all_raw(store)
     assert raw.count(SECRET) == raw.count(b"thinking of " + SECRET)  # the signed block
+
+
+def test_forget_a_session_only_history_names(tmp_path: Path) -> None:
+    """A session whose transcript is long gone still has lines in history.jsonl, and an
+    older manifest's history extents name its id's first 8 hex digits (``sids``)."""
+    src, store, clock = tmp_path / "src", MemoryStore(), Clock()
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    write(src, TB, line(SB, 0, cwd="/home/u/lib"))
+    write(src, HIST, history(SC, 0) + history(SB, 0))
+    ship_all(sh, src)
+    compact(Repository(store, M), CompactOptions(max_chain=0))
+    for i in (1, 2):
+        clock.t += 10
+        write(src, TB, line(SB, i, cwd="/home/u/lib"), "ab")
+        write(src, HIST, history(SB, i), "ab")
+        ship_all(sh, src)
+        compact(Repository(store, M), CompactOptions(max_chain=0))
+    assert SC[:8].encode() in all_raw(store)
+    before = points(store)
+
+    rep = rewrite(Repository(store, M), Rewrite(forget=frozenset({SC})))
+
+    assert rep.errors == [] and rep.ranges_masked == 1
+    assert points(store) == {seq: without(t, SC) for seq, t in before.items()}
+    assert SC[:8].encode() not in all_raw(store)

@@ -44,7 +44,7 @@ from syncd.format.catalog import Session
 from syncd.format.delta import Delta, by_start, manifest_points
 from syncd.format.points import Locator, Point
 from syncd.format.segment import SegmentIndex
-from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current
+from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current, has_sid
 from syncd.repository import Repository
 from syncd.sessionfiles import session_owning
 from syncd.store import layout
@@ -204,8 +204,10 @@ class _Run:
         newest_dirty = bool(move or dirty_manifests or dropped or self.leftovers
                             or self._dirty_manifest(newest))
         if later:
-            rep.errors.append(f"{len(later)} segments written during the rewrite hold what "
-                              "goes (the daemon ships it until it knows): run it again")
+            rep.errors.append(f"{repo.where(later[0])}: {len(later)} segments after the "
+                              "newest snapshot hold what goes and were not folded (beyond "
+                              "what the machine's head or its writer confirmed, or shipped "
+                              "meanwhile): run this again after the next compaction")
         if not newest_dirty:
             rep.note = "nothing holds it" if not later else rep.note
             if not self.opts.dry_run:
@@ -404,10 +406,17 @@ class _Run:
         except (FormatError, StoreError) as e:
             self.rep.errors.append(f"{e}; left as it is")
             return False
-        return any(self.spec.drops(e.path) for g in groups.values() for e in g.entries) \
+        # (history.jsonl's extents name the sessions of their lines: ``sids``)
+        return any(self.spec.drops(e.path) or self._names_forgotten(e)
+                   for g in groups.values() for e in g.entries) \
             or any(self.spec.drops(s.path) or self._dirty_fields(s.fields)
                    for g in groups.values() for s in g.sessions) \
             or self._dirty_points(own[1] if own else [])
+
+    def _names_forgotten(self, e: Entry) -> bool:
+        return e.path == HISTORY and any(
+            ids is not None and has_sid(ids, sid)
+            for ids in e.sids.values() for sid in self.spec.forget)
 
     # -- what replaces it ---------------------------------------------------
     def _clean_points(self, pts: list[Point]) -> list[Point]:
