@@ -634,3 +634,29 @@ def test_forget_a_session_only_history_names(tmp_path: Path) -> None:
     assert rep.errors == [] and rep.ranges_masked == 1
     assert points(store) == {seq: without(t, SC) for seq, t in before.items()}
     assert SC[:8].encode() not in all_raw(store)
+
+
+def test_a_segment_beyond_the_head_is_named_then_rewritten_once_covered(
+        tmp_path: Path) -> None:
+    """Compaction folds no segment past the machine's head (readers fold those onto it):
+    one holding what goes is named, and the run after the next head finishes the job."""
+    src, store, clock = build(tmp_path)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    heads = HeadWriter(Repository(store, M), sh.state, os.fsencode(src), interval=300,
+                       tombstone_keep=0)
+    heads.write()
+    clock.t += 10
+    write(src, TA, line(SA, 9), "ab")
+    sh.ship([TA.encode()])  # past the head
+    before = points(store)
+
+    rep = rewrite(Repository(store, M), FORGET_SA)
+
+    [seg] = [k for k, _ in Repository(store, M).segments()]
+    assert len(rep.errors) == 1 and seg in rep.errors[0] and "not folded" in rep.errors[0]
+    assert SA.encode() in all_raw(store)
+    heads.write()
+    again = rewrite(Repository(store, M), FORGET_SA)
+    assert again.errors == []
+    assert points(store) == {seq: forgotten(t) for seq, t in before.items()}
+    assert_gone(store)
