@@ -660,3 +660,35 @@ def test_a_segment_beyond_the_head_is_named_then_rewritten_once_covered(
     assert again.errors == []
     assert points(store) == {seq: forgotten(t) for seq, t in before.items()}
     assert_gone(store)
+
+
+def test_redact_a_value_in_frames_two_generations_share(tmp_path: Path, story: Story) -> None:
+    """The patched transcript's new generation is copies of runs of the old one (parts of
+    the same frames) and a moved session's files copies of their old paths: a value in
+    those bytes is masked in both generations, in every point."""
+    base, before, opts = story
+    patched = json.loads(line(SP, 50))["message"]["content"][40:80].encode()
+    moved = json.loads(line(SM, 3))["message"]["content"][40:80].encode()
+    holders = {p for t in before.values() for p, d in t.items() if patched in d or moved in d}
+    assert holders == {TP.encode(), TM_LIB.encode()}, holders  # (the old path: pruned)
+    store = copy_of(base, tmp_path)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(patched, moved)), opts)
+
+    assert rep.errors == []
+    after = points(store)
+    assert after == {seq: redacted(redacted(t, patched), moved) for seq, t in before.items()}
+    raw = all_raw(store)
+    assert patched not in raw and moved not in raw
+    assert verify(Repository(store, M), read_data=1.0).problems == []
+
+
+def test_two_forgets_one_after_the_other(tmp_path: Path, story: Story) -> None:
+    base, before, opts = story
+    store = copy_of(base, tmp_path)
+    for sid in (SA, SM):
+        assert rewrite(Repository(store, M), Rewrite(forget=frozenset({sid})), opts
+                       ).errors == []
+    assert points(store) == {seq: without(without(t, SA), SM) for seq, t in before.items()}
+    raw = all_raw(store)
+    assert not [s for s in (SA, SM) if s[:8].encode() in raw]
