@@ -5,17 +5,29 @@
 length, so every other file at every point restores byte for byte as before, and only
 the objects that hold what goes are rewritten.
 
-The order is compaction's (docs/FORMAT.md, "Writing order"), so a kill at any point
-leaves a store that restores (with what was to go still in it until a run completes):
+The order is compaction's (docs/FORMAT.md, "Writing order": new objects, read back,
+then the pointer, then deletion), so a kill at any point leaves a store whose every
+point restores each file as it was or as the rewrite makes it, never one that lost its
+bytes, and a second run completes:
 
 1. the segments since the last compaction are folded into a manifest (``compact``);
 2. the packs and deltas that hold a dropped file, a masked byte or a catalog field to
-   mask are *dirty*; their other bytes, masked, go into new packs;
-3. new manifests: the newest one again (its next revision), each older manifest that
-   names what goes (its next revision), and each dirty delta as a manifest at the
-   delta's last seq carrying the delta's points (readers step from a manifest to a delta
-   or to a manifest whose own points start there: the same walk);
-4. each is read back; only then are the dirty objects and replaced revisions deleted.
+   mask are *dirty*; when the newest manifest finds bytes in a dirty delta, they are
+   first copied as they are into packs under its next revision (``_detach``), so that
+   no manifest needs a dirty delta;
+3. the dirty packs' and deltas' other bytes, masked, go into new packs;
+4. what replaces the older points, oldest first: each older manifest that names what
+   goes (its next revision) and each dirty delta as a manifest at the delta's last seq
+   carrying the delta's points (readers step from a manifest to a delta or to a
+   manifest whose own points start there: the same walk); each is read back;
+5. the dirty deltas are deleted (a walk through one would now name bytes the next step
+   takes away); then the newest manifest's next revision, read back;
+6. then the dirty packs and replaced revisions are deleted, and the head is written
+   again without what goes.
+
+A dirty delta no walk reaches (retention thinned its points out) is deleted without a
+replacement; one a walk would reach but for an object that does not read is left, in
+one line. A trained dictionary that holds what goes is named, not rewritten.
 """
 
 from __future__ import annotations
