@@ -119,10 +119,12 @@ def history_ranges(chunks: Iterable[bytes], sids: Collection[str]) -> list[Range
 
 
 def value_places(chunks: Iterable[bytes], values: Collection[bytes],
-                 patterns: Collection[re.Pattern[bytes]] = ()
+                 patterns: Collection[re.Pattern[bytes]] = (), plain: bool = False
                  ) -> tuple[list[Range], list[Found]]:
     """Where ``values`` occur and ``patterns`` match (each line's raw bytes): the ranges
-    to mask, and every occurrence found (with why one is left alone)."""
+    to mask, and every occurrence found (with why one is left alone). ``plain``: the
+    file is no JSON (a tool's output, a file's copy in file-history): every occurrence
+    is masked."""
     ranges: list[Range] = []
     found: list[Found] = []
     vals = sorted({v for v in values if v}, key=len, reverse=True)
@@ -132,13 +134,18 @@ def value_places(chunks: Iterable[bytes], values: Collection[bytes],
         spans = _occurrences(line, vals, patterns)
         if not spans:
             continue
+        if plain:
+            found += [Found(off + a, off + b, no) for a, b in spans]
+            ranges += [Range(off + a, off + b, digest=hashlib.sha256(line[a:b]).hexdigest())
+                       for a, b in spans]
+            continue
         if len(line) >= LINE_MAX:
             found += [Found(off + a, off + b, no, "a line too long to parse") for a, b in spans]
             continue
         keep = []
-        plain = _plain(line)
+        text = _plain(line)
         for a, b in spans:
-            why = None if plain else _why_not(line, a, b)
+            why = None if text else _why_not(line, a, b)
             found.append(Found(off + a, off + b, no, why))
             if why is None:
                 keep.append((a, b))

@@ -6,7 +6,9 @@ store write.
 MODE ``prune`` runs a prune that keeps the newest snapshot only (keep_last 1) instead;
 ``prune-window`` a prune that keeps the flushes of the last second and 1 hourly point;
 ``delta`` a compaction that may write a delta (without a mode, every compaction writes a
-manifest). NOW: the compaction's clock (seconds since the epoch).
+manifest); ``forget=<session id>`` and ``redact=<value>`` a rewrite (``archive/rewrite``)
+that takes that session or value out of every point, with deltas for the compaction it
+starts with. NOW: the compaction's clock (seconds since the epoch).
 
 A store write is a ``put`` or a ``delete_many``. Each one is appended to LOG (``put <key>``
 or ``delete <n>``) and flushed before it is made (or the process killed instead), so the
@@ -26,6 +28,7 @@ from pathlib import Path
 from syncd.archive.compact import CompactOptions, compact
 from syncd.archive.prune import prune
 from syncd.archive.retention import Policy
+from syncd.archive.rewrite import Rewrite, rewrite
 from syncd.repository import Repository
 from syncd.store import LocalStore
 
@@ -66,7 +69,12 @@ def main(argv: list[str]) -> int:
                           delta_target=0 if mode == "prune-window" else 64 << 10,
                           now=float(rest[1]) if len(rest) > 1 else None)
     repo = Repository(store, machine)
-    if mode == "prune":
+    if mode.startswith(("forget=", "redact=")):
+        what, _, value = mode.partition("=")
+        spec = Rewrite(forget=frozenset({value})) if what == "forget" else \
+            Rewrite(redact=(value.encode(),))
+        print(json.dumps(rewrite(repo, spec, opts).as_dict()))
+    elif mode == "prune":
         print(json.dumps(prune(repo, Policy(keep_last=1), opts=opts).as_dict()))
     elif mode == "prune-window":
         policy = Policy(keep_within=1.0, keep_hourly=1)

@@ -16,6 +16,7 @@ from syncd.archive.rewrite import Rewrite, rewrite
 from syncd.mask import mask_of
 from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions, restore
+from syncd.security.crypto import Crypto
 from syncd.store import MemoryStore, Store
 from syncd.timeline import timeline
 from tests.helpers import tree_bytes, write
@@ -49,23 +50,23 @@ def thought(sid: str, text: str) -> bytes:
         {"type": "thinking", "thinking": text, "signature": "c2lnbmVk"}]}}).encode() + b"\n"
 
 
-def points(store: Store) -> dict[int, dict[bytes, bytes]]:
+def points(store: Store, crypto: Crypto | None = None) -> dict[int, dict[bytes, bytes]]:
     """Every point's tree, by seq, as a restore as of it writes it."""
-    repo = Repository(store, M)
+    repo = Repository(store, M, crypto)
     rows, errors = timeline(repo)
     assert errors == []
     out = {}
     for row in rows:
-        got = _restore_at(store, row.time)
+        got = _restore_at(store, row.time, crypto)
         out[row.seq] = got
     return out
 
 
-def _restore_at(store: Store, at: float) -> dict[bytes, bytes]:
+def _restore_at(store: Store, at: float, crypto: Crypto | None = None) -> dict[bytes, bytes]:
     import tempfile
     with tempfile.TemporaryDirectory() as d:
-        r = restore(Repository(store, M), RestoreOptions(target=Path(d), at=at,
-                                                         local_machine=M))
+        r = restore(Repository(store, M, crypto), RestoreOptions(target=Path(d), at=at,
+                                                                 local_machine=M))
         assert r.errors == []
         return tree_bytes(Path(d))
 
@@ -89,17 +90,18 @@ def all_raw(store: Store) -> bytes:
     return bytes(out)
 
 
-def build(tmp_path: Path) -> tuple[Path, MemoryStore, Clock]:
+def build(tmp_path: Path, store: Store | None = None, crypto: Crypto | None = None
+          ) -> tuple[Path, Store, Clock]:
     """Flushes over time: two sessions, history lines, compactions into deltas and
-    manifests between them, a segment after."""
-    src, store, clock = tmp_path / "src", MemoryStore(), Clock()
-    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    manifests between them, a segment after (on ``store``: a new memory store)."""
+    src, store, clock = tmp_path / "src", store or MemoryStore(), Clock()
+    sh = make_shipper(src, store, tmp_path / "st.db", clock, crypto)
     write(src, TA, line(SA, 0) + said(SA, 1, "the key is " + SECRET.decode()))
     write(src, HIST, history(SA, 0))
     write(src, TB, line(SB, 0, cwd="/home/u/lib"))
     ship_all(sh, src)
     clock.t += 10
-    compact(Repository(store, M), CompactOptions(max_chain=0))  # a manifest
+    compact(Repository(store, M, crypto), CompactOptions(max_chain=0))  # a manifest
     write(src, TA, line(SA, 2) + thought(SA, "thinking of " + SECRET.decode()), "ab")
     write(src, HIST, history(SB, 1), "ab")
     ship_all(sh, src)
@@ -109,12 +111,12 @@ def build(tmp_path: Path) -> tuple[Path, MemoryStore, Clock]:
     write(src, TB, said(SB, 2, "also " + SECRET.decode()), "ab")
     ship_all(sh, src)
     clock.t += 10
-    compact(Repository(store, M), DELTA)  # a delta
+    compact(Repository(store, M, crypto), DELTA)  # a delta
     write(src, HIST, history(SA, 2) + history(SB, 3), "ab")
     write(src, TB, line(SB, 3, cwd="/home/u/lib"), "ab")
     ship_all(sh, src)
     clock.t += 10
-    compact(Repository(store, M), DELTA)  # another delta (or the small one grown)
+    compact(Repository(store, M, crypto), DELTA)  # another delta (or the small one grown)
     write(src, TB, line(SB, 4, cwd="/home/u/lib"), "ab")
     ship_all(sh, src)  # a segment after
     return src, store, clock

@@ -5,17 +5,29 @@
 length, so every other file at every point restores byte for byte as before, and only
 the objects that hold what goes are rewritten.
 
-The order is compaction's (docs/FORMAT.md, "Writing order"), so a kill at any point
-leaves a store that restores (with what was to go still in it until a run completes):
+The order is compaction's (docs/FORMAT.md, "Writing order": new objects, read back,
+then the pointer, then deletion), so a kill at any point leaves a store whose every
+point restores each file as it was or as the rewrite makes it, never one that lost its
+bytes, and a second run completes:
 
 1. the segments since the last compaction are folded into a manifest (``compact``);
 2. the packs and deltas that hold a dropped file, a masked byte or a catalog field to
-   mask are *dirty*; their other bytes, masked, go into new packs;
-3. new manifests: the newest one again (its next revision), each older manifest that
-   names what goes (its next revision), and each dirty delta as a manifest at the
-   delta's last seq carrying the delta's points (readers step from a manifest to a delta
-   or to a manifest whose own points start there: the same walk);
-4. each is read back; only then are the dirty objects and replaced revisions deleted.
+   mask are *dirty*; when the newest manifest finds bytes in a dirty delta, they are
+   first copied as they are into packs under its next revision (``_detach``), so that
+   no manifest needs a dirty delta;
+3. the dirty packs' and deltas' other bytes, masked, go into new packs;
+4. what replaces the older points, oldest first: each older manifest that names what
+   goes (its next revision) and each dirty delta as a manifest at the delta's last seq
+   carrying the delta's points (readers step from a manifest to a delta or to a
+   manifest whose own points start there: the same walk); each is read back;
+5. the dirty deltas are deleted (a walk through one would now name bytes the next step
+   takes away); then the newest manifest's next revision, read back;
+6. then the dirty packs and replaced revisions are deleted, and the head is written
+   again without what goes.
+
+A dirty delta no walk reaches (retention thinned its points out) is deleted without a
+replacement; one a walk would reach but for an object that does not read is left, in
+one line. A trained dictionary that holds what goes is named, not rewritten.
 """
 
 from __future__ import annotations
@@ -47,7 +59,7 @@ from syncd.format.catalog import Session
 from syncd.format.delta import Delta, by_start, manifest_points
 from syncd.format.points import Locator, Point
 from syncd.format.segment import SegmentIndex
-from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current
+from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current, has_sid
 from syncd.repository import Repository
 from syncd.sessionfiles import session_owning
 from syncd.store import layout
@@ -56,6 +68,9 @@ log = logging.getLogger("syncd.rewrite")
 
 # Bytes of a file read at a time while looking for what to mask.
 WINDOW = 16 << 20
+# Files whose lines are JSON (a value is masked only inside a string, never a signed
+# one); in any other file every occurrence is.
+JSON_NAMES = (b".jsonl", b".json")
 
 
 @dataclass(frozen=True)
@@ -157,6 +172,7 @@ def rewrite(repo: Repository, spec: Rewrite, opts: CompactOptions | None = None,
             rep.folded = _compact(repo, replace(opts, max_chain=0, keep=None, drop=()))
             rep.errors += rep.folded.errors
         _Run(repo, spec, opts, rep).run()
+        rep.errors = _one_line_each(rep.errors)
         return rep
 
 
@@ -174,6 +190,19 @@ def _dirty_dictionaries(repo: Repository, spec: Rewrite, rep: RewriteReport) -> 
     return out
 
 
+def _one_line_each(errors: list[str]) -> list[str]:
+    """The first line about each object (the fold and the rewrite both meet one that
+    does not read)."""
+    seen: set[str] = set()
+    out = []
+    for e in errors:
+        about = e.split(": ", 1)[0]
+        if about not in seen:
+            seen.add(about)
+            out.append(e)
+    return out
+
+
 class _Run:
     def __init__(self, repo: Repository, spec: Rewrite, opts: CompactOptions,
                  rep: RewriteReport) -> None:
@@ -182,16 +211,21 @@ class _Run:
         self.sizes: dict[str, int] = {}
         self.leftovers: list[Delta] = []
         self.found: set[bytes] = set()  # the digests' values, found in the files
+        self.unreadable: list[int] = []  # seqs of manifests, los of deltas, that do not read
+        self.orphans: set[str] = set()  # dirty deltas no walk reaches
+        self.left: set[str] = set()  # dirty deltas kept (a walk to them does not read)
 
     # -- what is there ------------------------------------------------------
-    def run(self) -> None:
+    def run(self, detached: bool = False) -> None:
         repo, rep = self.repo, self.rep
+        errors = list(rep.errors)
         snaps = current(repo.snapshots())
         if not snaps:
             self._segments_only()
             return
         manifests: list[Manifest] = []
-        for _, _, key in snaps:
+        self.unreadable, self.orphans, self.left = [], set(), set()
+        for seq, _, key in snaps:
             try:
                 manifests.append(repo.read_manifest(key))
             except (FormatError, StoreError) as e:
@@ -199,6 +233,7 @@ class _Run:
                     raise CompactError(f"the newest snapshot is unreadable, not rewriting "
                                        f"(run syncd verify): {e}") from e
                 rep.errors.append(f"{e}; left as it is")
+                self.unreadable.append(seq)
         newest = manifests[-1]
         try:
             groups = repo.read_groups(newest)
@@ -209,10 +244,13 @@ class _Run:
         self._find_masks(tree)
         deltas, narrower = self._deltas()
         dicts = set(rep.dictionaries)
-        dirty_deltas = [d for d in deltas if self._dirty_index(d.index, d.points)
-                        or any(x.dict_id in dicts for x in d.index.extents)]
-        self.leftovers = [d for d in narrower if self._dirty_index(d.index, d.points)
-                          or any(x.dict_id in dicts for x in d.index.extents)]
+
+        def dirty(d: Delta) -> bool:
+            return self._dirty_index(d.index, d.points) or \
+                any(x.dict_id in dicts for x in d.index.extents)
+
+        dirty_deltas = self._reached([d for d in deltas if dirty(d)], deltas, manifests)
+        self.leftovers = [d for d in narrower if dirty(d)]
         packs = dict(repo.packs())
         dirty_packs = []
         for key, size in sorted(packs.items()):
@@ -228,7 +266,9 @@ class _Run:
                  if self._dirty_segment(k, size)]
         move = set(dirty_packs) | {d.key for d in dirty_deltas}
         # (a leftover's bytes are in the delta that replaced it: deleted, not moved)
-        rep.rewritten = sorted(move) + [m.key for m in dirty_manifests]
+        ours = {k for k, _ in rep.written}  # (what ``_detach`` wrote is no rewritten one)
+        rep.rewritten = sorted((set(rep.rewritten) | move | {m.key for m in dirty_manifests})
+                               - ours)
         dropped = sorted({os.fsdecode(e.path) for e in [*tree.live.values(),
                                                          *tree.retained.values()]
                           if self.spec.drops(e.path)})
@@ -237,18 +277,60 @@ class _Run:
         newest_dirty = bool(move or dirty_manifests or dropped or self.leftovers
                             or dicts or self._dirty_manifest(newest))
         if later:
-            rep.errors.append(f"{len(later)} segments written during the rewrite hold what "
-                              "goes (the daemon ships it until it knows): run it again")
+            rep.errors.append(f"{repo.where(later[0])}: {len(later)} segments after the "
+                              "newest snapshot hold what goes and were not folded (beyond "
+                              "what the machine's head or its writer confirmed, or shipped "
+                              "meanwhile): run this again after the next compaction")
         if not newest_dirty:
             rep.note = "nothing holds it" if not later else rep.note
+            if not self.opts.dry_run:
+                self._clean_head()
+            # Replaced revisions a run left when it died before deleting them.
+            stale = [k for k in self._stale(manifests, {}) if self._dirty_key(k)]
+            if stale and not self.opts.dry_run:
+                drep = CompactReport(repo.machine)
+                _delete(repo, stale, drep)
+                rep.deleted, rep.errors = drep.deleted, rep.errors + drep.errors
+                rep.note = "nothing holds it but replaced snapshots, deleted"
             return
         if self.opts.dry_run:
             rep.note = "dry run: nothing written"
             self.sizes = {k: s for k, s in packs.items() if k in move}
             rep.bytes_deleted = sum(self.sizes.values()) + sum(d.size for d in dirty_deltas)
             return
+        if not detached and self._detach(newest, tree, dirty_deltas):
+            # Everything again from the newest manifest just written (what it found, it
+            # finds again: its lines are not said twice).
+            self.masks, self.leftovers = {}, []
+            rep.errors, rep.left_alone = errors, []
+            self.run(detached=True)
+            return
         self._write(newest, tree, manifests, deltas, dirty_deltas, dirty_manifests, move,
                     packs)
+
+    def _clean_head(self) -> None:
+        """The head lists sessions and their catalog fields: written again without what
+        goes (the same flush, so readers fold the same segments onto it)."""
+        repo = self.repo
+        try:
+            h = repo.head()
+        except (FormatError, StoreError) as e:
+            self.rep.errors.append(f"{e}; not searched for what goes (readers pass over a "
+                                   "head that does not read)")
+            return
+        if h is None:
+            return
+        sessions = [replace(s, fields=self._clean_fields(s.fields)) for s in h.sessions
+                    if not self.spec.drops(s.path)]
+        if sessions == h.sessions:
+            return
+        try:
+            repo.write_head(replace(h, sessions=sessions))
+        except StoreError as e:
+            self.rep.errors.append(f"{repo.where(layout.head_key(repo.machine))}: still "
+                                   f"lists what goes, not written again: {e}")
+            return
+        self.rep.rewritten.append(layout.head_key(repo.machine))
 
     def _segments_only(self) -> None:
         # A machine never compacted (nor could be just now): nothing but segments, whose
@@ -264,13 +346,45 @@ class _Run:
         a run that died before deleting them: redundant)."""
         chain: list[Delta] = []
         narrower: list[Delta] = []
-        for rows in by_start(self.repo.deltas()).values():
-            for i, (_, _, key, size) in enumerate(rows):
+        for lo, rows in by_start(self.repo.deltas()).items():
+            read = False  # readers take the widest that reads: a wider one that does not
+            for _, _, key, size in rows:  # makes no leftover of the one they take
                 try:
-                    (narrower if i else chain).append(self.repo.read_delta(key, size))
+                    (narrower if read else chain).append(self.repo.read_delta(key, size))
+                    read = True
                 except (FormatError, StoreError) as e:
                     self.rep.errors.append(f"{e}; left as it is")
+                    self.unreadable.append(lo)
         return sorted(chain, key=lambda d: d.lo), narrower
+
+    def _leads_to(self, d: Delta, manifests: list[Manifest], by_lo: dict[int, Delta]) -> bool:
+        """Whether a walk reaches delta ``d``: from the newest manifest before it (or the
+        beginning), delta after delta, as readers step."""
+        base = max((m.seq for m in manifests if m.seq < d.lo), default=-1)
+        at = base + 1
+        while at < d.lo and at in by_lo:
+            at = by_lo[at].hi + 1
+        return at == d.lo
+
+    def _reached(self, dirty: list[Delta], deltas: list[Delta], manifests: list[Manifest]
+                 ) -> list[Delta]:
+        """The dirty deltas to rewrite. One that no walk reaches holds no point: retention
+        thinned its points out (a prune drops it later), so it goes without a replacement
+        (``orphans``). One that a walk would reach but for an object that does not read
+        stays, in one line (``left``): its points may come back with that object. The
+        bytes the newest manifest finds in either are moved (masked) all the same."""
+        by_lo = {d.lo: d for d in deltas}
+        for d in dirty:
+            if self._leads_to(d, manifests, by_lo):
+                continue
+            if any(u < d.lo for u in self.unreadable):
+                self.rep.errors.append(f"{self.repo.where(d.key)}: holds what goes, but a "
+                                       "snapshot or delta before it does not read, so its "
+                                       "points cannot be restated: left as it is")
+                self.left.add(d.key)
+            else:
+                self.orphans.add(d.key)
+        return dirty
 
     def _find_masks(self, tree: _Tree) -> None:
         """Every range to mask, found in each generation's bytes as the newest manifest
@@ -291,7 +405,8 @@ class _Run:
             if spec.masking:
                 values = spec.values_in(functools.partial(self._bytes, e), e.path)
                 self.found |= set(values) - set(spec.redact)
-                got, found = mask.value_places(chunks, values, spec.patterns)
+                got, found = mask.value_places(chunks, values, spec.patterns,
+                                               plain=not e.path.endswith(JSON_NAMES))
                 ranges += got
                 for f in found:
                     if f.why is not None:
@@ -339,6 +454,12 @@ class _Run:
         except (FormatError, StoreError):
             return False  # compaction stops there as before; verify says why
 
+    def _dirty_key(self, key: str) -> bool:
+        try:
+            return self._dirty_manifest(self.repo.read_manifest(key))
+        except (FormatError, StoreError):
+            return False  # superseded anyway; what it holds cannot be judged
+
     def _dirty_manifest(self, m: Manifest) -> bool:
         try:
             groups = self.repo.read_groups(m)
@@ -346,10 +467,17 @@ class _Run:
         except (FormatError, StoreError) as e:
             self.rep.errors.append(f"{e}; left as it is")
             return False
-        return any(self.spec.drops(e.path) for g in groups.values() for e in g.entries) \
+        # (history.jsonl's extents name the sessions of their lines: ``sids``)
+        return any(self.spec.drops(e.path) or self._names_forgotten(e)
+                   for g in groups.values() for e in g.entries) \
             or any(self.spec.drops(s.path) or self._dirty_fields(s.fields)
                    for g in groups.values() for s in g.sessions) \
             or self._dirty_points(own[1] if own else [])
+
+    def _names_forgotten(self, e: Entry) -> bool:
+        return e.path == HISTORY and any(
+            ids is not None and has_sid(ids, sid)
+            for ids in e.sids.values() for sid in self.spec.forget)
 
     # -- what replaces it ---------------------------------------------------
     def _clean_points(self, pts: list[Point]) -> list[Point]:
@@ -400,47 +528,60 @@ class _Run:
         for e in entries:
             final.add_all(e.extents)
         taken = {(s, r) for s, r, _ in repo.snapshots()}
-        new_keys: list[str] = []
-        # The newest again; a delta ending at its seq is carried by it (its points).
-        last = next((d for d in dirty_deltas if d.hi == newest.seq), None)
+        # First what replaces the older points: the older manifests that name what goes,
+        # and each dirty delta as a manifest carrying its points (a delta ending at the
+        # newest's seq is carried by the newest's own points). Until the newest is
+        # replaced, it locates every byte those points name, so a kill leaves each file of
+        # each point as it was or as it will be, never one that lost its bytes.
+        last = next((d for d in dirty_deltas if d.hi == newest.seq
+                     and d.key not in self.orphans | self.left), None)
+        # Oldest first: a walk then meets what was rewritten before what was not, so a
+        # file that goes either starts again at its next change as it was, or is gone;
+        # the other way round, an older point would keep it at a stale size.
+        by_lo = {d.lo: d for d in deltas}
+        jobs: list[tuple[int, int, Manifest | Delta]] = [(m.seq, 0, m) for m in dirty_manifests]
+        jobs += [(d.hi, 1, d) for d in dirty_deltas
+                 if d is not last and d.key not in self.orphans | self.left]
+        older: list[str] = []
+        for _, _, x in sorted(jobs, key=lambda j: j[:2]):
+            older.append(self._reissue(x, final, taken) if isinstance(x, Manifest) else
+                         self._delta_as_manifest(x, manifests, by_lo, final, taken))
+        self._read_back(older)
+        # The dirty deltas are needed by no manifest now (``_detach``): their points are
+        # the replacements' (or the newest's own), so they go before the newest changes:
+        # once it does, a walk through one would name bytes that no object holds.
+        gone = [d.key for d in [*dirty_deltas, *self.leftovers] if d.key not in self.left]
+        drep = CompactReport(repo.machine)
+        _delete(repo, gone, drep)
+        if drep.errors:
+            rep.errors += drep.errors
+            rep.deleted = drep.deleted
+            rep.errors.append("the newest snapshot is left as it was (run this again)")
+            return
         own = self._own(newest)
         if last is not None and not own:
             own = {"lo": last.lo, **pointfmt.encode(self._clean_points(last.points))}
         top = self._put(newest.seq, newest.rev + 1, tree.time, tree.first_time or tree.time,
                         entries, tree.catalog(repo.machine), tree.projects, own, taken)
-        new_keys.append(top)
-        for m in dirty_manifests:
-            new_keys.append(self._reissue(m, final, taken))
-        by_lo = {d.lo: d for d in deltas}
-        for d in dirty_deltas:
-            if d is last:
-                continue
-            new_keys.append(self._delta_as_manifest(d, manifests, by_lo, final, taken))
-        for key in new_keys:  # what readers will see, read back before anything goes
-            try:
-                repo.read_groups(repo.read_manifest(key))
-            except (FormatError, StoreError) as e:
-                raise CompactError(f"a rewritten snapshot does not read back, nothing "
-                                   f"deleted: {e}") from e
+        self._read_back([top])
         referenced = {k for e in entries for k, _ in e.extents}
-        doomed = [d.key for d in [*dirty_deltas, *self.leftovers]]
-        doomed += [k for k in move if k in packs and k not in referenced]
-        replaced = {(m.seq, m.key) for m in [newest, *dirty_manifests]}
-        doomed += [key for s, r, key in repo.snapshots()
-                   if any(s == seq and key <= old for seq, old in replaced)]
+        doomed = [k for k in move if k in packs and k not in referenced]
+        doomed += self._stale([newest, *manifests, *(repo.read_manifest(k) for k in older)],
+                              {newest.seq: top})
         rep.bytes_deleted = sum(packs.get(k, 0) for k in doomed) + \
-            sum(d.size for d in dirty_deltas)
+            sum(d.size for d in [*dirty_deltas, *self.leftovers] if d.key not in self.left)
         snaps = repo.snapshots()
         if snaps and current(snaps)[-1][2] != top:
             rep.errors.append(f"{repo.where(current(snaps)[-1][2])} appeared during the "
-                              "rewrite; nothing deleted (run it again)")
+                              "rewrite; nothing more deleted (run it again)")
+            rep.deleted = drep.deleted
             return
-        drep = CompactReport(repo.machine)
         _delete(repo, sorted(set(doomed)), drep)
         _sweep(repo, newest.seq, top, referenced, drep)
         self._drop_dictionaries(newest.seq, drep)
         rep.deleted = drep.deleted
         rep.errors += drep.errors
+        self._clean_head()
         log.info("rewrote %d objects of %s (%d written, %d deleted)", len(rep.rewritten),
                  repo.machine, len(rep.written), len(rep.deleted))
 
@@ -466,6 +607,49 @@ class _Run:
                                        "written meanwhile still use it: run this again")
             else:
                 _delete(self.repo, [layout.dict_key(self.repo.machine, d)], drep)
+
+    def _read_back(self, keys: list[str]) -> None:
+        for key in keys:  # what readers will see, read back before anything goes
+            try:
+                self.repo.read_groups(self.repo.read_manifest(key))
+            except (FormatError, StoreError) as e:
+                raise CompactError(f"a rewritten snapshot does not read back, nothing "
+                                   f"deleted: {e}") from e
+
+    def _stale(self, read: list[Manifest], newer: dict[int, str]) -> list[str]:
+        """Revisions below the current one of a seq whose current one reads (a run that
+        died before deleting them left them: they may hold what goes)."""
+        best = dict(newer)
+        for m in read:
+            if m.seq not in newer and m.key > best.get(m.seq, ""):
+                best[m.seq] = m.key
+        return [key for s, _, key in self.repo.snapshots() if s in best and key < best[s]]
+
+    def _detach(self, newest: Manifest, tree: _Tree, dirty: list[Delta]) -> bool:
+        """Make the newest manifest need no dirty delta, so that those can be deleted
+        before it is replaced: their extents it names are copied into packs as they are,
+        and a delta ending at its seq lends it its points. Returns whether it wrote one
+        (the newest manifest is then another: everything is looked at again)."""
+        entries = tree.located()
+        keys = {d.key for d in dirty if d.key not in self.left}  # (those stay meanwhile)
+        move = {k for e in entries for k, _ in e.extents if k in keys}
+        last = next((d for d in dirty if d.hi == newest.seq
+                     and d.key not in self.orphans | self.left), None)
+        own = dict(newest.chain)
+        if last is not None and manifest_points(newest) is None:
+            own = {"lo": last.lo, **pointfmt.encode(last.points)}
+        elif not move:
+            return False
+        repo, opts = self.repo, self.opts
+        crep = CompactReport(repo.machine)
+        lo = min([newest.seq, *(d.lo for d in dirty if d.key in move)])
+        _write_packs(repo, entries, move, lo, tree, opts, crep)
+        self.rep.written += crep.packs_written
+        key = self._put(newest.seq, newest.rev + 1, tree.time, tree.first_time or tree.time,
+                        entries, tree.catalog(repo.machine), tree.projects, own,
+                        {(s, r) for s, r, _ in repo.snapshots()})
+        self._read_back([key])
+        return True
 
     def _own(self, m: Manifest) -> dict[str, Any]:
         got = manifest_points(m)

@@ -17,7 +17,7 @@ import os
 import signal
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from syncd.backup.ship import check_hash
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.errors import FormatError, LeaseHeld, PreconditionFailed, StoreError
+from syncd.errors import LeaseHeld, PreconditionFailed
 from syncd.follow.quiet import Quiet
 from syncd.format.catalog import session_of
 from syncd.repository import Repository
@@ -232,8 +232,7 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
     own = repo.machine == settings.machine_id
     if own:
         opts = compact_options(settings, dry_run=dry_run)
-        return _with_head(repo, spec, rewrite(repo, spec, opts,
-                                              retire_dictionary=lambda d: _retire(settings, d)))
+        return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d))
     opts = CompactOptions(level=settings.compact_level, pack_target=settings.pack_target_bytes,
                           dry_run=dry_run, spool_dir=settings.state_dir,
                           lock=settings.state_dir / f"compact-{repo.machine}.lock")
@@ -251,7 +250,7 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
                                  f"machine, or let it follow this one's tombstone ({e})"
                                  ) from e
     try:
-        return _with_head(repo, spec, rewrite(repo, spec, replace(opts)))
+        return rewrite(repo, spec, opts)
     finally:
         lease.release()
 
@@ -269,35 +268,8 @@ def _retire(settings: Settings, dict_id: str) -> None:
         state.close()
 
 
-def _with_head(repo: Repository, spec: Rewrite, rep: RewriteReport) -> RewriteReport:
-    """The head without what went (its sessions and their catalog text)."""
-    if rep.dry_run:
-        return rep
-    try:
-        h = repo.head()
-    except (FormatError, StoreError) as e:
-        rep.errors.append(f"head: {e}")
-        return rep
-    if h is None:
-        return rep
-    keep = [s for s in h.sessions if not spec.drops(s.path)]
-    changed = len(keep) != len(h.sessions)
-    if spec.masking:
-        for s in keep:
-            new = {k: mask.mask_text(v, spec.redact, spec.patterns) for k, v in s.fields.items()}
-            changed |= new != s.fields
-            s.fields = new
-    if changed:
-        h.sessions = keep
-        try:
-            repo.write_head(h)
-        except StoreError as e:
-            rep.errors.append(f"head: {e}")
-    return rep
-
-
 def forget_here(settings: Settings, repo: Repository, sids: frozenset[str],
-                opts: CompactOptions) -> tuple[RewriteReport | None, bool]:
+                opts: CompactOptions) -> tuple[RewriteReport, bool]:
     """What the daemon does for sessions a followed machine's tombstone forgot here (the
     follower removed the copies it imported): this tree's history lines of them masked
     (once quiet: else False, to be tried again), the state's rows and search text
@@ -310,10 +282,7 @@ def forget_here(settings: Settings, repo: Repository, sids: frozenset[str],
         apply_local(settings, [], ranges, False, LocalReport())
     drop_state(settings, spec)
     purge_search(settings, spec, list(ranges))
-    rep = purges.purge(repo, sids, opts)
-    if rep is not None:
-        _with_head(repo, spec, rep)
-    return rep, whole
+    return purges.purge(repo, sids, opts), whole
 
 
 def session_paths_in_state(settings: Settings, sids: frozenset[str]) -> list[bytes]:
