@@ -1,0 +1,427 @@
+"""What looks like a secret in transcript bytes, by detect-secrets' maintained plugins.
+
+Transcripts are JSONL whose text lives in JSON-escaped strings: the plugins run on the
+decoded string values (a PEM key's ``\\n`` escapes are newlines to them), line by line
+of each value as detect-secrets runs them on a file, and each finding is reported where
+its raw bytes are in the file (offset and length of the escaped text), so that it can be
+replaced in place by text of the same JSON-string validity.
+
+Speed: the plugins are slow per line, and nearly every transcript line holds nothing.
+A line is first decoded whole in C (its string literals run together, one ``json.loads``)
+and every plugin's own patterns are searched in that text; the high-entropy plugins'
+quoted strings are kept only if they could pass the entropy limit (``n`` distinct
+characters carry at most ``log2(n)`` bits). Only a line with a candidate is taken apart
+string by string and confirmed by the plugins and detect-secrets' heuristic filters.
+
+Plugins are called on strings alone (``analyze_string``): never their ``verify``, which
+would send a found key to its service. Left out: the public IPv4 plugin (an address is
+not a secret). The keyword plugin takes the quoted forms it uses for source files.
+
+Strings of a ``thinking`` block (``thinking``, ``signature``), a ``redacted_thinking``
+block's ``data`` and any ``signature`` are signed: the API checks them on a resume, so
+a finding there is marked ``signed`` (it cannot be redacted, only forgotten).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+# A line longer than this is not decoded (that would take several times its size): it
+# is skipped with a note.
+LINE_MAX = 8 << 20
+# Characters shown of a value at each end, at most.
+SHOWN = 4
+# detect-secrets' file type for the keyword plugin: "other" (quotes required).
+_FILENAME = "transcript"
+_LEFT_OUT = frozenset({"IPPublicDetector"})
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
+
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+# The literals' contents run together, each followed by an escaped newline.
+_CONTENTS = re.compile(rb'"((?:[^"\\]++|\\.)*+)"', re.DOTALL)
+_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[{}\[\],:]', re.DOTALL)
+_ESCAPES = {ord('"'): '"', ord("\\"): "\\", ord("/"): "/", ord("b"): "\b",
+            ord("f"): "\f", ord("n"): "\n", ord("r"): "\r", ord("t"): "\t"}
+
+
+@dataclass(frozen=True, slots=True)
+class RawFinding:
+    """One finding in the scanned bytes: never the value, only where it is."""
+
+    line: int     # 1-based line of the scanned bytes (first_line for the first)
+    offset: int   # raw bytes [offset, offset + length) (base_offset counted in)
+    length: int
+    kind: str     # the plugin's secret type, e.g. "AWS Access Key"
+    masked: str   # e.g. "AKIA…MPLE"
+    signed: bool  # inside a thinking/signature/redacted data string
+    sha256: str   # hex, of the raw bytes
+
+
+# -- the plugins --------------------------------------------------------------------------
+
+# Plugins whose patterns Python's ``re`` cannot skip through fast (they begin with a
+# lookbehind, an alternation or a class): each is searched only in the decoded lines
+# that hold one of the words every match of it holds (lowercase: in the lowered text).
+# A plugin not named here has its patterns searched in the whole text.
+_ANCHORS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "KeywordDetector": (("key", "pw", "pass", "secret", "contrase"), True),
+    "IbmCloudIamDetector": (("key", "pw", "pass", "token"), True),
+    "IbmCosHmacDetector": (("key",), True),
+    "CloudantDetector": (("key", "pw", "pass", "token", "cloudant"), True),
+    "SoftlayerDetector": (("key", "pw", "pass", "token", "softlayer"), True),
+    "AWSKeyDetector": (("aws", "akia", "asia", "abia", "acca", "a3t"), True),
+    "ArtifactoryDetector": (("AKC", "AP"), False),
+    "MailchimpDetector": (("-us",), False),
+    "TelegramBotTokenDetector": ((":",), False),
+}
+# Transcript values that are no secrets though a plugin takes them: Anthropic's ids of
+# requests, messages and tool calls, paths and URLs, digests (git ids, sha256 of tool
+# outputs), and the placeholders of documentation (``user:password@host``).
+_IDS = re.compile(r"(?:req|msg|msgbatch|toolu|srvtoolu|file)_[A-Za-z0-9]{8,}")
+_PATH = re.compile(r"(?:\.{0,2}|~)/|[A-Za-z][\w+.-]*://")
+_DIGEST_LENGTHS = (40, 64)
+_PLACEHOLDERS = frozenset({
+    "password", "passwd", "pass", "pwd", "secret", "changeit", "changeme", "example",
+    "username", "token", "apikey", "api_key", "none", "null", "true", "false", "redacted"})
+_PLACEHOLDER = re.compile(r"(.)\1*|<[^<>]*>|\[[^\[\]]*\]|\*+|x+|your[_-].*",
+                          re.IGNORECASE)
+
+
+@dataclass
+class _Rules:
+    fast: list[re.Pattern[str]]     # searched in the whole text
+    # (words, whether they are lowercase, [(pattern, whether it runs on the lowered line)])
+    anchored: list[tuple[tuple[str, ...], bool, list[tuple[re.Pattern[str], bool]]]]
+    regex: list[Any]                # RegexBasedDetector plugins
+    entropy: list[Any]              # the high-entropy string plugins
+    keyword: Any                    # KeywordDetector
+    keyword_groups: dict[re.Pattern[str], int]
+    candidates: list[tuple[Any, re.Pattern[str]]]  # high-entropy: quoted, long enough
+
+
+@lru_cache(maxsize=1)
+def _rules() -> _Rules:
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins import keyword as kw
+    from detect_secrets.plugins.base import RegexBasedDetector
+    from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+
+    r = _Rules([], [], [], [], None, kw.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, [])
+    cls: Any
+    for cls in get_mapping_from_secret_type_to_class().values():
+        if cls.__name__ in _LEFT_OUT:
+            continue
+        plugin = cls()
+        patterns: list[re.Pattern[str]] = []
+        if isinstance(plugin, RegexBasedDetector):
+            r.regex.append(plugin)
+            patterns = list(plugin.denylist)
+        elif isinstance(plugin, HighEntropyStringsPlugin):
+            r.entropy.append(plugin)
+            # The plugin's own quoted-string pattern, but only as long as a string must
+            # be to hold more than its limit of entropy.
+            need = math.floor(2 ** plugin.entropy_limit) + 1
+            chars = re.escape(plugin.charset)
+            r.candidates.append((plugin, re.compile(rf"(['\"])([{chars}]{{{need},}})(\1)")))
+        elif isinstance(plugin, kw.KeywordDetector):
+            r.keyword = plugin
+            patterns = list(r.keyword_groups)
+        anchor = _ANCHORS.get(cls.__name__)
+        if anchor is None:
+            r.fast.extend(patterns)
+        elif patterns:
+            r.anchored.append((*anchor, [_lowered(rx) for rx in patterns]))
+    return r
+
+
+def _lowered(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool]:
+    """A case-blind pattern with no capital in it (but escapes: ``\\W``) as a case-bound one
+    to search the lowered text with: Python's ``re`` is ten times slower blind."""
+    if not rx.flags & re.IGNORECASE or re.search(r"(?<!\\)[A-Z]", rx.pattern):
+        return rx, False
+    return re.compile(rx.pattern, rx.flags & ~re.IGNORECASE), True
+
+
+def _lines_with(text: str, low: str, words: tuple[str, ...], lower: bool) -> Iterator[str]:
+    """Each decoded line of ``text`` holding one of ``words``, once."""
+    hay = low if lower else text
+    done: set[int] = set()
+    for w in words:
+        i = hay.find(w)
+        while i >= 0:
+            s = hay.rfind("\n", 0, i) + 1
+            e = hay.find("\n", i)
+            e = len(hay) if e < 0 else e
+            if s not in done:
+                done.add(s)
+                yield text[s:e]
+            i = hay.find(w, e)
+
+
+def _candidate(text: str) -> bool:
+    """Whether any plugin could find something in ``text`` (a superset of the lines
+    the plugins confirm, but for the values ``_not_secret`` takes out)."""
+    r = _rules()
+    for rx in r.fast:
+        if rx.search(text):
+            return True
+    for p, rx in r.candidates:
+        for m in rx.finditer(text):
+            s = m.group(2)
+            if len(set(s)) > 2 ** p.entropy_limit and not _not_secret(p, s):
+                return True
+    low = text.lower()
+    for words, lower, patterns in r.anchored:
+        for piece in _lines_with(text, low, words, lower):
+            if any(rx.search(piece.lower() if on_low else piece) for rx, on_low in patterns):
+                return True
+    return False
+
+
+def _not_secret(plugin: Any, secret: str) -> bool:
+    """A transcript's values that are no secrets (see ``_IDS`` and below)."""
+    kind = plugin.secret_type
+    if kind == "Hex High Entropy String":
+        return len(secret) in _DIGEST_LENGTHS
+    if kind == "Base64 High Entropy String":
+        return bool(_IDS.fullmatch(secret) or _PATH.match(secret) or "://" in secret)
+    if kind in ("Secret Keyword", "Basic Auth Credentials"):
+        return secret.lower() in _PLACEHOLDERS or bool(_PLACEHOLDER.fullmatch(secret))
+    return False
+
+
+def _filtered(secret: str, line: str, plugin: Any) -> bool:
+    """detect-secrets' default heuristic filters (those that look at a secret), then
+    ours for transcripts."""
+    from detect_secrets.filters import heuristic as h
+
+    return (h.is_sequential_string(secret) or h.is_potential_uuid(secret)
+            or h.is_likely_id_string(secret, line, plugin) or h.is_templated_secret(secret)
+            or h.is_prefixed_with_dollar_sign(secret) or h.is_indirect_reference(line)
+            or h.is_not_alphanumeric_string(secret) or _not_secret(plugin, secret))
+
+
+def _confirmed(line: str) -> Iterator[tuple[str, int, int, Any]]:
+    """(kind, start, end, plugin) of each secret the plugins find in one decoded line."""
+    r = _rules()
+    for p in r.regex:
+        # The plugin's patterns, each match where it is: the plugin's own group when it
+        # holds the value (``aws...key = "<it>"``), the whole match when its group is
+        # only the prefix (``(ghp|gho)_...``).
+        for rx in p.denylist:
+            for m in rx.finditer(line):
+                spans = [m.span(i) for i in range(1, (rx.groups or 0) + 1) if m.group(i)]
+                s, e = max(spans, key=lambda x: x[1] - x[0]) if spans else m.span()
+                if s == m.start() or e - s <= 3:
+                    s, e = m.span()
+                yield p.secret_type, s, e, p
+    found: list[tuple[str, str, Any]] = []
+    for p in r.entropy:
+        for v in p.analyze_string(line):
+            # The url-safe charset holds a backslash: a JSON-in-a-string's \\" is not
+            # part of the value.
+            v = v.rstrip("\\")
+            if p.calculate_shannon_entropy(v) > p.entropy_limit:
+                found.append((p.secret_type, v, p))
+    if r.keyword is not None:
+        for v in r.keyword.analyze_string(line, denylist_regex_to_group=r.keyword_groups):
+            found.append((r.keyword.secret_type, v, r.keyword))
+    for kind, v, p in found:  # these plugins give values: each place it is
+        at = line.find(v) if v else -1
+        while at >= 0:
+            yield kind, at, at + len(v), p
+            at = line.find(v, at + len(v))
+
+
+# -- decoding with positions --------------------------------------------------------------
+
+def decode(raw: bytes) -> tuple[str, list[int]]:
+    """A JSON string literal's content decoded as ``json.loads`` does (surrogate pairs
+    joined), and for each character the offset of its first raw byte (one more entry:
+    the end). Invalid UTF-8 is one lone surrogate per byte; a bad escape is itself."""
+    out: list[str] = []
+    at: list[int] = []
+    i, n = 0, len(raw)
+    while i < n:
+        j = raw.find(b"\\", i)
+        if j < 0:
+            j = n
+        if j > i:
+            text = raw[i:j].decode("utf-8", "surrogateescape")
+            pos = i
+            for c in text:
+                out.append(c)
+                at.append(pos)
+                pos += 1 if c < "\x80" else len(c.encode("utf-8", "surrogateescape"))
+            i = j
+            continue
+        e = raw[i + 1] if i + 1 < n else -1
+        if e in _ESCAPES:
+            out.append(_ESCAPES[e])
+            at.append(i)
+            i += 2
+        elif e == ord("u") and _hex4(raw, i + 2):
+            cp = int(raw[i + 2:i + 6], 16)
+            step = 6
+            if 0xD800 <= cp < 0xDC00 and raw[i + 6:i + 8] == b"\\u" and _hex4(raw, i + 8):
+                lo = int(raw[i + 8:i + 12], 16)
+                if 0xDC00 <= lo < 0xE000:
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                    step = 12
+            out.append(chr(cp))
+            at.append(i)
+            i += step
+        else:
+            out.append("\\")
+            at.append(i)
+            i += 1
+    at.append(n)
+    return "".join(out), at
+
+
+def _hex4(raw: bytes, i: int) -> bool:
+    return len(raw) >= i + 4 and all(c in b"0123456789abcdefABCDEF" for c in raw[i:i + 4])
+
+
+def _line_text(line: bytes) -> str:
+    """Every string value of a JSONL line decoded, one after another, each ending in a
+    newline (the first pass: C all the way for well-formed lines)."""
+    joined = b"\\n".join(_CONTENTS.findall(line))
+    try:
+        return str(json.loads(b'"' + joined + b'"', strict=False))
+    except ValueError:  # invalid UTF-8 or a bad escape: the slow way, never a failure
+        return "\n".join(decode(m.group()[1:-1])[0] for m in _STRING.finditer(line))
+
+
+def _signed_strings(line: bytes) -> set[int]:
+    """Start offsets (in ``line``) of the string literals that are signed."""
+    signed: set[int] = set()
+    # Per open object or array: [is_object, expecting_key, key, type, [(start, key)]].
+    stack: list[list[Any]] = []
+    for m in _TOKEN.finditer(line):
+        tok = m.group()
+        top = stack[-1] if stack else None
+        if tok == b"{" or tok == b"[":
+            stack.append([tok == b"{", tok == b"{", None, None, []])
+        elif tok == b"}" or tok == b"]":
+            if top is None:
+                continue
+            stack.pop()
+            if top[0]:
+                for start, key in top[4]:
+                    if key == "signature" or (key == "thinking" and top[3] == "thinking") \
+                            or (key == "data" and top[3] == "redacted_thinking"):
+                        signed.add(start)
+        elif tok == b",":
+            if top is not None and top[0]:
+                top[1] = True
+        elif tok == b":":
+            continue
+        elif top is not None and top[0] and top[1]:
+            top[1], top[2] = False, decode(tok[1:-1])[0]
+        elif top is not None and top[0]:
+            top[4].append((m.start(), top[2]))
+            if top[2] == "type":
+                top[3] = decode(tok[1:-1])[0]
+    return signed
+
+
+# -- findings -----------------------------------------------------------------------------
+
+def mask(value: str, kind: str = "") -> str:
+    """At most ``SHOWN`` characters of each end, fewer of a short value; a private key
+    by its body (its armour lines are no secret and would fill the room)."""
+    if kind == "Private Key":
+        body = [ln for ln in value.splitlines() if ln and not ln.startswith("-----")]
+        value = "".join("".join(body).split()) or value
+    k = min(SHOWN, len(value) // 4)
+    shown = (value[:k] + "…" + value[len(value) - k:]) if k else "…"
+    return "".join(c if c.isprintable() else "?" for c in shown)
+
+
+def _pem_end(text: str, start: int, end: int) -> tuple[int, int]:
+    """A private key's header found at [start, end): the whole block, armour included
+    (to its END line, else to the end of the string's lines of base64)."""
+    if text[max(0, start - 5):start] == "-----":
+        start -= 5
+    m = _PEM_END.search(text, end)
+    if m is not None:
+        return start, m.end()
+    stop = text.find("\n", end)
+    while stop >= 0:
+        nxt = text.find("\n", stop + 1)
+        piece = text[stop + 1:nxt if nxt >= 0 else len(text)].strip()
+        if not piece or not re.fullmatch(r"[A-Za-z0-9+/=]+", piece):
+            break
+        stop = nxt
+    return start, (len(text) if stop < 0 else stop)
+
+
+def _in_string(text: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, kind) in ``text`` (one decoded string) of each secret found."""
+    seen: set[tuple[int, int]] = set()
+    pos = 0
+    for piece in text.split("\n"):
+        if piece.strip() and _candidate(piece):  # the slow plugins on few lines
+            for kind, s, e, plugin in _confirmed(piece):
+                if e <= s or _filtered(piece[s:e], piece, plugin):
+                    continue
+                span = (pos + s, pos + e)
+                if kind == "Private Key":
+                    span = _pem_end(text, *span)
+                if span not in seen:
+                    seen.add(span)
+                    yield span[0], span[1], kind
+        pos += len(piece) + 1
+
+
+def _in_line(line: bytes, line_no: int, base: int) -> list[RawFinding]:
+    """The findings of one line that had a candidate (``base``: its first byte's offset)."""
+    found: list[RawFinding] = []
+    signed: set[int] | None = None
+    for m in _STRING.finditer(line):
+        body = m.group()[1:-1]
+        text, at = decode(body)
+        spans = list(_in_string(text))
+        if not spans:
+            continue
+        if signed is None:
+            signed = _signed_strings(line)
+        for s, e, kind in spans:
+            lo, hi = m.start() + 1 + at[s], m.start() + 1 + at[e]
+            found.append(RawFinding(
+                line=line_no, offset=base + lo, length=hi - lo, kind=kind,
+                masked=mask(text[s:e], kind), signed=m.start() in signed,
+                sha256=hashlib.sha256(line[lo:hi]).hexdigest()))
+    return found
+
+
+def scan_bytes(data: bytes, base_offset: int = 0, *, first_line: int = 1,
+               notes: list[str] | None = None) -> list[RawFinding]:
+    """The findings in ``data``, transcript bytes whose first byte is at ``base_offset``
+    of its file and begins line ``first_line``. A line over ``LINE_MAX`` bytes is
+    skipped (a note in ``notes`` says where); nothing here raises on bad input."""
+    found: list[RawFinding] = []
+    pos, line_no, n = 0, first_line, len(data)
+    while pos < n:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            end = n
+        if end - pos > LINE_MAX:
+            if notes is not None:
+                notes.append(f"line {line_no} at byte {base_offset + pos}: "
+                             f"{end - pos} bytes, over {LINE_MAX}: not scanned")
+        elif end > pos:
+            line = data[pos:end]
+            if _candidate(_line_text(line)):
+                found.extend(_in_line(line, line_no, base_offset + pos))
+        pos, line_no = end + 1, line_no + 1
+    found.sort(key=lambda f: (f.offset, f.length))
+    return found
