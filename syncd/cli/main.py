@@ -18,6 +18,7 @@ from syncd.cli.index import COMMANDS as INDEX_COMMANDS
 from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.search import COMMANDS as SEARCH_COMMANDS
+from syncd.cli.secrets import COMMANDS as SECRETS_COMMANDS
 from syncd.cli.show import COMMANDS as SHOW_COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
 from syncd.cli.web import COMMANDS as WEB_COMMANDS
@@ -208,7 +209,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *KEY_COMMANDS, *SEARCH_COMMANDS,
-                 *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS):
+                 *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS, *SECRETS_COMMANDS):
     cli.add_command(_command)
 
 

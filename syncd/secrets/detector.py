@@ -36,6 +36,8 @@ from typing import Any
 # A line longer than this is not decoded (that would take several times its size): it
 # is skipped with a note.
 LINE_MAX = 8 << 20
+# Plain text is scanned in pieces of whole lines of about this size.
+TEXT_PIECE = 1 << 20
 # Characters shown of a value at each end, at most.
 SHOWN = 4
 # detect-secrets' file type for the keyword plugin: "other" (quotes required).
@@ -403,25 +405,45 @@ def _in_line(line: bytes, line_no: int, base: int) -> list[RawFinding]:
     return found
 
 
+def _in_text(piece: bytes, line_no: int, base: int) -> list[RawFinding]:
+    """The findings of plain text (a tool result file), its lines one string."""
+    text = piece.decode("utf-8", "surrogateescape")
+    if not _candidate(text):
+        return []
+    found = []
+    for s, e, kind in _in_string(text):
+        lo = len(text[:s].encode("utf-8", "surrogateescape"))
+        hi = lo + len(text[s:e].encode("utf-8", "surrogateescape"))
+        found.append(RawFinding(
+            line=line_no + text.count("\n", 0, s), offset=base + lo, length=hi - lo,
+            kind=kind, masked=mask(text[s:e], kind), signed=False,
+            sha256=hashlib.sha256(piece[lo:hi]).hexdigest()))
+    return found
+
+
 def scan_bytes(data: bytes, base_offset: int = 0, *, first_line: int = 1,
-               notes: list[str] | None = None) -> list[RawFinding]:
+               notes: list[str] | None = None, text: bool = False) -> list[RawFinding]:
     """The findings in ``data``, transcript bytes whose first byte is at ``base_offset``
-    of its file and begins line ``first_line``. A line over ``LINE_MAX`` bytes is
-    skipped (a note in ``notes`` says where); nothing here raises on bad input."""
+    of its file and begins line ``first_line`` (``text``: plain text, a tool result's,
+    scanned in pieces of whole lines). A line over ``LINE_MAX`` bytes is skipped (a
+    note in ``notes`` says where); nothing here raises on bad input."""
     found: list[RawFinding] = []
     pos, line_no, n = 0, first_line, len(data)
     while pos < n:
-        end = data.find(b"\n", pos)
-        if end < 0:
-            end = n
-        if end - pos > LINE_MAX:
+        end = data.rfind(b"\n", pos, pos + TEXT_PIECE) + 1 if text else 0
+        if end <= pos:  # one line: to its end
+            end = data.find(b"\n", pos)
+            end = n if end < 0 else end + 1
+        piece = data[pos:end].removesuffix(b"\n")
+        if len(piece) > LINE_MAX:
             if notes is not None:
                 notes.append(f"line {line_no} at byte {base_offset + pos}: "
-                             f"{end - pos} bytes, over {LINE_MAX}: not scanned")
-        elif end > pos:
-            line = data[pos:end]
-            if _candidate(_line_text(line)):
-                found.extend(_in_line(line, line_no, base_offset + pos))
-        pos, line_no = end + 1, line_no + 1
+                             f"{len(piece)} bytes, over {LINE_MAX}: not scanned")
+        elif text:
+            found.extend(_in_text(piece, line_no, base_offset + pos))
+        elif piece and _candidate(_line_text(piece)):
+            found.extend(_in_line(piece, line_no, base_offset + pos))
+        line_no += data.count(b"\n", pos, end)
+        pos = end
     found.sort(key=lambda f: (f.offset, f.length))
     return found
