@@ -45,10 +45,9 @@ _FILENAME = "transcript"
 _LEFT_OUT = frozenset({"IPPublicDetector"})
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
 
-_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
-# The literals' contents run together, each followed by an escaped newline.
-_CONTENTS = re.compile(rb'"((?:[^"\\]++|\\.)*+)"', re.DOTALL)
-_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[{}\[\],:]', re.DOTALL)
+# A string literal; one a cut line leaves open ends with the line.
+_STRING = re.compile(rb'"((?:[^"\\]++|\\.)*+)(?:"|\\?\Z)', re.DOTALL)
+_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[{}\[\],:]', re.DOTALL)
 _ESCAPES = {ord('"'): '"', ord("\\"): "\\", ord("/"): "/", ord("b"): "\b",
             ord("f"): "\f", ord("n"): "\n", ord("r"): "\r", ord("t"): "\t"}
 
@@ -295,11 +294,12 @@ def _hex4(raw: bytes, i: int) -> bool:
 def _line_text(line: bytes) -> str:
     """Every string value of a JSONL line decoded, one after another, each ending in a
     newline (the first pass: C all the way for well-formed lines)."""
-    joined = b"\\n".join(_CONTENTS.findall(line))
+    # The literals' contents run together, each followed by an escaped newline.
+    joined = b"\\n".join(_STRING.findall(line))
     try:
         return str(json.loads(b'"' + joined + b'"', strict=False))
     except ValueError:  # invalid UTF-8 or a bad escape: the slow way, never a failure
-        return "\n".join(decode(m.group()[1:-1])[0] for m in _STRING.finditer(line))
+        return "\n".join(decode(m.group(1))[0] for m in _STRING.finditer(line))
 
 
 def _signed_strings(line: bytes) -> set[int]:
@@ -327,7 +327,7 @@ def _signed_strings(line: bytes) -> set[int]:
         elif tok == b":":
             continue
         elif top is not None and top[0] and top[1]:
-            top[1], top[2] = False, decode(tok[1:-1])[0]
+            top[1], top[2] = False, decode(tok[1:-1])[0]  # an open one is no key
         elif top is not None and top[0]:
             top[4].append((m.start(), top[2]))
             if top[2] == "type":
@@ -389,15 +389,14 @@ def _in_line(line: bytes, line_no: int, base: int) -> list[RawFinding]:
     found: list[RawFinding] = []
     signed: set[int] | None = None
     for m in _STRING.finditer(line):
-        body = m.group()[1:-1]
-        text, at = decode(body)
+        text, at = decode(m.group(1))
         spans = list(_in_string(text))
         if not spans:
             continue
         if signed is None:
             signed = _signed_strings(line)
         for s, e, kind in spans:
-            lo, hi = m.start() + 1 + at[s], m.start() + 1 + at[e]
+            lo, hi = m.start(1) + at[s], m.start(1) + at[e]
             found.append(RawFinding(
                 line=line_no, offset=base + lo, length=hi - lo, kind=kind,
                 masked=mask(text[s:e], kind), signed=m.start() in signed,
