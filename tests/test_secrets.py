@@ -435,3 +435,43 @@ def test_the_secrets_command_and_status(tmp_path: Path) -> None:
     st = json.loads(syncd(env, "status", "--json").stdout)
     assert st["sessions_with_secrets"] == 1
     assert "secrets:      1 sessions with findings" in syncd(env, "status").stdout
+
+
+def test_decoding_places_every_character_in_the_raw_bytes() -> None:
+    import random
+
+    from syncd.secrets.detector import decode
+
+    rng = random.Random(28)
+    alphabet = ["a", "Z", "0", " ", '"', "\\", "\n", "\t", "\x01", "é", "→", "😀", "/",
+                "\ud800"]
+    for _ in range(300):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        # Claude (JSON.stringify) writes a lone surrogate as an escape only.
+        for ascii_only in (True, False) if "\ud800" not in value else (True,):
+            raw = json.dumps(value, ensure_ascii=ascii_only)[1:-1].encode(
+                "utf-8", "surrogatepass")
+            text, at = decode(raw)
+            assert text == value
+            for i in range(len(text)):
+                piece = raw[at[i]:at[i + 1]]
+                assert json.loads(b'"' + piece + b'"') == text[i], (raw, i)
+            assert at[len(text)] == len(raw)
+
+
+def test_the_secrets_command_reads_another_machine_s_backup(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    (tmp_path / "src").mkdir()
+    store = open_store((tmp_path / "store").as_uri())
+    other = Other(tmp_path, store)
+    write(other.root, T1, planted())
+    other.ship(T1)
+    r = syncd(env, "secrets", "--machine", "m2", "--json")
+    assert r.returncode == 1, r.stderr
+    (sess,) = json.loads(r.stdout)["sessions"]
+    assert (sess["machine"], sess["session"], len(sess["findings"])) == ("m2", S1, 5)
+    # This machine's own tree is not part of it, and has nothing.
+    assert syncd(env, "secrets").returncode == 0
+    r = syncd(env, "secrets", "--all")
+    assert r.returncode == 1 and r.stdout.startswith(f"{S1}  m2  5 findings")
+    one_line(syncd(env, "secrets", "--all", "--machine", "m2"), 2)

@@ -24,11 +24,12 @@ a finding there is marked ``signed`` (it cannot be redacted, only forgotten).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -45,8 +46,10 @@ _FILENAME = "transcript"
 _LEFT_OUT = frozenset({"IPPublicDetector"})
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
 
-# A string literal; one a cut line leaves open ends with the line.
-_STRING = re.compile(rb'"((?:[^"\\]++|\\.)*+)(?:"|\\?\Z)', re.DOTALL)
+# A string value (not an object's key: those are the transcript's schema); one a cut
+# line leaves open ends with the line.
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"[ \t\r]*+:|"((?:[^"\\]++|\\.)*+)(?:"|\\?\Z)',
+                     re.DOTALL)
 _TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[{}\[\],:]', re.DOTALL)
 _ESCAPES = {ord('"'): '"', ord("\\"): "\\", ord("/"): "/", ord("b"): "\b",
             ord("f"): "\f", ord("n"): "\n", ord("r"): "\r", ord("t"): "\t"}
@@ -80,7 +83,8 @@ _ANCHORS: dict[str, tuple[tuple[str, ...], bool]] = {
     "AWSKeyDetector": (("aws", "akia", "asia", "abia", "acca", "a3t"), True),
     "ArtifactoryDetector": (("AKC", "AP"), False),
     "MailchimpDetector": (("-us",), False),
-    "TelegramBotTokenDetector": ((":",), False),
+    "SlackDetector": (("xox", "hooks.slack.com"), True),
+    "StripeDetector": (("k_live_",), False),
 }
 # Transcript values that are no secrets though a plugin takes them: Anthropic's ids of
 # requests, messages and tool calls, paths and URLs, digests (git ids, sha256 of tool
@@ -105,6 +109,8 @@ class _Rules:
     keyword: Any                    # KeywordDetector
     keyword_groups: dict[re.Pattern[str], int]
     candidates: list[tuple[Any, re.Pattern[str]]]  # high-entropy: quoted, long enough
+    lower_words: tuple[str, ...] = ()  # every anchor word looked for in the lowered text
+    words: tuple[str, ...] = ()        # and in the text as it is
 
 
 @lru_cache(maxsize=1)
@@ -139,6 +145,8 @@ def _rules() -> _Rules:
             r.fast.extend(patterns)
         elif patterns:
             r.anchored.append((*anchor, [_lowered(rx) for rx in patterns]))
+    r.lower_words = tuple(dict.fromkeys(w for a, low, _ in r.anchored if low for w in a))
+    r.words = tuple(dict.fromkeys(w for a, low, _ in r.anchored if not low for w in a))
     return r
 
 
@@ -150,9 +158,9 @@ def _lowered(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool]:
     return re.compile(rx.pattern, rx.flags & ~re.IGNORECASE), True
 
 
-def _lines_with(text: str, low: str, words: tuple[str, ...], lower: bool) -> Iterator[str]:
-    """Each decoded line of ``text`` holding one of ``words``, once."""
-    hay = low if lower else text
+def _lines_with(text: str, hay: str, words: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Each decoded line of ``text`` where ``hay`` (it, or it lowered) holds one of
+    ``words``, once: the line, and the same of ``hay``."""
     done: set[int] = set()
     for w in words:
         i = hay.find(w)
@@ -162,7 +170,7 @@ def _lines_with(text: str, low: str, words: tuple[str, ...], lower: bool) -> Ite
             e = len(hay) if e < 0 else e
             if s not in done:
                 done.add(s)
-                yield text[s:e]
+                yield text[s:e], hay[s:e]
             i = hay.find(w, e)
 
 
@@ -178,11 +186,19 @@ def _candidate(text: str) -> bool:
             s = m.group(2)
             if len(set(s)) > 2 ** p.entropy_limit and not _not_secret(p, s):
                 return True
-    low = text.lower()
-    for words, lower, patterns in r.anchored:
-        for piece in _lines_with(text, low, words, lower):
-            if any(rx.search(piece.lower() if on_low else piece) for rx, on_low in patterns):
-                return True
+    for lower, words in ((True, r.lower_words), (False, r.words)):
+        if not words:
+            continue
+        low = text.lower()
+        for piece, hay in _lines_with(text, low if lower else text, words):
+            piece_low = hay if lower else piece.lower()
+            present = {w for w in words if w in hay}
+            for anchors, on_lower, patterns in r.anchored:
+                if on_lower != lower or present.isdisjoint(anchors):
+                    continue
+                for rx, lowered in patterns:
+                    if rx.search(piece_low if lowered else piece):
+                        return True
     return False
 
 
@@ -243,12 +259,42 @@ def _confirmed(line: str) -> Iterator[tuple[str, int, int, Any]]:
 
 # -- decoding with positions --------------------------------------------------------------
 
-def decode(raw: bytes) -> tuple[str, list[int]]:
+class Offsets:
+    """For each character of a decoded string, the offset of its first raw byte (one
+    more index: the end), worked out when asked: runs without escapes are kept whole."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.chars: list[int] = []  # where each piece begins, in characters
+        self.raw: list[int] = []    # and in raw bytes
+        self.runs: list[str | None] = []  # its text when a run of plain UTF-8
+
+    def add(self, char: int, raw: int, run: str | None) -> None:
+        self.chars.append(char)
+        self.raw.append(raw)
+        self.runs.append(run)
+
+    def __getitem__(self, i: int) -> int:
+        k = bisect.bisect_right(self.chars, i) - 1
+        if k < 0:
+            return 0
+        run = self.runs[k]
+        if run is None:  # an escape: one character
+            return self.raw[k] if i == self.chars[k] else \
+                (self.raw[k + 1] if k + 1 < len(self.raw) else self.size)
+        into = i - self.chars[k]
+        if into >= len(run):
+            return self.raw[k + 1] if k + 1 < len(self.raw) else self.size
+        return self.raw[k] + len(run[:into].encode("utf-8", "surrogateescape"))
+
+
+def decode(raw: bytes) -> tuple[str, Offsets]:
     """A JSON string literal's content decoded as ``json.loads`` does (surrogate pairs
-    joined), and for each character the offset of its first raw byte (one more entry:
-    the end). Invalid UTF-8 is one lone surrogate per byte; a bad escape is itself."""
+    joined), and where each character's raw bytes begin. Invalid UTF-8 is one lone
+    surrogate per byte; a bad escape is itself."""
     out: list[str] = []
-    at: list[int] = []
+    at = Offsets(len(raw))
+    chars = 0
     i, n = 0, len(raw)
     while i < n:
         j = raw.find(b"\\", i)
@@ -256,17 +302,16 @@ def decode(raw: bytes) -> tuple[str, list[int]]:
             j = n
         if j > i:
             text = raw[i:j].decode("utf-8", "surrogateescape")
-            pos = i
-            for c in text:
-                out.append(c)
-                at.append(pos)
-                pos += 1 if c < "\x80" else len(c.encode("utf-8", "surrogateescape"))
+            at.add(chars, i, text)
+            out.append(text)
+            chars += len(text)
             i = j
             continue
         e = raw[i + 1] if i + 1 < n else -1
+        at.add(chars, i, None)
+        chars += 1
         if e in _ESCAPES:
             out.append(_ESCAPES[e])
-            at.append(i)
             i += 2
         elif e == ord("u") and _hex4(raw, i + 2):
             cp = int(raw[i + 2:i + 6], 16)
@@ -277,13 +322,10 @@ def decode(raw: bytes) -> tuple[str, list[int]]:
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
                     step = 12
             out.append(chr(cp))
-            at.append(i)
             i += step
         else:
             out.append("\\")
-            at.append(i)
             i += 1
-    at.append(n)
     return "".join(out), at
 
 
@@ -299,7 +341,8 @@ def _line_text(line: bytes) -> str:
     try:
         return str(json.loads(b'"' + joined + b'"', strict=False))
     except ValueError:  # invalid UTF-8 or a bad escape: the slow way, never a failure
-        return "\n".join(decode(m.group(1))[0] for m in _STRING.finditer(line))
+        return "\n".join(decode(m.group(1))[0] for m in _STRING.finditer(line)
+                         if m.group(1) is not None)
 
 
 def _signed_strings(line: bytes) -> set[int]:
@@ -389,6 +432,8 @@ def _in_line(line: bytes, line_no: int, base: int) -> list[RawFinding]:
     found: list[RawFinding] = []
     signed: set[int] | None = None
     for m in _STRING.finditer(line):
+        if m.group(1) is None:  # a key
+            continue
         text, at = decode(m.group(1))
         spans = list(_in_string(text))
         if not spans:
