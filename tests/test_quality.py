@@ -49,7 +49,7 @@ RANKS: list[tuple[str, ...]] = [
      "syncd.backup.errorlog"),
     ("syncd.view", "syncd.timeline"),
     ("syncd.backup", "syncd.archive", "syncd.restore", "syncd.follow", "syncd.search",
-     "syncd.render"),
+     "syncd.secrets", "syncd.render"),
     ("syncd.service", "syncd.web"),
     ("syncd.cli", "syncd", "syncd.__main__"),
 ]

@@ -86,6 +86,17 @@ _ANCHORS: dict[str, tuple[tuple[str, ...], bool]] = {
     "SlackDetector": (("xox", "hooks.slack.com"), True),
     "StripeDetector": (("k_live_",), False),
 }
+# And what else such a line must hold: the keyword plugin's quoted forms a quote and an
+# assignment, comparison or ``;``; the IBM, Cloudant and SoftLayer keys a run of 24
+# characters at least.
+_LONG_RUN = re.compile(r"[A-Za-z0-9_-]{24}")
+_NEEDS: dict[str, tuple[re.Pattern[str], ...]] = {
+    "KeywordDetector": (re.compile("['\"`]"), re.compile("[:=;]")),
+    "IbmCloudIamDetector": (_LONG_RUN,),
+    "IbmCosHmacDetector": (_LONG_RUN,),
+    "CloudantDetector": (_LONG_RUN,),
+    "SoftlayerDetector": (_LONG_RUN,),
+}
 # Transcript values that are no secrets though a plugin takes them: Anthropic's ids of
 # requests, messages and tool calls, paths and URLs, digests (git ids, sha256 of tool
 # outputs), and the placeholders of documentation (``user:password@host``).
@@ -102,8 +113,10 @@ _PLACEHOLDER = re.compile(r"(.)\1*|<[^<>]*>|\[[^\[\]]*\]|\*+|x+|your[_-].*",
 @dataclass
 class _Rules:
     fast: list[re.Pattern[str]]     # searched in the whole text
-    # (words, whether they are lowercase, [(pattern, whether it runs on the lowered line)])
-    anchored: list[tuple[tuple[str, ...], bool, list[tuple[re.Pattern[str], bool]]]]
+    # (words, whether they are lowercase, what else the line needs, [(pattern, whether it
+    # runs on the lowered line)])
+    anchored: list[tuple[tuple[str, ...], bool, tuple[re.Pattern[str], ...],
+                         list[tuple[re.Pattern[str], bool]]]]
     regex: list[Any]                # RegexBasedDetector plugins
     entropy: list[Any]              # the high-entropy string plugins
     keyword: Any                    # KeywordDetector
@@ -144,9 +157,10 @@ def _rules() -> _Rules:
         if anchor is None:
             r.fast.extend(patterns)
         elif patterns:
-            r.anchored.append((*anchor, [_lowered(rx) for rx in patterns]))
-    r.lower_words = tuple(dict.fromkeys(w for a, low, _ in r.anchored if low for w in a))
-    r.words = tuple(dict.fromkeys(w for a, low, _ in r.anchored if not low for w in a))
+            r.anchored.append((*anchor, _NEEDS.get(cls.__name__, ()),
+                               [_lowered(rx) for rx in patterns]))
+    r.lower_words = tuple(dict.fromkeys(w for a, low, _, _ in r.anchored if low for w in a))
+    r.words = tuple(dict.fromkeys(w for a, low, _, _ in r.anchored if not low for w in a))
     return r
 
 
@@ -193,8 +207,9 @@ def _candidate(text: str) -> bool:
         for piece, hay in _lines_with(text, low if lower else text, words):
             piece_low = hay if lower else piece.lower()
             present = {w for w in words if w in hay}
-            for anchors, on_lower, patterns in r.anchored:
-                if on_lower != lower or present.isdisjoint(anchors):
+            for anchors, on_lower, needs, patterns in r.anchored:
+                if on_lower != lower or present.isdisjoint(anchors) or \
+                        not all(rx.search(piece) for rx in needs):
                     continue
                 for rx, lowered in patterns:
                     if rx.search(piece_low if lowered else piece):
