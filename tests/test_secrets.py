@@ -475,3 +475,11 @@ def test_the_secrets_command_reads_another_machine_s_backup(tmp_path: Path) -> N
     r = syncd(env, "secrets", "--all")
     assert r.returncode == 1 and r.stdout.startswith(f"{S1}  m2  5 findings")
     one_line(syncd(env, "secrets", "--all", "--machine", "m2"), 2)
+
+
+def test_a_reader_before_the_writer_made_its_tables_finds_nothing(tmp_path: Path) -> None:
+    # The daemon's thread creates the file, then its tables: a command may open between.
+    (tmp_path / FILE_NAME).touch(mode=0o600)
+    assert lookup(tmp_path, "0" * 12) is None
+    with Findings.open(tmp_path / FILE_NAME, readonly=True) as db:
+        assert (db.findings(), db.notes(), db.sessions_with_findings()) == ([], [], 0)

@@ -119,9 +119,11 @@ def _digest(data: bytes) -> bytes:
 class Findings:
     """The open findings database. Not thread-safe: one per thread."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, db: sqlite3.Connection, path: Path, *, empty: bool = False) -> None:
         self.db = db
         self.path = path
+        # Read-only, made by a writer that has not written its tables yet: nothing found.
+        self.empty = empty
 
     @classmethod
     def open(cls, path: Path, *, readonly: bool = False) -> Findings:
@@ -133,16 +135,17 @@ class Findings:
             uri = f"file:{path}?mode=ro" if readonly else str(path)
             db = sqlite3.connect(uri, uri=readonly, isolation_level=None,
                                  check_same_thread=False, timeout=30)
+            made = db.execute("SELECT 1 FROM sqlite_master WHERE name='findings'"
+                              ).fetchone() is not None
             if not readonly:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
-                if db.execute("SELECT 1 FROM sqlite_master WHERE name='findings'"
-                              ).fetchone() is None:
+                if not made:
                     db.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}\nINSERT OR IGNORE INTO "
                                      f"meta VALUES('version', {SCHEMA_VERSION});\nCOMMIT;")
         except (sqlite3.Error, OSError) as e:
             raise StateError.of("secrets findings", path, e) from e
-        return cls(db, path)
+        return cls(db, path, empty=readonly and not made)
 
     def __enter__(self) -> Findings:
         return self
@@ -276,6 +279,8 @@ class Findings:
     def findings(self, machine: str | None = None, session: str | None = None
                  ) -> list[Finding]:
         """Every finding kept (of ``machine``, of ``session``), by machine, file, offset."""
+        if self.empty:
+            return []
         sql = ("SELECT f.id, m.machine, m.path, f.line, f.offset, f.length, f.kind, "
                "f.masked, f.signed, f.sha256, m.session FROM findings f "
                "JOIN files m ON m.id = f.file WHERE m.deleted = 0")
@@ -291,6 +296,8 @@ class Findings:
 
     def notes(self, machine: str | None = None) -> list[tuple[str, bytes, str]]:
         """(machine, path, text) of what was not scanned."""
+        if self.empty:
+            return []
         sql = ("SELECT m.machine, m.path, n.text FROM notes n JOIN files m ON m.id = n.file "
                "WHERE m.deleted = 0")
         rows = self.db.execute(sql + (" AND m.machine = ?" if machine else "") +
@@ -299,6 +306,8 @@ class Findings:
         return [(r[0], bytes(r[1]), r[2]) for r in rows]
 
     def sessions_with_findings(self, machine: str | None = None) -> int:
+        if self.empty:
+            return 0
         sql = ("SELECT count(DISTINCT coalesce(m.session, m.path)) FROM findings f "
                "JOIN files m ON m.id = f.file WHERE m.deleted = 0")
         row = self.db.execute(sql + (" AND m.machine = ?" if machine else ""),
@@ -306,6 +315,8 @@ class Findings:
         return int(row[0])
 
     def get(self, finding: str) -> Finding | None:
+        if self.empty:
+            return None
         row = self.db.execute(
             "SELECT f.id, m.machine, m.path, f.line, f.offset, f.length, f.kind, f.masked, "
             "f.signed, f.sha256, m.session FROM findings f JOIN files m ON m.id = f.file "
