@@ -207,7 +207,8 @@ def test_the_tree_s_transcripts_subagents_and_tool_results_are_scanned(
     assert (TOOL, "Private Key") in where and ("history.jsonl", "GitHub Token") in where
     assert not any(f.path.decode() in (T2, "settings.json") for f in found)
     assert {f.session for f in found if f.path.decode() != "history.jsonl"} == {S1}
-    assert db.sessions_with_findings("m1") == 2  # S1, and the history
+    assert db.sessions_with_findings("m1") == 2  # S1, and S2 by its history line
+    assert [f.session for f in found if f.path == b"history.jsonl"] == [S2]
     tool = [f for f in found if f.path.decode() == TOOL]
     assert [f.line for f in tool] == [2, 3]
     assert value_of(tree, tool[1]) == PEM.encode()

@@ -19,7 +19,8 @@ def _scan_local(one: Settings) -> None:
     from syncd.secrets.scanner import update_local
     from syncd.security.lock import ProcessLock
 
-    if ProcessLock(one.state_file.with_suffix(".lock")).holder() is not None:
+    if one.secrets_scan and \
+            ProcessLock(one.state_file.with_suffix(".lock")).holder() is not None:
         return  # its daemon keeps the findings current
     if one.source.is_dir():
         update_local(one.state_dir, one.source, one.machine_id)
@@ -35,7 +36,7 @@ def _print(groups: dict[tuple[str, str | None], list[Finding]]) -> None:
     from syncd.untrusted import printable
 
     for (machine, session), found in groups.items():
-        what = session if session is not None else "(no session: the prompt history)"
+        what = session if session is not None else "(no session)"
         click.echo(printable(f"{what}  {machine}  {len(found)} finding"
                              f"{'s' if len(found) != 1 else ''}"))
         for f in found:

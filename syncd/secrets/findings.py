@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sqlite3
 import stat
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ FILE_NAME = "secrets.db"
 SCHEMA_VERSION = 1
 HEAD = 4 << 10  # the head hashed to tell a rewrite (as the search index's)
 ID_LEN = 12
+# The session a prompt history line is of.
+_SESSION_ID = re.compile(rb'"sessionId":"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                         rb'[0-9a-f]{12})"')
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -49,7 +53,8 @@ CREATE TABLE IF NOT EXISTS extents(
 CREATE TABLE IF NOT EXISTS findings(
     id TEXT PRIMARY KEY, file INTEGER NOT NULL, line INTEGER NOT NULL,
     offset INTEGER NOT NULL, length INTEGER NOT NULL, kind TEXT NOT NULL,
-    masked TEXT NOT NULL, signed INTEGER NOT NULL, sha256 TEXT NOT NULL) WITHOUT ROWID;
+    masked TEXT NOT NULL, signed INTEGER NOT NULL, sha256 TEXT NOT NULL,
+    session TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS notes(
     file INTEGER NOT NULL, offset INTEGER NOT NULL, text TEXT NOT NULL,
     PRIMARY KEY(file, offset)) WITHOUT ROWID;
@@ -250,7 +255,7 @@ class Findings:
             notes: list[str] = []
             found = scan_bytes(data[skip:end], start + skip, first_line=lines + 1,
                                notes=notes, text=is_text(path))
-            self._keep(fid, machine, path, found)
+            self._keep(fid, machine, path, found, data, start)
             db.executemany("INSERT OR IGNORE INTO notes VALUES(?, ?, ?)",
                            [(fid, start + skip, n) for n in notes])
             db.execute("INSERT INTO extents VALUES(?, ?, ?, ?, ?)",
@@ -268,11 +273,22 @@ class Findings:
                     session_of_any(path), fid))
         return end
 
-    def _keep(self, fid: int, machine: str, path: bytes, found: list[RawFinding]) -> None:
+    def _keep(self, fid: int, machine: str, path: bytes, found: list[RawFinding],
+              data: bytes, base: int) -> None:
+        """``data``: the bytes scanned, from ``base`` (a history line names its session)."""
+        def session(f: RawFinding) -> str | None:
+            if path != b"history.jsonl":
+                return None
+            at = f.offset - base
+            lo = data.rfind(b"\n", 0, at) + 1
+            hi = data.find(b"\n", at)
+            m = _SESSION_ID.search(data, lo, len(data) if hi < 0 else hi)
+            return m.group(1).decode() if m else None
+
         self.db.executemany(
-            "INSERT OR REPLACE INTO findings VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO findings VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(finding_id(machine, path, f.offset, f.sha256), fid, f.line, f.offset, f.length,
-              f.kind, f.masked, int(f.signed), f.sha256) for f in found])
+              f.kind, f.masked, int(f.signed), f.sha256, session(f)) for f in found])
 
     # -- reading --------------------------------------------------------------------------
 
@@ -282,14 +298,14 @@ class Findings:
         if self.empty:
             return []
         sql = ("SELECT f.id, m.machine, m.path, f.line, f.offset, f.length, f.kind, "
-               "f.masked, f.signed, f.sha256, m.session FROM findings f "
-               "JOIN files m ON m.id = f.file WHERE m.deleted = 0")
+               "f.masked, f.signed, f.sha256, coalesce(f.session, m.session) AS sess "
+               "FROM findings f JOIN files m ON m.id = f.file WHERE m.deleted = 0")
         args: list[str] = []
         if machine is not None:
             sql += " AND m.machine = ?"
             args.append(machine)
         if session is not None:
-            sql += " AND m.session = ?"
+            sql += " AND sess = ?"
             args.append(session)
         rows = self.db.execute(sql + " ORDER BY m.machine, m.path, f.offset", args)
         return [_finding(r) for r in rows]
@@ -308,7 +324,7 @@ class Findings:
     def sessions_with_findings(self, machine: str | None = None) -> int:
         if self.empty:
             return 0
-        sql = ("SELECT count(DISTINCT coalesce(m.session, m.path)) FROM findings f "
+        sql = ("SELECT count(DISTINCT coalesce(f.session, m.session, m.path)) FROM findings f "
                "JOIN files m ON m.id = f.file WHERE m.deleted = 0")
         row = self.db.execute(sql + (" AND m.machine = ?" if machine else ""),
                               (machine,) if machine else ()).fetchone()
@@ -319,7 +335,8 @@ class Findings:
             return None
         row = self.db.execute(
             "SELECT f.id, m.machine, m.path, f.line, f.offset, f.length, f.kind, f.masked, "
-            "f.signed, f.sha256, m.session FROM findings f JOIN files m ON m.id = f.file "
+            "f.signed, f.sha256, coalesce(f.session, m.session) FROM findings f "
+            "JOIN files m ON m.id = f.file "
             "WHERE f.id = ? AND m.deleted = 0", (finding.lower(),)).fetchone()
         return None if row is None else _finding(row)
 
