@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import sqlite3
 import stat
 import threading
 from collections.abc import Iterable
@@ -65,6 +66,10 @@ class Scanner:
         self.root = root
         self.machine = machine
         self._stats: dict[bytes, tuple[int, int, int]] = {}  # path: ino, size, mtime
+
+    def forget(self) -> None:
+        """What was rolled back is looked at again: no file is taken as unchanged."""
+        self._stats.clear()
 
     def files(self) -> Iterable[bytes]:
         """Every file scanned (relative paths); symlinks not followed."""
@@ -212,9 +217,14 @@ class Background:
                     if full:
                         scanner.update_all(self._stop)
                     scanner.update(paths, self._stop)
-                except (SyncdError, OSError) as e:
+                except (SyncdError, OSError, ValueError, sqlite3.Error) as e:
+                    # A command's scan in between (the daemon's lock is not one), a disk
+                    # error: the files are looked at again, from their cursors.
                     log.warning("secrets: scan failed (tried again with the next flush): "
                                 "%s", e)
+                    with contextlib.suppress(sqlite3.Error):
+                        findings.db.rollback()
+                    scanner.forget()
                     with self._lock:
                         self._pending |= paths
                         self._all = self._all or full
