@@ -484,3 +484,16 @@ def test_a_reader_before_the_writer_made_its_tables_finds_nothing(tmp_path: Path
     assert lookup(tmp_path, "0" * 12) is None
     with Findings.open(tmp_path / FILE_NAME, readonly=True) as db:
         assert (db.findings(), db.notes(), db.sessions_with_findings()) == ([], [], 0)
+
+
+def test_an_env_file_s_unquoted_values_are_found_but_not_code_s_names() -> None:
+    env = ("$ cat .env\nOPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z\n"
+           "DB_PASSWORD=s3cr3tP4ss\nSECRET_NAME=STORE_PASSWORD\n")
+    code = ("    mock_charm.model.get_secret = mock_get_secret_not_found\n"
+            "    secret_ca_certificate = None  # stays None\n"
+            "    store_pwd=STORE_PASSWORD,\n    api_key = settings.api_key_v2\n")
+    data = tool_result(env) + tool_result(code)
+    found = scan_bytes(data)
+    assert [data[f.offset:f.offset + f.length] for f in found] == [
+        b"sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z", b"s3cr3tP4ss"]
+    assert {f.kind for f in found} == {"Secret Keyword"}

@@ -86,9 +86,9 @@ _ANCHORS: dict[str, tuple[tuple[str, ...], bool]] = {
     "SlackDetector": (("xox", "hooks.slack.com"), True),
     "StripeDetector": (("k_live_",), False),
 }
-# And what else such a line must hold: the keyword plugin's quoted forms a quote and an
-# assignment, comparison or ``;``; the IBM, Cloudant and SoftLayer keys a run of 24
-# characters at least.
+# And what else such a line must hold (searched in it lowered): the keyword plugin's
+# quoted forms a quote and an assignment, comparison or ``;``; the IBM, Cloudant and
+# SoftLayer keys a run of 24 characters at least.
 _LONG_RUN = re.compile(r"[A-Za-z0-9_-]{24}")
 _NEEDS: dict[str, tuple[re.Pattern[str], ...]] = {
     "KeywordDetector": (re.compile("['\"`]"), re.compile("[:=;]")),
@@ -103,6 +103,7 @@ _NEEDS: dict[str, tuple[re.Pattern[str], ...]] = {
 _IDS = re.compile(r"(?:req|msg|msgbatch|toolu|srvtoolu|file)_[A-Za-z0-9]{8,}")
 _PATH = re.compile(r"(?:\.{0,2}|~)/|[A-Za-z][\w+.-]*://")
 _DIGEST_LENGTHS = (40, 64)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_.]*\d*")
 _PLACEHOLDERS = frozenset({
     "password", "passwd", "pass", "pwd", "secret", "changeit", "changeme", "example",
     "username", "token", "apikey", "api_key", "none", "null", "true", "false", "redacted"})
@@ -121,6 +122,7 @@ class _Rules:
     entropy: list[Any]              # the high-entropy string plugins
     keyword: Any                    # KeywordDetector
     keyword_groups: dict[re.Pattern[str], int]
+    env_groups: dict[re.Pattern[str], int]  # the keyword plugin's unquoted ``KEY=value``
     candidates: list[tuple[Any, re.Pattern[str]]]  # high-entropy: quoted, long enough
     lower_words: tuple[str, ...] = ()  # every anchor word looked for in the lowered text
     words: tuple[str, ...] = ()        # and in the text as it is
@@ -133,7 +135,8 @@ def _rules() -> _Rules:
     from detect_secrets.plugins.base import RegexBasedDetector
     from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
 
-    r = _Rules([], [], [], [], None, kw.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, [])
+    r = _Rules([], [], [], [], None, kw.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
+               {kw.FOLLOWED_BY_EQUAL_SIGNS_REGEX: 5}, [])
     cls: Any
     for cls in get_mapping_from_secret_type_to_class().values():
         if cls.__name__ in _LEFT_OUT:
@@ -159,6 +162,12 @@ def _rules() -> _Rules:
         elif patterns:
             r.anchored.append((*anchor, _NEEDS.get(cls.__name__, ()),
                                [_lowered(rx) for rx in patterns]))
+        if isinstance(plugin, kw.KeywordDetector) and anchor is not None:
+            # Its words (each holds one of the anchors), the rest of a name, an equal sign.
+            words = "|".join(map(re.escape, anchor[0]))
+            assign = re.compile(rf"(?:{words})\w*[\]'\"]{{0,2}}\s*[=!]")  # on the lowered
+            r.anchored.append((anchor[0], anchor[1], (assign,),
+                               [_lowered(rx) for rx in r.env_groups]))
     r.lower_words = tuple(dict.fromkeys(w for a, low, _, _ in r.anchored if low for w in a))
     r.words = tuple(dict.fromkeys(w for a, low, _, _ in r.anchored if not low for w in a))
     return r
@@ -209,7 +218,7 @@ def _candidate(text: str) -> bool:
             present = {w for w in words if w in hay}
             for anchors, on_lower, needs, patterns in r.anchored:
                 if on_lower != lower or present.isdisjoint(anchors) or \
-                        not all(rx.search(piece) for rx in needs):
+                        not all(rx.search(piece_low) for rx in needs):
                     continue
                 for rx, lowered in patterns:
                     if rx.search(piece_low if lowered else piece):
@@ -227,6 +236,14 @@ def _not_secret(plugin: Any, secret: str) -> bool:
     if kind in ("Secret Keyword", "Basic Auth Credentials"):
         return secret.lower() in _PLACEHOLDERS or bool(_PLACEHOLDER.fullmatch(secret))
     return False
+
+
+def _made(value: str) -> bool:
+    """An unquoted value that is no name: 8 characters or more, letters and digits, and
+    not an identifier (``STORE_PASSWORD``, ``mock_secret_v2``, ``None``)."""
+    return len(value) >= 8 and not any(c.isspace() for c in value) and \
+        any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and \
+        not _NAME.fullmatch(value)
 
 
 def _filtered(secret: str, line: str, plugin: Any) -> bool:
@@ -263,8 +280,13 @@ def _confirmed(line: str) -> Iterator[tuple[str, int, int, Any]]:
             if p.calculate_shannon_entropy(v) > p.entropy_limit:
                 found.append((p.secret_type, v, p))
     if r.keyword is not None:
-        for v in r.keyword.analyze_string(line, denylist_regex_to_group=r.keyword_groups):
-            found.append((r.keyword.secret_type, v, r.keyword))
+        quoted = set(r.keyword.analyze_string(line, denylist_regex_to_group=r.keyword_groups))
+        found += [(r.keyword.secret_type, v, r.keyword) for v in quoted]
+        # A .env file, a shell line: KEY=value unquoted, which code is full of too
+        # (``secret = get_secret()``): only a value that looks made, not named.
+        for v in r.keyword.analyze_string(line, denylist_regex_to_group=r.env_groups):
+            if v not in quoted and _made(v):
+                found.append((r.keyword.secret_type, v, r.keyword))
     for kind, v, p in found:  # these plugins give values: each place it is
         at = line.find(v) if v else -1
         while at >= 0:
