@@ -181,9 +181,10 @@ def _lowered(rx: re.Pattern[str]) -> tuple[re.Pattern[str], bool]:
     return re.compile(rx.pattern, rx.flags & ~re.IGNORECASE), True
 
 
-def _lines_with(text: str, hay: str, words: Iterable[str]) -> Iterator[tuple[str, str]]:
+def _lines_with(text: str, hay: str, words: Iterable[str]
+                ) -> Iterator[tuple[int, str, str]]:
     """Each decoded line of ``text`` where ``hay`` (it, or it lowered) holds one of
-    ``words``, once: the line, and the same of ``hay``."""
+    ``words``, once: where it starts, the line, and the same of ``hay``."""
     done: set[int] = set()
     for w in words:
         i = hay.find(w)
@@ -193,37 +194,61 @@ def _lines_with(text: str, hay: str, words: Iterable[str]) -> Iterator[tuple[str
             e = len(hay) if e < 0 else e
             if s not in done:
                 done.add(s)
-                yield text[s:e], hay[s:e]
+                yield s, text[s:e], hay[s:e]
             i = hay.find(w, e)
+
+
+def _entropic(p: Any, rx: re.Pattern[str], text: str) -> bool:
+    """Whether ``text`` holds a quoted string that may pass ``p``'s entropy limit."""
+    for m in rx.finditer(text):
+        s = m.group(2)
+        if len(set(s)) > 2 ** p.entropy_limit and not _not_secret(p, s):
+            return True
+    return False
+
+
+def _anchored(text: str, every: bool) -> list[int]:
+    """Where the decoded lines of ``text`` begin that an anchored pattern matches (the
+    first only, unless ``every``)."""
+    r = _rules()
+    found: list[int] = []
+    low = text.lower()
+    for lower, words in ((True, r.lower_words), (False, r.words)):
+        for start, piece, hay in _lines_with(text, low if lower else text, words):
+            piece_low = hay if lower else piece.lower()
+            present = {w for w in words if w in hay}
+            if any(not present.isdisjoint(anchors) and on_lower == lower
+                   and all(rx.search(piece_low) for rx in needs)
+                   and any(rx.search(piece_low if lowered else piece)
+                           for rx, lowered in patterns)
+                   for anchors, on_lower, needs, patterns in r.anchored):
+                found.append(start)
+                if not every:
+                    return found
+    return found
 
 
 def _candidate(text: str) -> bool:
     """Whether any plugin could find something in ``text`` (a superset of the lines
     the plugins confirm, but for the values ``_not_secret`` takes out)."""
     r = _rules()
-    for rx in r.fast:
-        if rx.search(text):
-            return True
-    for p, rx in r.candidates:
-        for m in rx.finditer(text):
-            s = m.group(2)
-            if len(set(s)) > 2 ** p.entropy_limit and not _not_secret(p, s):
-                return True
-    for lower, words in ((True, r.lower_words), (False, r.words)):
-        if not words:
-            continue
-        low = text.lower()
-        for piece, hay in _lines_with(text, low if lower else text, words):
-            piece_low = hay if lower else piece.lower()
-            present = {w for w in words if w in hay}
-            for anchors, on_lower, needs, patterns in r.anchored:
-                if on_lower != lower or present.isdisjoint(anchors) or \
-                        not all(rx.search(piece_low) for rx in needs):
-                    continue
-                for rx, lowered in patterns:
-                    if rx.search(piece_low if lowered else piece):
-                        return True
-    return False
+    return any(rx.search(text) for rx in r.fast) or \
+        any(_entropic(p, rx, text) for p, rx in r.candidates) or bool(_anchored(text, False))
+
+
+def _candidate_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(start, line) of each decoded line of ``text`` that holds a candidate: the whole
+    looked at once, then only the patterns that matched in it tried line by line."""
+    r = _rules()
+    fast = [rx for rx in r.fast if rx.search(text)]
+    entropy = [(p, rx) for p, rx in r.candidates if _entropic(p, rx, text)]
+    anchored = set(_anchored(text, True))
+    pos = 0
+    for piece in text.split("\n"):
+        if pos in anchored or any(rx.search(piece) for rx in fast) or \
+                any(_entropic(p, rx, piece) for p, rx in entropy):
+            yield pos, piece
+        pos += len(piece) + 1
 
 
 def _not_secret(plugin: Any, secret: str) -> bool:
@@ -449,19 +474,16 @@ def _pem_end(text: str, start: int, end: int) -> tuple[int, int]:
 def _in_string(text: str) -> Iterator[tuple[int, int, str]]:
     """(start, end, kind) in ``text`` (one decoded string) of each secret found."""
     seen: set[tuple[int, int]] = set()
-    pos = 0
-    for piece in text.split("\n"):
-        if piece.strip() and _candidate(piece):  # the slow plugins on few lines
-            for kind, s, e, plugin in _confirmed(piece):
-                if e <= s or _filtered(piece[s:e], piece, plugin):
-                    continue
-                span = (pos + s, pos + e)
-                if kind == "Private Key":
-                    span = _pem_end(text, *span)
-                if span not in seen:
-                    seen.add(span)
-                    yield span[0], span[1], kind
-        pos += len(piece) + 1
+    for pos, piece in _candidate_lines(text):  # the slow plugins on few lines
+        for kind, s, e, plugin in _confirmed(piece):
+            if e <= s or _filtered(piece[s:e], piece, plugin):
+                continue
+            span = (pos + s, pos + e)
+            if kind == "Private Key":
+                span = _pem_end(text, *span)
+            if span not in seen:
+                seen.add(span)
+                yield span[0], span[1], kind
 
 
 def _in_line(line: bytes, line_no: int, base: int) -> list[RawFinding]:
