@@ -238,8 +238,8 @@ def test_appended_bytes_only_are_scanned_and_a_rewrite_is_scanned_again(
     assert {f.id for f in after} > ids and len(after) == len(ids) + 1
     new = next(f for f in after if f.id not in ids)
     assert (new.line, new.offset) == (6, len(first) + tail.index(GITHUB2.encode()))
-    extents = db.db.execute("SELECT start, end FROM extents ORDER BY start").fetchall()
-    assert extents == [(0, len(first)), (len(first), len(first) + len(tail))]
+    extents = db.db.execute("SELECT start, end, found, scans FROM extents").fetchall()
+    assert extents == [(0, len(first) + len(tail), len(ids) + 1, 2)]  # grown, not a row each
     # A cut (same inode, shorter) and a rewrite (a new inode) are scanned from 0.
     with open(tree / T1, "r+b") as f:
         f.truncate(len(first))
@@ -323,9 +323,9 @@ def test_the_daemon_scans_what_each_flush_shipped(tmp_path: Path) -> None:
         wait_for(lambda: sorted(_kinds(s)) == ["AWS Access Key", "GitHub Token"],
                  what="the flushed bytes scanned")
         with Findings.open(s.state_dir / FILE_NAME, readonly=True) as db:
-            spans = db.db.execute("SELECT start, end FROM extents").fetchall()
-        first = len(user(f"at start {AWS_ID}"))
-        assert sorted(spans) == [(0, first), (first, (tmp_path / "src" / T1).stat().st_size)]
+            spans = db.db.execute("SELECT start, end, scans FROM extents").fetchall()
+        # Two scans, the second from where the first ended.
+        assert spans == [(0, (tmp_path / "src" / T1).stat().st_size, 2)]
 
 
 def test_secrets_scan_off_scans_nothing(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS files(
     UNIQUE(machine, path));
 CREATE TABLE IF NOT EXISTS extents(
     file INTEGER NOT NULL, gen INTEGER NOT NULL, start INTEGER NOT NULL,
-    end INTEGER NOT NULL, found INTEGER NOT NULL);
+    end INTEGER NOT NULL, found INTEGER NOT NULL, scans INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS findings(
     id TEXT PRIMARY KEY, file INTEGER NOT NULL, line INTEGER NOT NULL,
     offset INTEGER NOT NULL, length INTEGER NOT NULL, kind TEXT NOT NULL,
@@ -258,8 +258,14 @@ class Findings:
             self._keep(fid, machine, path, found, data, start)
             db.executemany("INSERT OR IGNORE INTO notes VALUES(?, ?, ?)",
                            [(fid, start + skip, n) for n in notes])
-            db.execute("INSERT INTO extents VALUES(?, ?, ?, ?, ?)",
-                       (fid, gen, start + skip, start + end, len(found)))
+            # A scan that continues the last one grows its extent: one row per file and
+            # generation, however many flushes it took.
+            grown = db.execute("UPDATE extents SET end=?, found=found+?, scans=scans+1 "
+                               "WHERE file=? AND gen=? AND end=?",
+                               (start + end, len(found), fid, gen, start + skip)).rowcount
+            if not grown:
+                db.execute("INSERT INTO extents VALUES(?, ?, ?, ?, ?, 1)",
+                           (fid, gen, start + skip, start + end, len(found)))
             lines += data.count(b"\n", skip, end)
             last = data.rfind(b"\n", skip, end - 1) + 1
             if not midline:
