@@ -498,6 +498,7 @@ Commands:
                resume it.
   run          The daemon: watch ~/.claude, back up every appended byte.
   search       Full-text search over the sessions indexed here.
+  secrets      Which sessions hold what looks like a secret.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
   show         Show a session: prompts, answers and tool calls, from the local
@@ -522,7 +523,7 @@ Commands:
   Exit codes:
     0  success
     1  the work could not be completed (one line on stderr says why),
-       or verify found a problem
+       or verify found a problem, or secrets found some
     2  bad usage or configuration
 
   Shell completion (add to your shell's rc file):

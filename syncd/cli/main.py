@@ -49,7 +49,7 @@ Environment:
 Exit codes:
   0  success
   1  the work could not be completed (one line on stderr says why),
-     or verify found a problem
+     or verify found a problem, or secrets found some
   2  bad usage or configuration
 
 \b
