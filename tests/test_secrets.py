@@ -497,3 +497,10 @@ def test_an_env_file_s_unquoted_values_are_found_but_not_code_s_names() -> None:
     assert [data[f.offset:f.offset + f.length] for f in found] == [
         b"sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z", b"s3cr3tP4ss"]
     assert {f.kind for f in found} == {"Secret Keyword"}
+
+
+def test_a_cut_line_s_open_thinking_block_is_still_signed() -> None:
+    whole = answer(thinking(f"the user pasted {GITHUB} earlier"))
+    cut = whole[:whole.index(GITHUB.encode()) + len(GITHUB) + 5]
+    (f,) = scan_bytes(cut)
+    assert f.kind == "GitHub Token" and f.signed

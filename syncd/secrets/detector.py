@@ -7,15 +7,18 @@ its raw bytes are in the file (offset and length of the escaped text), so that i
 replaced in place by text of the same JSON-string validity.
 
 Speed: the plugins are slow per line, and nearly every transcript line holds nothing.
-A line is first decoded whole in C (its string literals run together, one ``json.loads``)
-and every plugin's own patterns are searched in that text; the high-entropy plugins'
-quoted strings are kept only if they could pass the entropy limit (``n`` distinct
-characters carry at most ``log2(n)`` bits). Only a line with a candidate is taken apart
-string by string and confirmed by the plugins and detect-secrets' heuristic filters.
+A line is first decoded whole in C (its string values run together, one ``json.loads``;
+object keys are the transcript's schema, not scanned) and the plugins' own patterns are
+searched in that text: those Python's ``re`` cannot skip through only in the lines that
+hold a word every match holds (``_ANCHORS``); the high-entropy plugins' quoted strings
+only if they could pass the entropy limit (``n`` distinct characters carry at most
+``log2(n)`` bits). Only a line with a candidate is taken apart value by value and
+confirmed by the plugins and detect-secrets' heuristic filters, then ours.
 
 Plugins are called on strings alone (``analyze_string``): never their ``verify``, which
 would send a found key to its service. Left out: the public IPv4 plugin (an address is
-not a secret). The keyword plugin takes the quoted forms it uses for source files.
+not a secret). The keyword plugin takes the quoted forms it uses for source files, and
+its unquoted ``KEY=value`` (a ``.env`` file) when the value looks made, not named.
 
 Strings of a ``thinking`` block (``thinking``, ``signature``), a ``redacted_thinking``
 block's ``data`` and any ``signature`` are signed: the API checks them on a resume, so
@@ -41,8 +44,6 @@ LINE_MAX = 8 << 20
 TEXT_PIECE = 1 << 20
 # Characters shown of a value at each end, at most.
 SHOWN = 4
-# detect-secrets' file type for the keyword plugin: "other" (quotes required).
-_FILENAME = "transcript"
 _LEFT_OUT = frozenset({"IPPublicDetector"})
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
 
@@ -412,31 +413,35 @@ def _signed_strings(line: bytes) -> set[int]:
     signed: set[int] = set()
     # Per open object or array: [is_object, expecting_key, key, type, [(start, key)]].
     stack: list[list[Any]] = []
+
+    def close(frame: list[Any]) -> None:
+        if frame[0]:
+            for start, key in frame[4]:
+                if key == "signature" or (key == "thinking" and frame[3] == "thinking") \
+                        or (key == "data" and frame[3] == "redacted_thinking"):
+                    signed.add(start)
+
     for m in _TOKEN.finditer(line):
         tok = m.group()
         top = stack[-1] if stack else None
         if tok == b"{" or tok == b"[":
             stack.append([tok == b"{", tok == b"{", None, None, []])
         elif tok == b"}" or tok == b"]":
-            if top is None:
-                continue
-            stack.pop()
-            if top[0]:
-                for start, key in top[4]:
-                    if key == "signature" or (key == "thinking" and top[3] == "thinking") \
-                            or (key == "data" and top[3] == "redacted_thinking"):
-                        signed.add(start)
+            if top is not None:
+                close(stack.pop())
         elif tok == b",":
             if top is not None and top[0]:
                 top[1] = True
-        elif tok == b":":
+        elif tok == b":" or top is None or not top[0]:
             continue
-        elif top is not None and top[0] and top[1]:
-            top[1], top[2] = False, decode(tok[1:-1])[0]  # an open one is no key
-        elif top is not None and top[0]:
+        elif top[1]:
+            top[1], top[2] = False, decode(tok[1:-1])[0]
+        else:
             top[4].append((m.start(), top[2]))
             if top[2] == "type":
                 top[3] = decode(tok[1:-1])[0]
+    for frame in stack:  # a cut line: what was open is judged as it stands
+        close(frame)
     return signed
 
 
