@@ -258,6 +258,9 @@ class Settings(BaseModel):
     # Keep the full-text index `syncd search` reads (<state_dir>/search.db) current with
     # every flush, on a low-priority thread of the daemon's.
     search: bool = True
+    # Keep the secrets findings `syncd secrets` reads (<state_dir>/secrets.db) current with
+    # every flush (the bytes it shipped), on a low-priority thread of the daemon's.
+    secrets_scan: bool = True
     # Copies of diverged files another machine's backup held (an import's, a restore's)
     # kept under <state_dir>/conflicts/: at most this many of one file, these bytes in
     # all, the oldest going first; a copy bigger than conflict_bytes alone is refused.

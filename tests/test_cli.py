@@ -487,17 +487,20 @@ Options:
 Commands:
   check-store  Check that the store provider does what syncd needs.
   compact      Fold segments into a delta, or packs and a manifest.
+  forget       Take a session out of every point of the backups.
   index        Index other machines' transcripts for `syncd search`.
   init         Prepare the store (--encrypt: make it encrypted).
   key          Passphrases of an encrypted store: add, remove, list.
   machines     The machines that have a backup in the store.
   prune        Delete the snapshots the retention policy lets go.
+  redact       Mask a value in the files here and every backup.
   restore      Restore a machine's backup (or some sessions) into the local
                Claude tree.
   resume       Restore one session from any machine's backup and print how to
                resume it.
   run          The daemon: watch ~/.claude, back up every appended byte.
   search       Full-text search over the sessions indexed here.
+  secrets      Which sessions hold what looks like a secret.
   sessions     Every backed-up session: title, project, machine, size, last
                activity, local or not.
   show         Show a session: prompts, answers and tool calls, from the local
@@ -522,7 +525,7 @@ Commands:
   Exit codes:
     0  success
     1  the work could not be completed (one line on stderr says why),
-       or verify found a problem
+       or verify found a problem, or secrets found some
     2  bad usage or configuration
 
   Shell completion (add to your shell's rc file):

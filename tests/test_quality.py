@@ -45,11 +45,11 @@ RANKS: list[tuple[str, ...]] = [
     ("syncd.security.crypto",),
     ("syncd.security",),
     ("syncd.format",),
-    ("syncd.repository", "syncd.seen", "syncd.sibling", "syncd.sessionfiles",
+    ("syncd.repository", "syncd.seen", "syncd.sibling", "syncd.sessionfiles", "syncd.mask",
      "syncd.backup.state", "syncd.backup.errorlog"),
     ("syncd.view", "syncd.timeline"),
     ("syncd.backup", "syncd.archive", "syncd.restore", "syncd.follow", "syncd.search",
-     "syncd.render"),
+     "syncd.secrets", "syncd.render"),
     ("syncd.service", "syncd.web"),
     ("syncd.cli", "syncd", "syncd.__main__"),
 ]

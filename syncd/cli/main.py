@@ -19,6 +19,7 @@ from syncd.cli.keys import COMMANDS as KEY_COMMANDS
 from syncd.cli.purge import COMMANDS as PURGE_COMMANDS
 from syncd.cli.restore import COMMANDS
 from syncd.cli.search import COMMANDS as SEARCH_COMMANDS
+from syncd.cli.secrets import COMMANDS as SECRETS_COMMANDS
 from syncd.cli.show import COMMANDS as SHOW_COMMANDS
 from syncd.cli.util import interactive, settings_of, source_option
 from syncd.cli.web import COMMANDS as WEB_COMMANDS
@@ -49,7 +50,7 @@ Environment:
 Exit codes:
   0  success
   1  the work could not be completed (one line on stderr says why),
-     or verify found a problem
+     or verify found a problem, or secrets found some
   2  bad usage or configuration
 
 \b
@@ -209,7 +210,8 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 for _command in (*COMMANDS, *ARCHIVE_COMMANDS, *PURGE_COMMANDS, *KEY_COMMANDS,
-                 *SEARCH_COMMANDS, *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS):
+                 *SEARCH_COMMANDS, *INDEX_COMMANDS, *SHOW_COMMANDS, *WEB_COMMANDS,
+                 *SECRETS_COMMANDS):
     cli.add_command(_command)
 
 

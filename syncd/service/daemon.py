@@ -33,6 +33,7 @@ from syncd.errors import (
 )
 from syncd.follow.follower import Follower
 from syncd.search.indexer import Background
+from syncd.secrets.scanner import Background as SecretsScan
 from syncd.service.billing import RECORD_EVERY
 from syncd.service.billing import record as record_requests
 from syncd.service.catchup import Wakeup, catch_up
@@ -95,6 +96,7 @@ class Daemon:
         self._head_at: float | None = None  # when the head is due (monotonic)
         self._follower: Follower | None = None
         self._search: Background | None = None  # the search index's thread (search = true)
+        self._secrets: SecretsScan | None = None  # the secrets scan's (secrets_scan = true)
         self._follow_at = 0.0  # when the followed machines are looked at next (monotonic)
         # The pending_since status was told (monotonic); NaN: nothing told yet, so that
         # the first word replaces a dead daemon's (none is equal to NaN).
@@ -229,6 +231,11 @@ class Daemon:
                                           self.settings.machine_id)
                 self._search.start()
                 self._search.submit((), engine.state.origin_machines())  # the first pass
+            if self.settings.secrets_scan:
+                self._secrets = SecretsScan(self.settings.state_dir, self.settings.source,
+                                            self.settings.machine_id)
+                self._secrets.start()
+                self._secrets.submit(())  # the first pass
             # Watch first, then scan: a change between the two is seen at least once.
             watcher.start()
             next_scan = 0.0
@@ -269,6 +276,9 @@ class Daemon:
             if self._search is not None:
                 self._search.stop()
                 self._search = None
+            if self._secrets is not None:
+                self._secrets.stop()
+                self._secrets = None
             if engine.connected and self.fatal is None:
                 engine.head.write_if_due(now=True)  # a clean stop leaves the head current
             if metrics is not None:
@@ -487,6 +497,8 @@ class Daemon:
         if self._search is not None and paths:
             # What was flushed is what changed: indexed on the search thread, after.
             self._search.submit(paths, engine.state.origin_machines())
+        if self._secrets is not None and paths:
+            self._secrets.submit(paths)  # what was shipped: scanned past each cursor
         if result.requeue:
             self._requeue(result.requeue)
         # Unreadable files wait for the next reconcile scan instead of spinning here.

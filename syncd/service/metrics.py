@@ -45,6 +45,8 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
      "Time of the last retention prune"),
     ("last_verify_time", "syncd_last_verify_timestamp_seconds", "gauge",
      "Time of the last verification"),
+    ("sessions_with_secrets", "syncd_sessions_with_secrets", "gauge",
+     "Sessions of this tree with what looks like a secret (syncd secrets)"),
 )
 
 

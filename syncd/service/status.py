@@ -121,6 +121,8 @@ def status(settings: Settings, *, probe_store: bool = False,
         "forgotten": 0,
         "forgotten_unshipped": 0,
         "forgotten_purge_pending": 0,
+        # Sessions of this tree with secrets findings (`syncd secrets`; None: never scanned).
+        "sessions_with_secrets": secrets_count(settings),
     }
     if probe_store:
         out["store_reachable"], out["store_error"] = check_store(settings, store)
@@ -197,6 +199,24 @@ def status(settings: Settings, *, probe_store: bool = False,
     return out
 
 
+def secrets_count(settings: Settings) -> int | None:
+    """Sessions of the tree's machine with findings (the prompt history counts as one),
+    as the last scan left them; None when there was none or it does not read."""
+    import sqlite3
+
+    from syncd.errors import SyncdError
+    from syncd.secrets.findings import FILE_NAME, Findings
+
+    path = settings.state_dir / FILE_NAME
+    if not path.exists():
+        return None
+    try:
+        with Findings.open(path, readonly=True) as db:
+            return db.sessions_with_findings(settings.machine_id)
+    except (SyncdError, sqlite3.Error, OSError):  # a status line must not fail on it
+        return None
+
+
 def clock(t: float, now: float) -> str:
     """``t`` in local time: the time of day when it falls on ``now``'s day, else with
     its date (a job "in 24h" runs tomorrow, a flush of last week was not today)."""
@@ -254,6 +274,9 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
         f"verify:       {when(s.get('last_verify_time'))}",
+        "secrets:      " + ("not scanned yet" if s.get("sessions_with_secrets") is None
+                             else f"{s['sessions_with_secrets']} sessions with findings "
+                             "(syncd secrets)" if s["sessions_with_secrets"] else "none found"),
         f"next jobs:    reconcile scan {later(jobs.get('reconcile'))}; "
         f"compaction {later(jobs.get('compaction'))}; prune {later(jobs.get('prune'))}; "
         f"verify {later(jobs.get('verify'))}",

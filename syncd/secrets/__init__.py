@@ -1,0 +1,1 @@
+"""Where transcripts hold what looks like a secret (``syncd secrets``)."""

@@ -1,0 +1,239 @@
+"""Keeping the secrets findings up to date with this machine's Claude tree: its
+transcripts (subagents included), tool results and prompt history.
+
+Incremental as the search index is: only bytes past a file's cursor are read, a window
+of ``WINDOW`` at a time (a line over ``LINE_MAX`` is passed over with a note, never held
+whole); a file whose head or last scanned line changed (a cut, a rewrite), that is
+shorter, or that is another inode is scanned again from 0; a file gone loses its
+findings. Files are opened read-only and never written: scanning alters nothing.
+``Background`` runs it in the daemon on a thread of its own at the lowest CPU priority,
+fed the paths each flush shipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from syncd.errors import SyncdError
+from syncd.secrets.detector import LINE_MAX
+from syncd.secrets.findings import FILE_NAME, Cursor, Findings, is_scanned
+
+log = logging.getLogger(__name__)
+
+# Raw bytes read at a time: a whole line of LINE_MAX fits.
+WINDOW = LINE_MAX + 1
+COMMIT_EVERY = 64
+
+
+@dataclass
+class Pass:
+    """What one pass did."""
+
+    files: int = 0      # files read (some of their bytes)
+    bytes: int = 0      # bytes scanned
+    rescanned: int = 0  # files scanned again from 0 (a cut or a rewrite)
+    deleted: int = 0    # files gone
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()[:16]
+
+
+def _still(fd: int, size: int, c: Cursor) -> bool:
+    """Whether the file's first ``c.size`` bytes are those scanned (head and last line)."""
+    if size < c.size:
+        return False
+    if c.head is not None and _digest(os.pread(fd, c.head_len, 0)) != c.head:
+        return False
+    return c.tail is None or \
+        _digest(os.pread(fd, c.size - c.tail_start, c.tail_start)) == c.tail
+
+
+class Scanner:
+    """Brings ``findings`` up to date with the tree at ``root`` (machine ``machine``)."""
+
+    def __init__(self, findings: Findings, root: Path, machine: str) -> None:
+        self.findings = findings
+        self.root = root
+        self.machine = machine
+        self._stats: dict[bytes, tuple[int, int, int]] = {}  # path: ino, size, mtime
+
+    def forget(self) -> None:
+        """What was rolled back is looked at again: no file is taken as unchanged."""
+        self._stats.clear()
+
+    def files(self) -> Iterable[bytes]:
+        """Every file scanned (relative paths); symlinks not followed."""
+        if (self.root / "history.jsonl").is_file():
+            yield b"history.jsonl"
+        for dirpath, dirs, names in os.walk(self.root / "projects"):
+            rel = os.fsencode(os.path.relpath(dirpath, self.root))
+            for name in names:
+                path = rel + b"/" + os.fsencode(name)
+                if is_scanned(path):
+                    yield path
+            dirs.sort()
+
+    def update_all(self, stop: threading.Event | None = None) -> Pass:
+        """One pass over the whole tree: unchanged files cost a stat."""
+        done = Pass()
+        seen = set()
+        for i, path in enumerate(self.files()):
+            if stop is not None and stop.is_set():
+                break
+            seen.add(path)
+            self._update(path, done, quick=True)
+            if i % COMMIT_EVERY == COMMIT_EVERY - 1:
+                self.findings.commit()
+        else:
+            for path, deleted in self.findings.files(self.machine).items():
+                if not deleted and path not in seen:
+                    self.findings.mark_deleted(self.machine, path)
+                    done.deleted += 1
+        self.findings.commit()
+        return done
+
+    def update(self, paths: Iterable[bytes], stop: threading.Event | None = None) -> Pass:
+        """The given paths (relative to the root): those not scanned are passed over."""
+        done = Pass()
+        for path in paths:
+            if stop is not None and stop.is_set():
+                break
+            if is_scanned(path):
+                self._update(path, done, quick=False)
+        self.findings.commit()
+        return done
+
+    def _update(self, path: bytes, done: Pass, *, quick: bool) -> None:
+        full = os.path.join(os.fsencode(self.root), path)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            c = self.findings.cursor(self.machine, path)
+            if c is not None and not c.deleted:
+                self.findings.mark_deleted(self.machine, path)
+                done.deleted += 1
+            return
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._stats.get(path) == key:
+                return
+            c = self.findings.cursor(self.machine, path)
+            if quick and c is not None and not c.deleted and c.gen == st.st_ino and \
+                    c.size == st.st_size:
+                self._stats[path] = key
+                return
+            start = 0
+            if c is not None and c.gen == st.st_ino and not c.deleted and \
+                    _still(fd, st.st_size, c):
+                start = c.size
+            elif c is not None and c.size > 0:
+                done.rescanned += 1
+            if start < st.st_size or c is None or c.deleted or (start == 0 and c.size > 0):
+                self._read(fd, path, st.st_ino, start, st.st_size, done)
+            self._stats[path] = key
+        except OSError as e:
+            log.warning("secrets: cannot scan %s: %s", os.fsdecode(full), e)
+        finally:
+            os.close(fd)
+
+    def _read(self, fd: int, path: bytes, gen: int, start: int, size: int,
+              done: Pass) -> None:
+        done.files += 1
+        self.findings.feed(self.machine, path, gen, start, b"")  # a rescan drops the old
+        pos = start
+        while pos < size:
+            data = os.pread(fd, min(WINDOW, size - pos), pos)
+            if not data:
+                break
+            used = self.findings.feed(self.machine, path, gen, pos, data)
+            done.bytes += used
+            if used == 0:  # a last line still being written
+                break
+            pos += used
+
+
+class Background:
+    """The daemon's scanner: a thread of its own, at the lowest CPU priority, that
+    sleeps on an event until a flush hands it paths (and makes one pass at start)."""
+
+    def __init__(self, state_dir: Path, root: Path, machine: str) -> None:
+        self.path = state_dir / FILE_NAME
+        self.root = root
+        self.machine = machine
+        self._pending: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._all = True
+        self.passes = 0  # rounds done (tests wait on it)
+        self._thread = threading.Thread(target=self._run, name="syncd-secrets", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, paths: Iterable[bytes]) -> None:
+        """Scan what of ``paths`` (flushed) is past the cursors."""
+        with self._lock:
+            self._pending.update(paths)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: per thread
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        try:
+            findings = Findings.open(self.path)
+        except SyncdError as e:
+            log.error("secrets: %s (the scan stays off until a restart)", e)
+            return
+        try:
+            scanner = Scanner(findings, self.root, self.machine)
+            while not self._stop.is_set():
+                self._wake.wait()
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                with self._lock:
+                    paths, self._pending = self._pending, set()
+                    full, self._all = self._all, False
+                try:
+                    if full:
+                        scanner.update_all(self._stop)
+                    scanner.update(paths, self._stop)
+                except (SyncdError, OSError, ValueError, sqlite3.Error) as e:
+                    # A command's scan in between (the daemon's lock is not one), a disk
+                    # error: the files are looked at again, from their cursors.
+                    log.warning("secrets: scan failed (tried again with the next flush): "
+                                "%s", e)
+                    with contextlib.suppress(sqlite3.Error):
+                        findings.db.rollback()
+                    scanner.forget()
+                    with self._lock:
+                        self._pending |= paths
+                        self._all = self._all or full
+                self.passes += 1
+        finally:
+            findings.close()
+
+
+def update_local(state_dir: Path, root: Path, machine: str) -> Pass:
+    """One pass from a command (no daemon running): the findings made current."""
+    with Findings.open(state_dir / FILE_NAME) as findings:
+        return Scanner(findings, root, machine).update_all()
