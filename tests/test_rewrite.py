@@ -254,3 +254,21 @@ def test_history_lines_of_a_forgotten_session_ship_as_spaces(tmp_path: Path) -> 
     got = _restore_at(store, 4e9)[HIST.encode()]
     assert got == history(SB, 0) + b" " * (len(history(SA, 1)) - 1) + b"\n" + history(SB, 2)
     assert masked_history(b"x", {SA}, at_end=False) == (b"x", b"x")  # a line of 4 MiB
+
+
+def test_a_dry_run_sees_what_the_fold_would_and_writes_nothing(tmp_path: Path) -> None:
+    _, store, _ = build(tmp_path)
+    before = {i.key: store.get(i.key) for i in store.list(f"machines/{M}/")}
+    opts = CompactOptions(dry_run=True)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(SECRET,)), opts)
+
+    assert rep.ranges_masked == 2 and rep.note == "dry run: nothing written"
+    assert {i.key: store.get(i.key) for i in store.list(f"machines/{M}/")} == before
+    # A machine never compacted: its segments only.
+    src, fresh = tmp_path / "src2", MemoryStore()
+    sh = make_shipper(src, fresh, tmp_path / "st2.db")
+    write(src, TA, said(SA, 1, "the key is " + SECRET.decode()))
+    ship_all(sh, src)
+    rep = rewrite(Repository(fresh, M), Rewrite(forget=frozenset({SA})), opts)
+    assert rep.files_dropped == [TA] and rep.rewritten and rep.note.startswith("dry run")

@@ -57,7 +57,7 @@ from syncd.errors import AlreadyExists, CompactError, FormatError, StoreError
 from syncd.format import points as pointfmt
 from syncd.format.catalog import Session
 from syncd.format.delta import Delta, by_start, manifest_points
-from syncd.format.points import Locator, Point
+from syncd.format.points import Locator, Point, point_of
 from syncd.format.segment import SegmentIndex
 from syncd.format.snapshot import HISTORY, Entry, Manifest, build, current, has_sid
 from syncd.repository import Repository
@@ -241,7 +241,10 @@ class _Run:
             raise CompactError(f"the newest snapshot is unreadable, not rewriting: {e}") from e
         tree = _Tree()
         tree.start(newest, groups)
-        self._find_masks(tree)
+        # A dry run folds nothing first: what is pending (deltas after the newest
+        # manifest, segments after them) is looked into as the fold would see it.
+        self._find_masks(self._pending(tree, newest.seq) if self.opts.dry_run
+                         else [*tree.live.values(), *tree.retained.values()])
         deltas, narrower = self._deltas()
         dicts = set(rep.dictionaries)
 
@@ -275,7 +278,11 @@ class _Run:
         rep.files_dropped = dropped
         rep.ranges_masked = sum(len(v) for v in self.masks.values())
         newest_dirty = bool(move or dirty_manifests or dropped or self.leftovers
-                            or dicts or self._dirty_manifest(newest))
+                            or dicts or self._dirty_manifest(newest)
+                            or (self.opts.dry_run and later))
+        if later and self.opts.dry_run:  # the fold takes them first
+            rep.rewritten = sorted({*rep.rewritten, *later})
+            later = []
         if later:
             rep.errors.append(f"{repo.where(later[0])}: {len(later)} segments after the "
                               "newest snapshot hold what goes and were not folded (beyond "
@@ -332,9 +339,35 @@ class _Run:
             return
         self.rep.rewritten.append(layout.head_key(repo.machine))
 
+    def _pending(self, tree: _Tree, after: int) -> list[Entry]:
+        """Every generation of ``tree`` with what the deltas and segments after seq
+        ``after`` add, located (a dry run's view of what the fold would make)."""
+        repo = self.repo
+        chain = repo.delta_chain(after, None, self.rep.errors)
+        for d in chain:
+            tree.fold(d.key, d.index, d.points)
+        for key, size in repo.segments(chain[-1].hi if chain else after):
+            try:
+                ix = repo.read_index(key, size)
+            except (FormatError, StoreError) as e:
+                self.rep.errors.append(f"{e}; not looked into")
+                break
+            tree.fold(key, ix, [point_of(ix)])
+        return tree.located()
+
     def _segments_only(self) -> None:
         # A machine never compacted (nor could be just now): nothing but segments, whose
         # keys are fixed.
+        if self.opts.dry_run:  # what the fold would find in them
+            tree = _Tree()
+            self._find_masks(self._pending(tree, -1))
+            segs = [k for k, n in self.repo.segments() if self._dirty_segment(k, n)]
+            self.rep.rewritten = segs
+            self.rep.files_dropped = sorted({os.fsdecode(e.path) for e in tree.live.values()
+                                             if self.spec.drops(e.path)})
+            self.rep.ranges_masked = sum(len(v) for v in self.masks.values())
+            self.rep.note = "dry run: nothing written" if segs else "nothing holds it"
+            return
         if any(self._dirty_segment(k, n) for k, n in self.repo.segments()):
             raise CompactError(f"{self.repo.machine}: its segments could not be folded "
                                "into a snapshot, so they cannot be rewritten (run syncd "
@@ -386,11 +419,11 @@ class _Run:
                 self.orphans.add(d.key)
         return dirty
 
-    def _find_masks(self, tree: _Tree) -> None:
+    def _find_masks(self, entries: list[Entry]) -> None:
         """Every range to mask, found in each generation's bytes as the newest manifest
         locates them (it locates every generation any kept point names)."""
         spec = self.spec
-        for e in [*tree.live.values(), *tree.retained.values()]:
+        for e in entries:
             if spec.drops(e.path) or not e.extents or e.size == 0:
                 continue
             history = e.path == HISTORY and bool(spec.forget)

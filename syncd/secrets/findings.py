@@ -201,6 +201,22 @@ class Findings:
             self._drop(int(row[0]))
             self.db.execute("UPDATE files SET deleted=1 WHERE id=?", (row[0],))
 
+    def drop_file(self, path: bytes) -> None:
+        """Every machine's findings and cursor of ``path``: scanned again from 0 (a
+        redact masked it in place, at the same size)."""
+        self._begin()
+        for (fid,) in self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchall():
+            self._drop(int(fid))
+            self.db.execute("DELETE FROM files WHERE id=?", (fid,))
+
+    def drop_session(self, session: str) -> None:
+        """Every machine's findings of ``session`` (a forget)."""
+        self._begin()
+        for (fid,) in self.db.execute("SELECT id FROM files WHERE session=?",
+                                      (session,)).fetchall():
+            self._drop(int(fid))
+            self.db.execute("DELETE FROM files WHERE id=?", (fid,))
+
     def _drop(self, fid: int) -> None:
         for table in ("findings", "extents", "notes"):
             self.db.execute(f"DELETE FROM {table} WHERE file=?", (fid,))

@@ -212,18 +212,27 @@ def drop_state(settings: Settings, spec: Rewrite) -> None:
 
 def purge_search(settings: Settings, spec: Rewrite, masked: list[bytes]) -> None:
     """The search index forgets the sessions and the masked files' text (they are read
-    again), then is compacted so no page of the file keeps it."""
+    again), then is compacted so no page of the file keeps it; the secrets findings of
+    them go too."""
     path = settings.state_dir / "search.db"
-    if not path.exists():
-        return
-    from syncd.search.index import SearchIndex
-    with SearchIndex.open(path) as ix:
-        for sid in sorted(spec.forget):
-            ix.drop_session(sid)
-        for rel in masked:
-            ix.drop_file(rel)
-        ix.commit()
-        ix.purge()
+    if path.exists():
+        from syncd.search.index import SearchIndex
+        with SearchIndex.open(path) as ix:
+            for sid in sorted(spec.forget):
+                ix.drop_session(sid)
+            for rel in masked:
+                ix.drop_file(rel)
+            ix.commit()
+            ix.purge()
+    found = settings.state_dir / "secrets.db"
+    if found.exists():  # its findings of those files go too (scanned again, from 0)
+        from syncd.secrets.findings import Findings
+        with Findings.open(found) as f:
+            for sid in sorted(spec.forget):
+                f.drop_session(sid)
+            for rel in masked:
+                f.drop_file(rel)
+            f.commit()
 
 
 def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
