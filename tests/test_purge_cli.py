@@ -165,7 +165,6 @@ def test_forget_wakes_the_running_daemon_to_ship_the_tombstone(env: dict[str, st
     import sys
 
     from tests.helpers import wait_for
-    from tests.readers import read_index
     store = LocalStore(Path(env["SYNCD_STORE"].removeprefix("file://")))
     sc = "dddddddd-0000-4000-8000-000000000004"  # no history line: forgetting it changes
     src = Path(env["SYNCD_SOURCE"])                # no file here
