@@ -196,3 +196,20 @@ def test_forget_wakes_the_running_daemon_to_ship_the_tombstone(env: dict[str, st
     finally:
         p.terminate()
         p.wait(30)
+
+
+def test_redact_a_finding_of_syncd_secrets_everywhere(env: dict[str, str]) -> None:
+    src = Path(env["SYNCD_SOURCE"])
+    r = syncd(env, "secrets", "--json")
+    assert r.returncode == 1, r.stderr  # findings
+    found = [f for s in json.loads(r.stdout)["sessions"] for f in s["findings"]
+             if f["kind"] == "GitHub Token"]
+    assert found, r.stdout
+    r = syncd(env, "redact", "--finding", found[0]["id"])
+    assert r.returncode == 0, r.stderr
+    for rel in (TA, TB):  # the value, wherever it is
+        assert SECRET.encode() not in (src / rel).read_bytes()
+        assert SECRET.encode() not in backup(env)[rel.encode()]
+    r = syncd(env, "secrets")
+    assert r.returncode == 0, r.stdout + r.stderr  # nothing left to find
+    assert "no finding" in one_line(syncd(env, "redact", "--finding", "0" * 12), 2)
