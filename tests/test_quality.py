@@ -40,7 +40,7 @@ def test_mypy_strict() -> None:
 RANKS: list[tuple[str, ...]] = [
     ("syncd.errors", "syncd.version", "syncd.private", "syncd.redact", "syncd.worker",
      "syncd.progress", "syncd.claude", "syncd.gitinfo", "syncd.host", "syncd.config",
-     "syncd.duration", "syncd.untrusted"),
+     "syncd.duration", "syncd.untrusted", "syncd.background"),
     ("syncd.store",),
     ("syncd.security.crypto",),
     ("syncd.security",),

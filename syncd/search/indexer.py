@@ -11,7 +11,6 @@ its own that sleeps on an event.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd.errors import SyncdError
+from syncd import background
 from syncd.format.catalog import (
     TITLE_FILE_MAX,
     MetaScanner,
@@ -214,9 +213,10 @@ class Indexer:
                 self.index.set_session(self.machine, sid, {"origin": origins[sid]})
 
 
-class Background:
-    """The daemon's indexer: a thread of its own, at the lowest CPU priority, that
-    sleeps on an event until a flush hands it paths (and makes one pass at start)."""
+class Background(background.Background[Indexer]):
+    """The daemon's indexer (``background.Background``)."""
+
+    name = "search"
 
     def __init__(self, state_dir: Path, root: Path, machine: str) -> None:
         self.path = state_dir / FILE_NAME
@@ -224,61 +224,27 @@ class Background:
         self.machine = machine
         # Given by the caller's thread, which owns the state database.
         self._origins: dict[str, str] = {}
-        self._pending: set[bytes] = set()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._all = True
-        self.passes = 0  # rounds done (tests wait on it)
-        self._thread = threading.Thread(target=self._run, name="syncd-search", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        super().__init__()
 
     def submit(self, paths: Iterable[bytes], origins: dict[str, str]) -> None:
         """Index ``paths`` (flushed); ``origins`` as ``Indexer`` takes them."""
         with self._lock:
-            self._pending.update(paths)
             self._origins = origins
-        self._wake.set()
+        self.hand(paths)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=30)
+    def open(self) -> Indexer:
+        return Indexer(SearchIndex.open(self.path), self.root, self.machine)
 
-    def _run(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):  # Linux: per thread
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        try:
-            index = SearchIndex.open(self.path)
-        except SyncdError as e:
-            log.error("search: %s (search stays off until a restart)", e)
-            return
-        try:
-            indexer = Indexer(index, self.root, self.machine)
-            while not self._stop.is_set():
-                self._wake.wait()
-                self._wake.clear()
-                if self._stop.is_set():
-                    break
-                with self._lock:
-                    paths, self._pending = self._pending, set()
-                    full, self._all = self._all, False
-                    origins = self._origins
-                try:
-                    if full:
-                        indexer.update_all(self._stop, origins)
-                    indexer.update(paths, origins, self._stop)
-                except (SyncdError, OSError) as e:
-                    log.warning("search: indexing failed (tried again with the next "
-                                "flush): %s", e)
-                    with self._lock:
-                        self._pending |= paths
-                        self._all = self._all or full
-                self.passes += 1
-        finally:
-            index.close()
+    def work(self, job: Indexer, paths: set[bytes], full: bool,
+             stop: threading.Event) -> None:
+        with self._lock:
+            origins = self._origins
+        if full:
+            job.update_all(stop, origins)
+        job.update(paths, origins, stop)
+
+    def close(self, job: Indexer) -> None:
+        job.index.close()
 
 
 def update_local(state_dir: Path, root: Path, machine: str,

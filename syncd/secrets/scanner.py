@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from syncd import background
 from syncd.errors import SyncdError
 from syncd.secrets.detector import LINE_MAX
 from syncd.secrets.findings import FILE_NAME, Cursor, Findings, is_scanned
@@ -165,72 +166,40 @@ class Scanner:
             pos += used
 
 
-class Background:
-    """The daemon's scanner: a thread of its own, at the lowest CPU priority, that
-    sleeps on an event until a flush hands it paths (and makes one pass at start)."""
+class Background(background.Background[Scanner]):
+    """The daemon's scanner (``background.Background``)."""
+
+    name = "secrets"
+    # A command's scan in between (the daemon's lock is not one), a disk error: the
+    # files are looked at again, from their cursors.
+    retried = (SyncdError, OSError, ValueError, sqlite3.Error)
 
     def __init__(self, state_dir: Path, root: Path, machine: str) -> None:
         self.path = state_dir / FILE_NAME
         self.root = root
         self.machine = machine
-        self._pending: set[bytes] = set()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._all = True
-        self.passes = 0  # rounds done (tests wait on it)
-        self._thread = threading.Thread(target=self._run, name="syncd-secrets", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        super().__init__()
 
     def submit(self, paths: Iterable[bytes]) -> None:
         """Scan what of ``paths`` (flushed) is past the cursors."""
-        with self._lock:
-            self._pending.update(paths)
-        self._wake.set()
+        self.hand(paths)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=30)
+    def open(self) -> Scanner:
+        return Scanner(Findings.open(self.path), self.root, self.machine)
 
-    def _run(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):  # Linux: per thread
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        try:
-            findings = Findings.open(self.path)
-        except SyncdError as e:
-            log.error("secrets: %s (the scan stays off until a restart)", e)
-            return
-        try:
-            scanner = Scanner(findings, self.root, self.machine)
-            while not self._stop.is_set():
-                self._wake.wait()
-                self._wake.clear()
-                if self._stop.is_set():
-                    break
-                with self._lock:
-                    paths, self._pending = self._pending, set()
-                    full, self._all = self._all, False
-                try:
-                    if full:
-                        scanner.update_all(self._stop)
-                    scanner.update(paths, self._stop)
-                except (SyncdError, OSError, ValueError, sqlite3.Error) as e:
-                    # A command's scan in between (the daemon's lock is not one), a disk
-                    # error: the files are looked at again, from their cursors.
-                    log.warning("secrets: scan failed (tried again with the next flush): "
-                                "%s", e)
-                    with contextlib.suppress(sqlite3.Error):
-                        findings.db.rollback()
-                    scanner.forget()
-                    with self._lock:
-                        self._pending |= paths
-                        self._all = self._all or full
-                self.passes += 1
-        finally:
-            findings.close()
+    def work(self, job: Scanner, paths: set[bytes], full: bool,
+             stop: threading.Event) -> None:
+        if full:
+            job.update_all(stop)
+        job.update(paths, stop)
+
+    def failed(self, job: Scanner) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            job.findings.db.rollback()
+        job.forget()
+
+    def close(self, job: Scanner) -> None:
+        job.findings.close()
 
 
 def update_local(state_dir: Path, root: Path, machine: str) -> Pass:
