@@ -40,7 +40,8 @@ def test_mypy_strict() -> None:
 RANKS: list[tuple[str, ...]] = [
     ("syncd.errors", "syncd.version", "syncd.private", "syncd.redact", "syncd.worker",
      "syncd.progress", "syncd.claude", "syncd.gitinfo", "syncd.host", "syncd.config",
-     "syncd.duration", "syncd.untrusted", "syncd.background"),
+     "syncd.duration", "syncd.untrusted", "syncd.background",
+     "syncd.filemarks"),
     ("syncd.store",),
     ("syncd.security.crypto",),
     ("syncd.security",),

@@ -15,7 +15,6 @@ Writes are the caller's to ``commit``; one writer at a time (WAL: readers never 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -25,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
+from syncd import filemarks
 from syncd.errors import StateError
 from syncd.format.catalog import FIRST, LATEST, MAX_LINE, TITLE_ORDER, session_of, session_of_any
 from syncd.private import create_private, private_dir
@@ -90,10 +90,6 @@ def _epoch(stamp: str | None) -> float | None:
         return datetime.fromisoformat(stamp).timestamp()
     except ValueError:
         return None
-
-
-def _hash(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,10 +261,11 @@ class SearchIndex:
                 self._insert(fid, sess, batch)
             last = data.rfind(b"\n", skip, end - 1) + 1
             if not midline:
-                tail_start, tail = start + max(last, skip), _hash(data[max(last, skip):end])
+                tail_start = start + max(last, skip)
+                tail = filemarks.digest(data[max(last, skip):end])
         if start == 0 and end > 0:
             head_len = min(HEAD, end)
-            head = _hash(data[:head_len])
+            head = filemarks.digest(data[:head_len])
         db.execute("UPDATE files SET sess=?, gen=?, size=?, midline=?, head_len=?, head=?, "
                    "tail_start=?, tail=?, deleted=0 WHERE id=?",
                    (sess, gen, start + end, int(midline), head_len, head, tail_start, tail,

@@ -11,7 +11,6 @@ its own that sleeps on an event.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
@@ -20,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd import background
+from syncd import background, filemarks
 from syncd.format.catalog import (
     TITLE_FILE_MAX,
     MetaScanner,
@@ -29,7 +28,7 @@ from syncd.format.catalog import (
     title_file_fields,
     title_file_owner,
 )
-from syncd.search.index import FILE_NAME, FileMarks, SearchIndex
+from syncd.search.index import FILE_NAME, SearchIndex
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +45,6 @@ class Pass:
     bytes: int = 0      # bytes read
     reindexed: int = 0  # files read again from 0 (a cut or a rewrite)
     deleted: int = 0    # files marked deleted
-
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()[:16]
-
-
-def _still(fd: int, size: int, m: FileMarks) -> bool:
-    """Whether the file's first ``m.size`` bytes are those indexed (head and last line)."""
-    if size < m.size:
-        return False
-    if m.head is not None and _digest(os.pread(fd, m.head_len, 0)) != m.head:
-        return False
-    return m.tail is None or \
-        _digest(os.pread(fd, m.size - m.tail_start, m.tail_start)) == m.tail
 
 
 class Indexer:
@@ -152,7 +137,7 @@ class Indexer:
                 self._stats[path] = key  # unchanged since indexed: a stat is all it costs
                 return
             start = 0
-            if m is not None and m.gen == st.st_ino and _still(fd, st.st_size, m):
+            if m is not None and m.gen == st.st_ino and filemarks.still(fd, st.st_size, m):
                 start = m.size
             elif m is not None:
                 done.reindexed += 1

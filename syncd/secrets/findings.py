@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from syncd import filemarks
 from syncd.errors import StateError
 from syncd.format.catalog import session_of_any
 from syncd.private import create_private, private_dir
@@ -116,9 +117,6 @@ def is_text(path: bytes) -> bool:
     """A tool result is the tool's text, not JSON lines."""
     return b"/tool-results/" in path
 
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()[:16]
 
 
 class Findings:
@@ -285,10 +283,11 @@ class Findings:
             lines += data.count(b"\n", skip, end)
             last = data.rfind(b"\n", skip, end - 1) + 1
             if not midline:
-                tail_start, tail = start + max(last, skip), _digest(data[max(last, skip):end])
+                tail_start = start + max(last, skip)
+                tail = filemarks.digest(data[max(last, skip):end])
         if start == 0 and end > 0:
             head_len = min(HEAD, end)
-            head = _digest(data[:head_len])
+            head = filemarks.digest(data[:head_len])
         db.execute("UPDATE files SET gen=?, size=?, lines=?, midline=?, head_len=?, head=?, "
                    "tail_start=?, tail=?, deleted=0, session=? WHERE id=?",
                    (gen, start + end, lines, int(midline), head_len, head, tail_start, tail,

@@ -13,7 +13,6 @@ fed the paths each flush shipped.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import sqlite3
@@ -23,10 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncd import background
+from syncd import background, filemarks
 from syncd.errors import SyncdError
 from syncd.secrets.detector import LINE_MAX
-from syncd.secrets.findings import FILE_NAME, Cursor, Findings, is_scanned
+from syncd.secrets.findings import FILE_NAME, Findings, is_scanned
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +42,6 @@ class Pass:
     bytes: int = 0      # bytes scanned
     rescanned: int = 0  # files scanned again from 0 (a cut or a rewrite)
     deleted: int = 0    # files gone
-
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()[:16]
-
-
-def _still(fd: int, size: int, c: Cursor) -> bool:
-    """Whether the file's first ``c.size`` bytes are those scanned (head and last line)."""
-    if size < c.size:
-        return False
-    if c.head is not None and _digest(os.pread(fd, c.head_len, 0)) != c.head:
-        return False
-    return c.tail is None or \
-        _digest(os.pread(fd, c.size - c.tail_start, c.tail_start)) == c.tail
 
 
 class Scanner:
@@ -138,7 +123,7 @@ class Scanner:
                 return
             start = 0
             if c is not None and c.gen == st.st_ino and not c.deleted and \
-                    _still(fd, st.st_size, c):
+                    filemarks.still(fd, st.st_size, c):
                 start = c.size
             elif c is not None and c.size > 0:
                 done.rescanned += 1
