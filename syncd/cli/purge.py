@@ -130,9 +130,7 @@ def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...
     settings = settings_of(ctx)
     sid = session.lower()
     if not is_session_id(sid):
-        from syncd.restore.listing import resolve_sessions
-        sid = resolve_sessions(repository_of(settings, machines[0] if machines else None),
-                               [sid])[0]
+        sid = _resolve(settings, sid, machines[0] if machines else None)
     if lift:
         state = State(settings.state_file)
         try:
@@ -190,6 +188,18 @@ def redact_cmd(ctx: click.Context, pattern: str | None, finding: str | None,
     spec = Rewrite(redact=values, patterns=patterns)
     _run(ctx, spec, _machines(settings, machines, all_machines), dry_run=dry_run,
          local=False, as_json=as_json, local_changes=True)
+
+
+def _resolve(settings: Settings, ref: str, machine: str | None) -> str:
+    """The session a prefix names, in the machine's heads named (else any machine's:
+    one session several machines hold is one id all the same)."""
+    from syncd.errors import OnSeveralMachines
+    from syncd.restore.listing import find_session
+    repo = repository_of(settings)
+    try:
+        return find_session(repo, ref, machine)[1]
+    except OnSeveralMachines as e:
+        return find_session(repo, ref, e.machines[0])[1]
 
 
 def _finding_value(settings: Settings, finding: str) -> bytes:
