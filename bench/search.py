@@ -204,7 +204,8 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def idle_daemon(pythonpath: Path, work: Path, seconds: float) -> tuple[float, float]:
+def idle_daemon(pythonpath: Path, work: Path, seconds: float,
+                extra_env: dict[str, str] | None = None) -> tuple[float, float]:
     """RSS (MB) and CPU (% of a core) of `syncd run` idle over ``seconds``, after its
     start-up settled, on a small tree."""
     src = work / f"idle-src-{pythonpath.name}"
@@ -221,6 +222,7 @@ def idle_daemon(pythonpath: Path, work: Path, seconds: float) -> tuple[float, fl
     env.update(PYTHONPATH=str(pythonpath), SYNCD_SOURCE=str(src), SYNCD_STATE_DIR=str(state),
                SYNCD_STORE=(work / f"idle-store-{pythonpath.name}").as_uri(),
                SYNCD_MACHINE_ID="idle", SYNCD_CONFIG=os.devnull, HOME=str(work))
+    env.update(extra_env or {})
     proc = subprocess.Popen([sys.executable, "-m", "syncd", "run"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
