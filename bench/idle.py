@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import search  # noqa: E402
+import search
 
 ROOT = Path(__file__).resolve().parent.parent
 
