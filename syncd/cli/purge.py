@@ -38,27 +38,27 @@ def _summary(r: RewriteReport) -> str:
 
 
 def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: bool,
-         local: bool, as_json: bool, local_changes: bool) -> None:
+         local: bool, as_json: bool) -> None:
     from syncd.errors import CompactError, PreconditionFailed
     from syncd.service import purge
 
     settings = settings_of(ctx)
-    drop, ranges, left = purge.local_plan(settings, spec) if local_changes else ([], {}, [])
-    if not dry_run and local_changes:
+    drop, ranges, left = purge.local_plan(settings, spec)
+    if not dry_run:
         busy = purge.busy(settings, [*ranges, *(drop if local else [])])
         if busy:
             raise RewriteRefused("not now, these files are being written: "
-                                       + "; ".join(busy[:5]) + " (try again once Claude "
-                                       "is done with them)")
+                                 + "; ".join(busy[:5])
+                                 + " (try again once Claude is done with them)")
     lrep = purge.LocalReport(left_alone=left)
-    if not dry_run and local_changes:
+    if not dry_run:
         if spec.forget:
             purge.mark_forgotten(settings, spec.forget)
             purge.wake_daemon(settings)
         purge.apply_local(settings, drop, ranges, local, lrep)
         purge.drop_state(settings, spec)
         purge.purge_search(settings, spec, list(ranges))
-    elif dry_run:
+    else:
         lrep.masked = {k.decode(errors="replace"): len(v) for k, v in ranges.items()}
         lrep.deleted = [d.decode(errors="replace") for d in drop] if local else []
     reports: list[RewriteReport] = []
@@ -99,7 +99,7 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
 
 
 @click.command("forget", short_help="Take a session out of every point of the backups.")
-@click.option("--session", "session", required=False, callback=session_prefix,
+@click.option("--session", "session", required=True, callback=session_prefix,
               help="The session (its id, or its first 8 characters or more).")
 @click.option("--machine", "machines", multiple=True, help="Whose backup (default: this one).")
 @click.option("--all-machines", is_flag=True, help="Every machine's backup in the store.")
@@ -109,7 +109,7 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @source_option
 @click.pass_context
-def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...],
+def forget_cmd(ctx: click.Context, session: str, machines: tuple[str, ...],
                all_machines: bool, local: bool, lift: bool, dry_run: bool,
                as_json: bool) -> None:
     """Take a session (transcript, subagents, tool results, siblings, todos, file
@@ -125,8 +125,6 @@ def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...
     from syncd.backup.state import State
     from syncd.format.catalog import is_session_id
 
-    if session is None:
-        raise UsageError("--session is required")
     settings = settings_of(ctx)
     sid = session.lower()
     if not is_session_id(sid):
@@ -141,7 +139,7 @@ def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...
         return
     _run(ctx, Rewrite(forget=frozenset({sid})),
          _machines(settings, machines, all_machines), dry_run=dry_run, local=local,
-         as_json=as_json, local_changes=True)
+         as_json=as_json)
 
 
 @click.command("redact", short_help="Mask a value in the files here and every backup.")
@@ -187,7 +185,7 @@ def redact_cmd(ctx: click.Context, pattern: str | None, finding: str | None,
         values = (_finding_value(settings, finding or ""),)
     spec = Rewrite(redact=values, patterns=patterns)
     _run(ctx, spec, _machines(settings, machines, all_machines), dry_run=dry_run,
-         local=False, as_json=as_json, local_changes=True)
+         local=False, as_json=as_json)
 
 
 def _resolve(settings: Settings, ref: str, machine: str | None) -> str:
