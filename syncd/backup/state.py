@@ -225,6 +225,22 @@ class State:
     def set_meta(self, **items: str) -> None:
         self._write([], list(items.items()))
 
+    def update_meta(self, key: str, change: Callable[[str | None], str]) -> None:
+        """Replace ``key``'s value by ``change`` of it in one write transaction: another
+        process's change between the read and the write is never lost."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 (key, change(None if row is None else str(row[0]))))
+            except BaseException:
+                self._db.rollback()
+                raise
+            self._db.commit()
+        except sqlite3.Error as e:
+            raise StateError.of("state database", self.path, e) from e
+
     @property
     def next_seq(self) -> int:
         return int(self.meta("next_seq", "0") or 0)
