@@ -220,6 +220,27 @@ def test_the_origins_tombstone_carries_digests_and_no_value(
     assert len(indexes(a.store(), "desk")) == before + 1  # shipped once only
 
 
+def test_a_delta_keeps_the_redactions_of_the_segments_it_folds(
+        two: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, _ = two
+    fwrite(a.settings.source, a.rel("app", S1), told(a, 0))
+    a.sync(monkeypatch)
+    repo = Repository(a.store(), "desk")
+    compact(repo, CompactOptions())  # the first: a manifest
+    r1, r2 = Redaction(S1, 1.9e9, (DIGEST,)), Redaction(S2, 1.9e9, (("0" * 64, 3),))
+    state = State(a.settings.state_file)
+    try:
+        redactions.announce(state, {S1: {DIGEST}}, 1.9e9)
+        redactions.announce(state, {S2: {("0" * 64, 3)}}, 1.9e9)
+    finally:
+        state.close()
+    a.sync(monkeypatch)  # the tombstones alone
+    compact(repo, CompactOptions())  # that segment: a delta
+    assert not repo.segments()
+    (_, _, key, _), = repo.deltas()
+    assert repo.read_delta(key).index.redacted == [r1, r2]
+
+
 # -- followers ---------------------------------------------------------------------------
 
 def test_a_follower_masks_its_copy_and_its_own_backup_of_it_and_nothing_else(
