@@ -33,6 +33,7 @@ from syncd.mask import mask_of
 from syncd.repository import Repository
 from syncd.restore.restorer import RestoreOptions, restore
 from syncd.service.schedule import Archiver
+from syncd.service.status import format_status, status
 from syncd.store import Store, layout
 from syncd.store.layout import segment_key
 from syncd.timeline import timeline
@@ -205,6 +206,7 @@ def test_the_origins_tombstone_carries_digests_and_no_value(
             [(S1, (DIGEST,))]
     finally:
         state.close()
+    assert status(a.settings)["redactions_unshipped"] == 1
     a.sync(monkeypatch)  # nothing else changed: the tombstone alone, one segment
     segs = indexes(a.store(), "desk")
     assert len(segs) == before + 1
@@ -358,6 +360,9 @@ def test_a_busy_copy_waits_and_is_done_at_a_later_look(
     redact_on(a, monkeypatch)
     b.poll(monkeypatch)
     assert len(pending(b)) == 1
+    st = status(b.settings)
+    assert st["redactions_pending"] == 1
+    assert "1 of followed machines wait to be masked here" in format_status(st)
     job = archiver(b)
     with open(transcript, "rb"):  # a running Claude holds it open
         assert job.redact() is None
@@ -368,3 +373,4 @@ def test_a_busy_copy_waits_and_is_done_at_a_later_look(
     assert transcript.read_bytes() == text.replace(SECRET, mask_of(len(SECRET)))
     assert SECRET not in sub.read_bytes()
     assert SECRET not in all_raw(b.store(), "laptop")  # no object of the laptop holds it
+    assert status(b.settings)["redactions_pending"] == 0
