@@ -72,7 +72,7 @@ def old(m: Machine) -> None:
 def imported(a: Machine, b: Machine, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """desk's S1, holding SECRET in its transcript and its subagent's, brought to the
     laptop and backed up there: the laptop's copies."""
-    fwrite(a.settings.source, a.rel("app", S1), line(S1, a.cwd("app"), 0) + told(a, 1))
+    fwrite(a.settings.source, a.rel("app", S1), told(a, 0) + told(a, 1))
     fwrite(a.settings.source, a.rel("app", S1, "subagents/agent-1.jsonl"), told(a, 2))
     old(a)
     a.sync(monkeypatch)
@@ -101,6 +101,14 @@ def pending(m: Machine) -> list[Redaction]:
     state = State(m.settings.state_file, readonly=True)
     try:
         return redactions.pending(state)
+    finally:
+        state.close()
+
+
+def catalog_text(m: Machine, rel: bytes) -> str:
+    state = State(m.settings.state_file, readonly=True)
+    try:
+        return json.dumps(state.catalog_of(rel))
     finally:
         state.close()
 
@@ -255,6 +263,10 @@ def test_a_follower_masks_its_copy_and_its_own_backup_of_it_and_nothing_else(
     old(b)
     b.sync(monkeypatch)
     texts = [p.read_bytes() for p in copies]
+    rels = [os.path.relpath(p, b.settings.source).encode() for p in copies]
+    own_rel = b.rel("lib", S2)
+    assert SECRET.decode() in catalog_text(b, rels[0]) and \
+        SECRET.decode() in catalog_text(b, own_rel)
     redact_on(a, monkeypatch)
     b.poll(monkeypatch)
     assert [(r.session, r.values) for r in pending(b)] == [(S1, (DIGEST,))]
@@ -270,8 +282,8 @@ def test_a_follower_masks_its_copy_and_its_own_backup_of_it_and_nothing_else(
         assert got == text.replace(SECRET, mask_of(len(SECRET)))
         assert b"[REDACTED" in got and len(got) == len(text)
     assert own.read_bytes() == told(b, 0, S2, "lib")
-    rels = [os.path.relpath(p, b.settings.source).encode() for p in copies]
-    own_rel = b.rel("lib", S2)
+    assert SECRET.decode() not in catalog_text(b, rels[0])
+    assert SECRET.decode() in catalog_text(b, own_rel)  # another session's: not desk's
     for seq, tree in points(b.store(), "laptop").items():
         for rel in rels:
             if rel in tree:

@@ -322,10 +322,12 @@ class State:
         if marks is None:
             self._exec_many("DELETE FROM marks WHERE path=?", [(path,)])
 
-    def rewrite_catalog(self, fields: Callable[[dict[str, str]], dict[str, str]]) -> None:
-        """Each session's catalog fields through ``fields`` (``redact``)."""
+    def rewrite_catalog(self, fields: Callable[[dict[str, str]], dict[str, str]],
+                        only: Callable[[bytes], bool] = lambda path: True) -> None:
+        """Each session's catalog fields through ``fields`` (``redact``); with ``only``,
+        those of the transcripts it takes."""
         rows = [(json.dumps(fields(json.loads(f))), p)
-                for p, f in self._read("SELECT path, fields FROM catalog")]
+                for p, f in self._read("SELECT path, fields FROM catalog") if only(bytes(p))]
         self._exec_many("UPDATE catalog SET fields=? WHERE path=?", rows)
 
     def _exec_many(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:

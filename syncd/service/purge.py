@@ -318,8 +318,16 @@ def redact_here(settings: Settings, repo: Repository, sid: str,
     apply_local(settings, [], ranges, False, rep)
     if rep.left_alone:  # changed since it was read: looked at again later
         return None, False
-    if values:
-        drop_state(settings, Rewrite(redact=tuple(sorted(values))))
+    if values and settings.state_file.exists():
+        # The catalog's text of this session only: another's may hold the same value.
+        state = State(settings.state_file)
+        try:
+            masked = tuple(sorted(values))
+            state.rewrite_catalog(lambda f: {k: mask.mask_text(v, masked, ())
+                                             for k, v in f.items()},
+                                  only=lambda path: session_owning(path) == sid)
+        finally:
+            state.close()
     purge_search(settings, spec, list(ranges))
     return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d)), True
 
