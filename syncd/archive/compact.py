@@ -267,7 +267,8 @@ def _compact(repo: Repository, opts: CompactOptions) -> CompactReport:
 
 
 def _entries(ix: SegmentIndex) -> int:
-    return len(ix.extents) + len(ix.tombstones) + len(ix.copies) + len(ix.forgotten)
+    return len(ix.extents) + len(ix.tombstones) + len(ix.copies) + len(ix.forgotten) + \
+        len(ix.redacted)
 
 
 def _narrower(repo: Repository, chain: list[Delta]) -> list[str]:

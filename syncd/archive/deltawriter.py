@@ -3,10 +3,10 @@ keeps every one of their points (docs/FORMAT.md, "Deltas").
 
 Each file generation's new bytes become frames of their own (history.jsonl cut at line
 ends), small ones compressed with the machine's trained dictionary; the deletions, the
-forgotten sessions' tombstones and the projects of the segments come along, and the
-points say what each flush changed and which catalog fields its lines named. A rerun
-after a crash finds the delta written (its key names its range) and adopts it when it
-reads.
+tombstones of forgotten sessions and of redactions and the projects of the segments come
+along, and the points say what each flush changed and which catalog fields its lines
+named. A rerun after a crash finds the delta written (its key names its range) and adopts
+it when it reads.
 """
 
 from __future__ import annotations
@@ -92,6 +92,9 @@ def _build(repo: Repository, key: str, sources: Sequence[tuple[str, SegmentIndex
     # Forgotten sessions' tombstones travel on (followers that read the delta honour them).
     for sid, at in _forgets(sources):
         w.add_forget(sid, at)
+    # So do redactions' (each its own values: all kept, the same one once).
+    for r in dict.fromkeys(r for _, ix in sources for r in ix.redacted):
+        w.add_redact(r)
     for cwd, info in projects.items():
         w.add_project(cwd, dict(info))
     w.index.extra = {"kind": KIND, "lo": lo, "hi": hi, **pointfmt.encode(points)}

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from syncd.archive import redactions
 from syncd.backup.ship import FlushResult, machine_facts
 from syncd.backup.state import State
 from syncd.errors import BackupError, FormatError, StoreError, SyncdError
@@ -106,7 +107,7 @@ class HeadWriter:
         tombs = sorted((f.at, f.sid) for f in forgotten.values())[-FORGOTTEN_MAX:]
         h = Head(self.repo.machine, written, seq, float(flushed) if flushed else None,
                  machine_facts(self.root), dict(self._objects), sessions,
-                 [(sid, at) for at, sid in tombs])
+                 [(sid, at) for at, sid in tombs], redactions.shipped(self.state))
         if self.lease is not None:
             self.lease.ensure()
         self.repo.write_head(h)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import zstandard
 
+from syncd.archive import redactions
 from syncd.backup.marks import cut_point, marks_of
 from syncd.backup.patch import OLD_MAX, OldLines, file_chunks, patch
 from syncd.backup.state import FileState, ImportedFile, OriginRecord, RestoredFile, State
@@ -49,7 +50,7 @@ from syncd.format.catalog import (
     title_file_fields,
     title_file_owner,
 )
-from syncd.format.segment import FRAME_MAX, Copy, Extent, SegmentWriter, Tombstone
+from syncd.format.segment import FRAME_MAX, Copy, Extent, Redaction, SegmentWriter, Tombstone
 from syncd.format.snapshot import Entry, current
 from syncd.gitinfo import project_info
 from syncd.repository import Repository
@@ -91,6 +92,8 @@ MAX_AHEAD = 1 << 32
 PASSED_KEPT = 4096
 # Forgotten sessions' tombstones one flush carries at most (the rest go with the next).
 FORGETS_MAX = 4096
+# Redactions' tombstones one flush carries at most (each of at most 256 values).
+REDACTS_MAX = 64
 # Rewrite detection hashes the first and last shipped bytes, not the whole file:
 # transcripts are append-only, and a rewrite touches the head or the tail.
 CHECK_HEAD = 4 << 10
@@ -197,6 +200,8 @@ class _Batch:
         self.updates: dict[bytes, FileState] = {}
         # The forgotten sessions whose tombstone this segment carries.
         self.forgets: list[str] = []
+        # The redactions whose tombstone it carries.
+        self.redacts: list[Redaction] = []
 
 
 class Shipper:
@@ -453,6 +458,8 @@ class Shipper:
         self.state.commit(seq, updates, ix.sessions)
         if ix.forgotten:  # their tombstones are in the store: not shipped again
             self.state.announce_forgotten(sid for sid, _ in ix.forgotten)
+        if ix.redacted:
+            redactions.announced(self.state, ix.redacted)
         log.warning("adopted segment %s already in the store (%d files): a previous run "
                     "stopped between upload and commit", key, len(updates))
         return True
@@ -611,7 +618,8 @@ class Shipper:
     def tombstones_due(self) -> bool:
         """Whether a forgotten session's tombstone waits to be shipped (then even a flush
         with nothing else to ship is one PUT)."""
-        return any(not f.announced for f in self.state.forgotten().values())
+        return any(not f.announced for f in self.state.forgotten().values()) or \
+            bool(redactions.unannounced(self.state))
 
     def _announce(self, batch: _Batch) -> None:
         """Read the forgotten sessions; the tombstones of those not announced yet go in
@@ -621,6 +629,10 @@ class Shipper:
         self._forgotten = set(forgotten)
         news = sorted((f for f in forgotten.values() if not f.announced),
                       key=lambda f: (f.at, f.sid))[:FORGETS_MAX]
+        # What ``syncd redact`` masked here: digests and lengths, never the values.
+        batch.redacts = redactions.unannounced(self.state)[:REDACTS_MAX]
+        for r in batch.redacts:
+            batch.writer.add_redact(r)
         if not news:
             return
         for f in news:
@@ -699,9 +711,11 @@ class Shipper:
             raise _Restart() from None
         # A tombstone is for followers that read the head too: it is written soon.
         self.state.commit(seq, batch.updates.values(), batch.writer.index.sessions,
-                          **({"head_due": "now"} if batch.forgets else {}))
+                          **({"head_due": "now"} if batch.forgets or batch.redacts else {}))
         if batch.forgets:
             self.state.announce_forgotten(batch.forgets)
+        if batch.redacts:
+            redactions.announced(self.state, batch.redacts)
         result.segments.append(seq)
         result.raw_bytes += batch.writer.raw_bytes
         result.stored_bytes += size

@@ -225,6 +225,22 @@ class State:
     def set_meta(self, **items: str) -> None:
         self._write([], list(items.items()))
 
+    def update_meta(self, key: str, change: Callable[[str | None], str]) -> None:
+        """Replace ``key``'s value by ``change`` of it in one write transaction: another
+        process's change between the read and the write is never lost."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 (key, change(None if row is None else str(row[0]))))
+            except BaseException:
+                self._db.rollback()
+                raise
+            self._db.commit()
+        except sqlite3.Error as e:
+            raise StateError.of("state database", self.path, e) from e
+
     @property
     def next_seq(self) -> int:
         return int(self.meta("next_seq", "0") or 0)
@@ -306,10 +322,12 @@ class State:
         if marks is None:
             self._exec_many("DELETE FROM marks WHERE path=?", [(path,)])
 
-    def rewrite_catalog(self, fields: Callable[[dict[str, str]], dict[str, str]]) -> None:
-        """Each session's catalog fields through ``fields`` (``redact``)."""
+    def rewrite_catalog(self, fields: Callable[[dict[str, str]], dict[str, str]],
+                        only: Callable[[bytes], bool] = lambda path: True) -> None:
+        """Each session's catalog fields through ``fields`` (``redact``); with ``only``,
+        those of the transcripts it takes."""
         rows = [(json.dumps(fields(json.loads(f))), p)
-                for p, f in self._read("SELECT path, fields FROM catalog")]
+                for p, f in self._read("SELECT path, fields FROM catalog") if only(bytes(p))]
         self._exec_many("UPDATE catalog SET fields=? WHERE path=?", rows)
 
     def _exec_many(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:

@@ -13,6 +13,8 @@ from syncd.errors import RewriteRefused, UsageError
 if TYPE_CHECKING:
     from syncd.archive.rewrite import Rewrite, RewriteReport
     from syncd.config import Settings
+    from syncd.mask import Range
+    from syncd.service.purge import LocalReport
 
 # What a command needs is imported inside it (see syncd.cli.main).
 PATTERN_MAX = 1000
@@ -69,6 +71,9 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
                                                dry_run=dry_run))
         except (CompactError, PreconditionFailed) as e:
             failed.append(f"{m}: {e}")
+    if spec.masking and not dry_run:
+        _announce(settings, ranges, lrep, [r for r in reports
+                                           if r.machine == settings.machine_id])
     if as_json:
         doc: dict[str, Any] = {"local": lrep.as_dict(), "machines":
                                [r.as_dict() for r in reports], "failed": failed}
@@ -218,6 +223,38 @@ def _finding_value(settings: Settings, finding: str) -> bytes:
         raise RewriteRefused(f"finding {finding}: its file changed since it was "
                                    "found; run syncd secrets again")
     return value
+
+
+def _announce(settings: Settings, ranges: dict[bytes, list[Range]], lrep: LocalReport,
+              own: list[RewriteReport]) -> None:
+    """Queue the redaction's tombstones for this machine's next flush: per session whose
+    files were masked here or in this machine's backup, each value's sha256 and length
+    (never the value), for the machines that imported the session."""
+    import os
+    import time
+
+    from syncd.archive import redactions
+    from syncd.backup.state import State
+    from syncd.service import purge
+    from syncd.sessionfiles import session_owning
+
+    digests: dict[str, set[tuple[str, int]]] = {}
+    for rel, rs in ranges.items():
+        sid = session_owning(rel)
+        if sid is not None and os.fsdecode(rel) in lrep.masked:
+            digests.setdefault(sid, set()).update((r.digest, r.end - r.start)
+                                                  for r in rs if not r.line and r.digest)
+    for r in own:
+        for sid, ds in r.digests.items():
+            digests.setdefault(sid, set()).update(ds)
+    if not digests or not settings.state_file.exists():
+        return
+    state = State(settings.state_file)
+    try:
+        redactions.announce(state, digests, time.time())
+    finally:
+        state.close()
+    purge.wake_daemon(settings)
 
 
 COMMANDS = (forget_cmd, redact_cmd)

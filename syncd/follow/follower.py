@@ -26,6 +26,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from syncd.archive import purge as purges
+from syncd.archive import redactions
 from syncd.backup.ship import check_hash, imported_from, merged_from, shipped_bytes
 from syncd.backup.state import ImportedFile, State
 from syncd.claude import Selection, tree_writable
@@ -35,7 +36,7 @@ from syncd.follow.choice import choose, record
 from syncd.follow.cursor import META, Cursor, cursors, waited
 from syncd.follow.quiet import Quiet, intact
 from syncd.format.catalog import session_of, session_of_any
-from syncd.format.segment import SegmentIndex, index_bytes
+from syncd.format.segment import Redaction, SegmentIndex, index_bytes
 from syncd.progress import NullMeter
 from syncd.repository import Repository
 from syncd.restore.remap import config_rules
@@ -84,6 +85,9 @@ INDEX_BYTES_ALL = 128 << 20
 # Sessions forgotten on a machine's tombstones remembered per machine (as many as a head
 # lists): one lifted here is not forgotten again by the same tombstone.
 HONOURED_KEPT = 4096
+# Redactions' tombstones one poll reads of a machine at most (the newest: its head lists
+# the newest 256 again at later looks).
+REDACTS_SEEN = 4096
 # A refusal is said (logged, the cursor's problem) in at most this many characters.
 PROBLEM_MAX = 500
 # The largest integer the state holds: a source's generation or size past it (a number no
@@ -314,6 +318,8 @@ class Follower:
         # This poll's: the tombstones (session → when forgotten) read of the machine, from
         # its segments and its head.
         self._forgets: dict[str, float] = {}
+        # This poll's: the redactions' tombstones read of the machine (segments, head).
+        self._redacts: list[Redaction] = []
         # Per machine: the flush time of its head last read here.
         self._head_time: dict[str, float | None] = {}
         # Machines not reconciled yet since this follower started.
@@ -356,6 +362,7 @@ class Follower:
             cur.last_check = self.clock()
             self._seen_at = {}
             self._forgets = {}
+            self._redacts = []
             try:
                 if self._poll(machine, cur, blocked):
                     # (A first look still to come is not held back by it.)
@@ -501,6 +508,7 @@ class Follower:
             return set(), None
         # Its tombstones, for those whose segment was compacted before it was read here.
         self._forgets.update(head.forgotten)
+        self._redacts = [*self._redacts, *head.redacted][-REDACTS_SEEN:]
         if head.seq < after and rm.store.head(layout.segment_key(machine, after)) is None:
             if self._compacted_past(rm, after):
                 # An older head put back over the newer one (segments gone because they
@@ -665,6 +673,7 @@ class Follower:
                         x.reason == merged_from(self.me) and x.start > 0)
                     echo[sid] = echo.get(sid, True) and ours
             self._forgets.update(ix.forgotten)
+            self._redacts = [*self._redacts, *ix.redacted][-REDACTS_SEEN:]
             # A copy (a cut, a move, a rewrite) changes its session like new bytes do.
             sids |= {sid for c in ix.copies if (sid := session_of_any(c.path)) is not None}
             sids |= {sid for sid, back in echo.items() if not back}
@@ -794,6 +803,17 @@ class Follower:
                          machine, len(theirs))
         if cur.forgetting and writable:
             self._remove_forgotten(machine, cur)
+        reds, self._redacts = self._redacts, []
+        if reds:
+            # The same rule: only a session that came here from there is that machine's
+            # to redact. The values are masked by the archive job (``redact_here``).
+            theirs = self._from(machine, sorted({r.session for r in reds}))
+            queued = redactions.queue(self.state, machine,
+                                      [r for r in reds if r.session in theirs])
+            if queued:
+                log.info("following %s: %d values redacted there in %d sessions are "
+                         "queued to be masked here", machine,
+                         sum(len(r.values) for r in queued), len({r.session for r in queued}))
 
     def _from(self, machine: str, sids: list[str]) -> set[str]:
         """Those of ``sids`` that came here from ``machine``: their origin says so (an

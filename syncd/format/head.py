@@ -18,7 +18,15 @@ import zstandard
 from syncd import untrusted
 from syncd.errors import FormatError
 from syncd.format.catalog import FIELD_MAX, FIRST, LATEST, Session, is_session_id, session_of
-from syncd.format.segment import decode_path, decompress_capped, encode_path, expansion_limit, when
+from syncd.format.segment import (
+    Redaction,
+    decode_path,
+    decompress_capped,
+    encode_path,
+    expansion_limit,
+    redaction,
+    when,
+)
 
 FORMAT = 1
 # What a reader accepts: a head of 100 000 sessions with long titles is a few MiB.
@@ -30,6 +38,8 @@ KINDS = ("seg", "delta", "snap", "pack", "dict")
 # Tombstones of forgotten sessions a head carries at most (the newest): for followers that
 # missed the segment that carried one (compacted before they read it).
 FORGOTTEN_MAX = 4096
+# Redactions' tombstones a head carries at most (the newest; each of at most 256 values).
+REDACTED_MAX = 256
 # A listing's fields: where a session came from is a restore's business, not a listing's.
 _FIELDS = frozenset(FIRST + LATEST) - {"origin"}
 _INFO = ("hostname", "os", "home", "claude_root")
@@ -76,6 +86,8 @@ class Head:
     sessions: list[HeadSession] = field(default_factory=list)
     # Sessions this machine forgot: (session id, when), the newest FORGOTTEN_MAX.
     forgotten: list[tuple[str, float]] = field(default_factory=list)
+    # What this machine redacted, per session (digests and lengths), the newest REDACTED_MAX.
+    redacted: list[Redaction] = field(default_factory=list)
 
 
 def encode(h: Head) -> bytes:
@@ -92,6 +104,9 @@ def encode(h: Head) -> bytes:
                      for s in h.sessions]}
     if h.forgotten:
         doc["forgotten"] = [[sid, t] for sid, t in h.forgotten[-FORGOTTEN_MAX:]]
+    if h.redacted:
+        doc["redacted"] = [{k: v for k, v in r.encode().items() if k != "op"}
+                           for r in h.redacted[-REDACTED_MAX:]]
     # With its content checksum: a flipped byte of a plain store's head fails to read
     # (a sealed one fails its tag anyway).
     return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(
@@ -147,6 +162,10 @@ def decode(blob: bytes, machine: str, where: str, raw_max: int = HEAD_RAW_MAX) -
             raise ValueError("sessions is not a list")
         h.sessions = [_session(s) for s in sessions]
         h.forgotten = _forgotten(doc.get("forgotten", []))
+        redacted = doc.get("redacted", [])
+        if not isinstance(redacted, list) or len(redacted) > REDACTED_MAX:
+            raise ValueError(f"redacted is not a list of at most {REDACTED_MAX}")
+        h.redacted = [redaction(r) for r in redacted]
     except (ValueError, TypeError, KeyError, UnicodeError) as e:
         raise FormatError(f"{where}: unreadable head: {e}") from None
     return h

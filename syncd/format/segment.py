@@ -233,6 +233,46 @@ class SegmentIndex:
     extra: dict[str, Any] = field(default_factory=dict)
     # Tombstones of forgotten sessions (``forget`` entries): (session id, when forgotten).
     forgotten: list[tuple[str, float]] = field(default_factory=list)
+    # Tombstones of redactions (``redact`` entries): what was masked in a session's files.
+    redacted: list[Redaction] = field(default_factory=list)
+
+
+# A redact entry names at most this many values, each 1 to VALUE_MAX bytes long.
+REDACT_VALUES_MAX = 256
+REDACT_VALUE_MAX = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """A redact entry: the values masked in ``session``'s files at ``time``, each as the
+    sha256 (hex) of its bytes and its length; never the value."""
+    session: str
+    time: float
+    values: tuple[tuple[str, int], ...]
+
+    def encode(self) -> dict[str, Any]:
+        return {"op": "redact", "session": self.session, "time": self.time,
+                "values": [[d, n] for d, n in self.values]}
+
+
+def redaction(d: dict[str, Any]) -> Redaction:
+    """A redact entry (or a head's), with only the values a writer makes, else
+    ``ValueError``."""
+    sid, values = d["session"], d["values"]
+    if not isinstance(sid, str) or not is_session_id(sid):
+        raise ValueError(f"redact entry of {str(sid)[:80]!r}, which is no session id")
+    if not isinstance(values, list) or not 0 < len(values) <= REDACT_VALUES_MAX:
+        raise ValueError(f"redact entry of {sid} with no values or more than "
+                         f"{REDACT_VALUES_MAX}")
+    out = []
+    for v in values:
+        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
+                and len(v[0]) == 64 and all(c in "0123456789abcdef" for c in v[0])
+                and type(v[1]) is int and 0 < v[1] <= REDACT_VALUE_MAX):
+            raise ValueError(f"redact entry of {sid} names {str(v)[:100]!r}, not "
+                             f"[sha256 hex, length 1..{REDACT_VALUE_MAX}]")
+        out.append((v[0], v[1]))
+    return Redaction(sid, when(d["time"]), tuple(out))
 
 
 # Bytes an object takes beyond what sys.getsizeof says (the allocator rounds up to 16
@@ -258,6 +298,9 @@ def index_bytes(ix: SegmentIndex) -> int:
             11 * _ROUNDING + _SLOT
     for sid, at in ix.forgotten:
         n += size((sid, at)) + size(sid) + size(at) + 3 * _ROUNDING + _SLOT
+    for r in ix.redacted:
+        n += size(r) + size(r.session) + size(r.values) + 4 * _ROUNDING + _SLOT + \
+            len(r.values) * (size(("", 0)) + 2 * size(r.values[0][0]) + 3 * _ROUNDING)
     for path, (gen, fields) in ix.sessions.items():
         # The dict's slot (its table has room to spare), the key, the tuple, the fields.
         n += 4 * _SLOT + size(path) + size((gen, fields)) + size(gen) + 3 * _ROUNDING + \
@@ -458,6 +501,11 @@ class SegmentWriter:
         self.index.forgotten.append((sid, time))
         self._index_bytes += _ENTRY_BYTES
 
+    def add_redact(self, r: Redaction) -> None:
+        """The tombstone of a redaction (docs/FORMAT.md): digests, never values."""
+        self.index.redacted.append(r)
+        self._index_bytes += _ENTRY_BYTES + 72 * len(r.values)
+
     def add_session(self, path: bytes, gen: int, fields: dict[str, str]) -> None:
         if fields:
             self.index.sessions[path] = (gen, fields)
@@ -473,13 +521,15 @@ class SegmentWriter:
         object (readers accept far more)."""
         pending = len(self._batch) + (len(self._running[0]) if self._running else 0)
         return len(self.index.extents) + len(self.index.tombstones) + \
-            len(self.index.copies) + len(self.index.forgotten) + pending >= MAX_ENTRIES \
+            len(self.index.copies) + len(self.index.forgotten) + len(self.index.redacted) + \
+            pending >= MAX_ENTRIES \
             or self._index_bytes + pending * _ENTRY_BYTES >= INDEX_TARGET
 
     @property
     def empty(self) -> bool:
         return (not self.index.extents and not self.index.tombstones and not self.index.copies
-                and not self.index.forgotten and not self._batch and self._running is None)
+                and not self.index.forgotten and not self.index.redacted
+                and not self._batch and self._running is None)
 
     def finish(self) -> bytes:
         self._drain()
@@ -511,6 +561,8 @@ class SegmentWriter:
                                  "time": t.time}))
         for sid, at in ix.forgotten:
             pieces.append(dumps({"op": "forget", "session": sid, "time": at}))
+        for r in ix.redacted:
+            pieces.append(dumps(r.encode()))
         head = {"v": VERSION, "machine": ix.machine, "seq": ix.seq, "time": ix.time}
         rest: dict[str, Any] = {}
         if ix.sessions:
@@ -635,7 +687,9 @@ def decode_index(blob: bytes, digest: bytes, where: str, *, cipher: ObjectCipher
                 ix.copies.append(_copy(d))
             elif d["op"] == "forget":
                 ix.forgotten.append(_forget(d))
-            # Any other op is a later writer's: skipped, as older readers skip "forget".
+            elif d["op"] == "redact":
+                ix.redacted.append(redaction(d))
+            # Any other op is a later writer's: skipped, as older readers skip "redact".
         for s in doc.get("sessions", []):
             ix.sessions[decode_path(s)] = (int(s["gen"]), {str(k): str(v)
                                                            for k, v in s["fields"].items()})

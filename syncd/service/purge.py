@@ -294,6 +294,44 @@ def forget_here(settings: Settings, repo: Repository, sids: frozenset[str],
     return purges.purge(repo, sids, opts), whole
 
 
+def redact_here(settings: Settings, repo: Repository, sid: str,
+                digests: frozenset[tuple[str, int]], opts: CompactOptions
+                ) -> tuple[RewriteReport | None, bool]:
+    """What the daemon does for values a followed machine redacted in session ``sid``
+    (known here by sha256 and length only): found in that session's files here, masked
+    once they are quiet (else None, False: to be tried again), the state's catalog and
+    search text of them masked, and this machine's backup rewritten with them masked.
+    A value not found here is nothing to do."""
+    spec = Rewrite(digests=digests, within=frozenset({sid}))
+    _, ranges, _ = local_plan(settings, spec)
+    if busy(settings, list(ranges)):
+        return None, False
+    # The values themselves, read here (never told): what the catalog's text is masked of.
+    values: set[bytes] = set()
+    base = os.fsencode(settings.source)
+    for rel, rs in ranges.items():
+        with contextlib.suppress(OSError), open(os.path.join(base, rel), "rb") as f:
+            for r in rs:
+                f.seek(r.start)
+                values.add(f.read(r.end - r.start))
+    rep = LocalReport()
+    apply_local(settings, [], ranges, False, rep)
+    if rep.left_alone:  # changed since it was read: looked at again later
+        return None, False
+    if values and settings.state_file.exists():
+        # The catalog's text of this session only: another's may hold the same value.
+        state = State(settings.state_file)
+        try:
+            masked = tuple(sorted(values))
+            state.rewrite_catalog(lambda f: {k: mask.mask_text(v, masked, ())
+                                             for k, v in f.items()},
+                                  only=lambda path: session_owning(path) == sid)
+        finally:
+            state.close()
+    purge_search(settings, spec, list(ranges))
+    return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d)), True
+
+
 def session_paths_in_state(settings: Settings, sids: frozenset[str]) -> list[bytes]:
     if not settings.state_file.exists():
         return []
@@ -307,4 +345,4 @@ def session_paths_in_state(settings: Settings, sids: frozenset[str]) -> list[byt
 
 
 __all__ = ["LocalReport", "apply_local", "busy", "drop_state", "local_plan", "mark_forgotten",
-           "purge_machine", "purge_search", "session_of"]
+           "purge_machine", "purge_search", "redact_here", "session_of"]

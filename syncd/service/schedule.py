@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from syncd.archive import purge as purges
+from syncd.archive import redactions
 from syncd.archive.compact import compact
 from syncd.archive.options import (
     acknowledged_seq,
@@ -40,7 +41,7 @@ from syncd.config import Settings
 from syncd.duration import parse_duration
 from syncd.errors import CompactError, ConfigError, ScheduleError, SyncdError
 from syncd.repository import Repository
-from syncd.service.purge import forget_here
+from syncd.service.purge import forget_here, redact_here
 
 log = logging.getLogger("syncd.schedule")
 # Its own INFO lines (job added, scheduler started) say nothing a user needs.
@@ -95,6 +96,8 @@ class Archiver:
                 self._sched.add_job(self.run, trig, args=[name], id=name, name=name)
         self._sched.add_job(self.purge, IntervalTrigger(seconds=PURGE_EVERY), id="purge",
                             name="purge")
+        self._sched.add_job(self.redact, IntervalTrigger(seconds=PURGE_EVERY), id="redact",
+                            name="redact")
         self._sched.start()
         self._record()
 
@@ -191,6 +194,53 @@ class Archiver:
             self.on_stored()
             as_dict = getattr(report, "as_dict", None)
             return as_dict() if callable(as_dict) else {"sessions": sorted(sids)}
+
+    def redact(self) -> list[dict[str, Any]] | None:
+        """Mask here, and in this machine's backup, the values a followed machine redacted
+        in sessions that came from it (follow queues them, by digest); each leaves the
+        queue once its session's rewrite returned, or stays for the next look (its files
+        busy, the store down). Never raises; None when nothing was done."""
+        with self._run_lock:
+            state = State(self.settings.state_file)
+            try:
+                queued = redactions.pending(state)
+            finally:
+                state.close()
+            if not queued:
+                return None
+            repo = self.connected()
+            if repo is None:
+                return None
+            by_session: dict[str, list[redactions.Redaction]] = {}
+            for r in queued:
+                by_session.setdefault(r.session, []).append(r)
+            out: list[dict[str, Any]] = []
+            for sid, rs in sorted(by_session.items()):
+                if self.stop.is_set():
+                    break
+                opts = compact_options(self.settings)
+                opts.should_stop = self.stop.is_set
+                digests = frozenset(v for r in rs for v in r.values)
+                try:
+                    report, whole = redact_here(self.settings, repo, sid, digests, opts)
+                except (SyncdError, OSError) as e:
+                    log.error("redaction of %d values in session %s failed: %s",
+                              len(digests), sid, e)
+                    self._record(error=f"redact: {e}")
+                    continue
+                if not whole:  # its files here are being written: at a later look
+                    continue
+                state = State(self.settings.state_file)
+                try:
+                    redactions.done(state, rs)
+                finally:
+                    state.close()
+                log.info("masked %d values redacted on their origin in session %s",
+                         len(digests), sid)
+                out.append(report.as_dict() if report is not None else {"session": sid})
+            if out:
+                self.on_stored()
+            return out or None
 
     def _record(self, error: str | None = None) -> None:
         """The error (if any) and the next run times, through a connection of its own

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from syncd.archive import redactions
 from syncd.archive.purge import pending as purge_pending
 from syncd.backup.errorlog import WINDOW, errors_since
 from syncd.backup.scan import scan
@@ -121,6 +122,10 @@ def status(settings: Settings, *, probe_store: bool = False,
         "forgotten": 0,
         "forgotten_unshipped": 0,
         "forgotten_purge_pending": 0,
+        # Redactions' tombstones waiting for the next flush, and those of followed machines
+        # waiting to be masked here (their sessions' files busy, or the job not run yet).
+        "redactions_unshipped": 0,
+        "redactions_pending": 0,
         # Sessions of this tree with secrets findings (`syncd secrets`; None: never scanned).
         "sessions_with_secrets": secrets_count(settings),
     }
@@ -158,6 +163,8 @@ def status(settings: Settings, *, probe_store: bool = False,
         out["forgotten"] = len(forgotten)
         out["forgotten_unshipped"] = sum(1 for f in forgotten.values() if not f.announced)
         out["forgotten_purge_pending"] = len(purge_pending(state))
+        out["redactions_unshipped"] = len(redactions.unannounced(state))
+        out["redactions_pending"] = len(redactions.pending(state))
         if "*" in settings.follow:
             out["follow_all"] = recorded(state)
         followed = cursors(state)
@@ -271,6 +278,10 @@ def format_status(s: dict[str, Any], now: float | None = None) -> str:
            f"{s.get('forgotten_unshipped', 0)} tombstones wait for the next flush, "
            f"{s.get('forgotten_purge_pending', 0)} wait to be purged from the store)"]
           if s.get("forgotten") else []),
+        *([f"redactions:   {s.get('redactions_unshipped', 0)} tombstones wait for the next "
+           f"flush, {s.get('redactions_pending', 0)} of followed machines wait to be "
+           "masked here"]
+          if s.get("redactions_unshipped") or s.get("redactions_pending") else []),
         f"compaction:   {when(s.get('last_compaction_time'))}",
         f"prune:        {when(s.get('last_prune_time'))}",
         f"verify:       {when(s.get('last_verify_time'))}",
