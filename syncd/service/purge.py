@@ -15,7 +15,6 @@ import functools
 import hashlib
 import os
 import signal
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,6 @@ from syncd.claude import Selection
 from syncd.config import Settings
 from syncd.errors import LeaseHeld, PreconditionFailed
 from syncd.follow.quiet import Quiet
-from syncd.format.catalog import session_of
 from syncd.repository import Repository
 from syncd.sessionfiles import HISTORY, session_owning
 
@@ -332,17 +330,5 @@ def redact_here(settings: Settings, repo: Repository, sid: str,
     return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d)), True
 
 
-def session_paths_in_state(settings: Settings, sids: frozenset[str]) -> list[bytes]:
-    if not settings.state_file.exists():
-        return []
-    state = State(settings.state_file, readonly=True)
-    try:
-        return [f.path for f in state.files() if session_owning(f.path) in sids]
-    except sqlite3.Error:
-        return []
-    finally:
-        state.close()
-
-
 __all__ = ["LocalReport", "apply_local", "busy", "drop_state", "local_plan", "mark_forgotten",
-           "purge_machine", "purge_search", "redact_here", "session_of"]
+           "purge_machine", "purge_search", "redact_here"]
