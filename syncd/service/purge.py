@@ -330,5 +330,5 @@ def redact_here(settings: Settings, repo: Repository, sid: str,
     return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d)), True
 
 
-__all__ = ["LocalReport", "apply_local", "busy", "drop_state", "local_plan", "mark_forgotten",
-           "purge_machine", "purge_search", "redact_here"]
+__all__ = ["LocalReport", "apply_local", "busy", "drop_state", "forget_here", "local_plan",
+           "mark_forgotten", "purge_machine", "purge_search", "redact_here", "wake_daemon"]
