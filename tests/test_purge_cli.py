@@ -213,3 +213,27 @@ def test_redact_a_finding_of_syncd_secrets_everywhere(env: dict[str, str]) -> No
     r = syncd(env, "secrets")
     assert r.returncode == 0, r.stdout + r.stderr  # nothing left to find
     assert "no finding" in one_line(syncd(env, "redact", "--finding", "0" * 12), 2)
+
+
+def test_redact_the_next_finding_of_a_file_a_redact_masked(env: dict[str, str]) -> None:
+    """The ids `syncd secrets` listed stay usable: a redact drops the findings of the
+    files it masked (scanned again), and the next `redact --finding` of that list scans
+    first instead of saying there is no such finding."""
+    src = Path(env["SYNCD_SOURCE"])
+    key = "AKIAZ3MXQ7RPLW4KT2NB"
+    write(src, TA, entry(SA, 3, "and the key " + key), "ab")
+    os.utime(src / TA, (OLD, OLD))
+    assert syncd(env, "sync").returncode == 0
+    r = syncd(env, "secrets", "--json")
+    found = {f["kind"]: f["id"] for s in json.loads(r.stdout)["sessions"]
+             for f in s["findings"] if f["path"] == TA}
+    assert set(found) >= {"GitHub Token", "AWS Access Key"}, r.stdout
+    r = syncd(env, "redact", "--finding", found["GitHub Token"])
+    assert r.returncode == 0, r.stderr
+    os.utime(src / TA, (OLD, OLD))  # quiet again
+
+    r = syncd(env, "redact", "--finding", found["AWS Access Key"])
+
+    assert r.returncode == 0, r.stderr
+    assert key.encode() not in (src / TA).read_bytes()
+    assert key.encode() not in backup(env)[TA.encode()]

@@ -199,6 +199,12 @@ def _finding_value(settings: Settings, finding: str) -> bytes:
         raise UsageError("--finding needs the secrets scanner") from None
     f = lookup(settings.state_dir, finding)
     if f is None:
+        # A redact drops the findings of the files it masked (they are scanned again):
+        # the ids `syncd secrets` listed before it are found again once scanned.
+        from syncd.cli.secrets import _scan_local
+        _scan_local(settings)
+        f = lookup(settings.state_dir, finding)
+    if f is None:
         raise UsageError(f"no finding {finding} (syncd secrets lists them)")
     if f.signed:
         raise RewriteRefused(

@@ -240,6 +240,8 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
     """Rewrite one machine's backup (its head too); another machine's under its lease."""
     own = repo.machine == settings.machine_id
     if own:
+        if not dry_run:
+            _head_now(settings)
         opts = compact_options(settings, dry_run=dry_run)
         return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d))
     opts = CompactOptions(level=settings.compact_level, pack_target=settings.pack_target_bytes,
@@ -262,6 +264,28 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
         return rewrite(repo, spec, opts)
     finally:
         lease.release()
+
+
+def _head_now(settings: Settings) -> None:
+    """With no daemon running, this machine's head written now when it lags the state
+    (as `syncd sync` writes it only every head_interval): the fold takes no segment past
+    the head, so what the last flushes shipped would stay in them. A running daemon
+    writes its own (those segments are named, and a later run takes them)."""
+    from syncd.backup.engine import Engine
+    from syncd.errors import SyncdError
+    from syncd.security.lock import ProcessLock
+
+    if not settings.state_file.exists() or not settings.source.is_dir() or \
+            ProcessLock(settings.state_file.with_suffix(".lock")).holder() is not None:
+        return
+    try:
+        engine = Engine(settings)
+    except (SyncdError, OSError):
+        return  # the rewrite says what it could not fold
+    try:
+        engine.head.write_if_due(now=True)
+    finally:
+        engine.close()
 
 
 def _retire(settings: Settings, dict_id: str) -> None:
