@@ -237,3 +237,8 @@ def test_redact_the_next_finding_of_a_file_a_redact_masked(env: dict[str, str]) 
     assert r.returncode == 0, r.stderr
     assert key.encode() not in (src / TA).read_bytes()
     assert key.encode() not in backup(env)[TA.encode()]
+
+
+def test_forget_without_a_session_is_bad_usage_in_one_line(env: dict[str, str]) -> None:
+    assert "--session" in one_line(syncd(env, "forget"), 2)
+    assert "--session" in one_line(syncd(env, "forget", "--lift"), 2)

@@ -99,7 +99,8 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
 
 
 @click.command("forget", short_help="Take a session out of every point of the backups.")
-@click.option("--session", "session", required=False, callback=session_prefix,
+@click.option("--session", "session", required=False, callback=lambda ctx, param, v:
+              None if v is None else session_prefix(ctx, param, v),
               help="The session (its id, or its first 8 characters or more).")
 @click.option("--machine", "machines", multiple=True, help="Whose backup (default: this one).")
 @click.option("--all-machines", is_flag=True, help="Every machine's backup in the store.")
@@ -126,7 +127,8 @@ def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...
     from syncd.format.catalog import is_session_id
 
     if session is None:
-        raise UsageError("--session is required")
+        raise UsageError("forget: --session ID is required (its id, or its first 8 "
+                         "characters or more, as in `syncd sessions`)")
     settings = settings_of(ctx)
     sid = session.lower()
     if not is_session_id(sid):
