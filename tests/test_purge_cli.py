@@ -151,6 +151,10 @@ def test_forget_on_another_machine_only_while_its_lease_is_free(
     try:
         r = syncd(env, "forget", "--session", lid, "--machine", "lap")
         assert r.returncode == 1 and "not reached: lap" in r.stderr, r.stderr
+        # forget has no --takeover, and lap does not follow this machine: neither is
+        # offered; stopping its daemon is
+        assert "--takeover" not in r.stderr and "tombstone" not in r.stderr, r.stderr
+        assert "stop its daemon" in r.stderr, r.stderr
     finally:
         held.release()
     r = syncd(env, "forget", "--session", lid, "--machine", "lap")

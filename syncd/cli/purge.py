@@ -184,8 +184,8 @@ def redact_cmd(ctx: click.Context, pattern: str | None, finding: str | None,
         except re.error as e:
             raise UsageError(f"PATTERN: {e}") from None
         if compiled.fullmatch(b""):
-            raise UsageError("PATTERN matches nothing at all (an empty match): "
-                                   "refusing it")
+            raise UsageError("PATTERN matches the empty string (it would match "
+                             "everywhere): refusing it")
         patterns = (compiled,)
     else:
         values = (_finding_value(settings, finding or ""),)

@@ -256,10 +256,11 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
         lease.acquire()
         lease.start()
     except LeaseHeld as e:
-        raise PreconditionFailed(f"machine {repo.machine!r} is being backed up (its lease "
-                                 f"is held), not rewriting it here: run this on that "
-                                 f"machine, or let it follow this one's tombstone ({e})"
-                                 ) from e
+        # (the lease's own advice, --takeover, is no option of forget or redact)
+        who = str(e).split("; stop that syncd", 1)[0]
+        raise PreconditionFailed(f"{who}: not rewriting its backup while its daemon runs; "
+                                 "stop its daemon and run this again, or run it on that "
+                                 "machine") from e
     try:
         return rewrite(repo, spec, opts)
     finally:
