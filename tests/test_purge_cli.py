@@ -246,3 +246,15 @@ def test_redact_the_next_finding_of_a_file_a_redact_masked(env: dict[str, str]) 
 def test_forget_without_a_session_is_bad_usage_in_one_line(env: dict[str, str]) -> None:
     assert "--session" in one_line(syncd(env, "forget"), 2)
     assert "--session" in one_line(syncd(env, "forget", "--lift"), 2)
+
+
+def test_lift_a_forgotten_session_by_its_prefix(env: dict[str, str]) -> None:
+    """The backup no longer holds a forgotten session, so its prefix is found among the
+    forgotten sessions here; a session not forgotten is said to be so."""
+    assert syncd(env, "forget", "--session", SA[:8]).returncode == 0
+
+    r = syncd(env, "forget", "--session", SA[:8], "--lift")
+
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{SA}: lifted"), r.stdout
+    assert "not forgotten" in one_line(syncd(env, "forget", "--session", SA, "--lift"), 1)

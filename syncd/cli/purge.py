@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from syncd.cli.util import echo_json, repository_of, session_prefix, settings_of, source_option
-from syncd.errors import RewriteRefused, UsageError
+from syncd.errors import BackupError, RewriteRefused, UsageError
 
 if TYPE_CHECKING:
     from syncd.archive.rewrite import Rewrite, RewriteReport
@@ -131,18 +131,30 @@ def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...
                          "characters or more, as in `syncd sessions`)")
     settings = settings_of(ctx)
     sid = session.lower()
-    if not is_session_id(sid):
-        from syncd.restore.listing import resolve_sessions
-        sid = resolve_sessions(repository_of(settings, machines[0] if machines else None),
-                               [sid])[0]
     if lift:
+        # A forgotten session is in no backup any more: its id is found among the
+        # sessions forgotten here.
         state = State(settings.state_file)
         try:
+            forgotten = sorted(state.forgotten())
+            hits = [s for s in forgotten if s.startswith(sid)]
+            if len(hits) != 1:
+                raise BackupError(
+                    f"forget --lift: session {sid} is not forgotten here"
+                    + (f" (forgotten: {', '.join(s[:8] for s in forgotten)})"
+                       if forgotten and not hits else "")
+                    + (f" ({len(hits)} forgotten sessions begin so: give more of it)"
+                       if hits else ""))
+            sid = hits[0]
             state.lift_forgotten([sid])
         finally:
             state.close()
         click.echo(f"{sid}: lifted; its files here are shipped again with the next flush")
         return
+    if not is_session_id(sid):
+        from syncd.restore.listing import resolve_sessions
+        sid = resolve_sessions(repository_of(settings, machines[0] if machines else None),
+                               [sid])[0]
     _run(ctx, Rewrite(forget=frozenset({sid})),
          _machines(settings, machines, all_machines), dry_run=dry_run, local=local,
          as_json=as_json, local_changes=True)
@@ -184,7 +196,7 @@ def redact_cmd(ctx: click.Context, pattern: str | None, finding: str | None,
         except re.error as e:
             raise UsageError(f"PATTERN: {e}") from None
         if compiled.fullmatch(b""):
-            raise UsageError("PATTERN matches the empty string (it would match "
+            raise UsageError("PATTERN matches the empty string (an empty match is "
                              "everywhere): refusing it")
         patterns = (compiled,)
     else:
