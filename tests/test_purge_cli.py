@@ -258,3 +258,19 @@ def test_lift_a_forgotten_session_by_its_prefix(env: dict[str, str]) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"{SA}: lifted"), r.stdout
     assert "not forgotten" in one_line(syncd(env, "forget", "--session", SA, "--lift"), 1)
+
+
+def test_a_redact_right_after_another_is_not_refused_for_its_own_write(
+        env: dict[str, str]) -> None:
+    """The first redact's in-place mask is no write of Claude's: the next redact of the
+    same file goes ahead (a write since, or the file held open, still refuses it)."""
+    src = Path(env["SYNCD_SOURCE"])
+    assert syncd(env, "redact", "ghp_[A-Za-z0-9]{36}").returncode == 0
+
+    r = syncd(env, "redact", "hello")
+
+    assert r.returncode == 0, r.stderr
+    assert b"hello" not in (src / TA).read_bytes()
+    write(src, TA, entry(SA, 5, "more"), "ab")  # Claude writes again
+    r = syncd(env, "redact", "more")
+    assert r.returncode == 1 and "being written" in r.stderr, r.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import signal
 import sqlite3
@@ -101,9 +102,31 @@ def _read(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
+# The state's record of the files a forget or redact masked here: (size, mtime_ns) as it
+# left each, so that its own write is not taken for Claude's by the next one.
+_OURS = "purge_writes"
+_OURS_MAX = 1000
+
+
+def _ours(settings: Settings) -> dict[str, list[int]]:
+    if not settings.state_file.exists():
+        return {}
+    state = State(settings.state_file, readonly=True)
+    try:
+        got = json.loads(state.meta(_OURS) or "{}")
+    except (sqlite3.Error, ValueError):
+        return {}
+    finally:
+        state.close()
+    return got if isinstance(got, dict) else {}
+
+
 def busy(settings: Settings, rels: list[bytes]) -> list[str]:
-    """Why some of ``rels`` may not be changed now (written lately, or held open)."""
-    quiet = Quiet(settings.source, QUIET)
+    """Why some of ``rels`` may not be changed now (written lately, or held open; a file
+    exactly as a forget or redact here left it was not written by anyone since)."""
+    ours = _ours(settings)
+    quiet = Quiet(settings.source, QUIET, ours=lambda rel, st: ours.get(rel.hex()) ==
+                  [st.st_size, st.st_mtime_ns])
     out = []
     base = os.fsencode(settings.source)
     for rel in rels:
@@ -123,6 +146,7 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
     here), and delete the dropped files when told to (``--local``)."""
     base = os.fsencode(settings.source)
     state = State(settings.state_file) if settings.state_file.exists() else None
+    wrote: dict[str, list[int]] = {}
     try:
         for rel, rs in sorted(ranges.items()):
             full = os.path.join(base, rel)
@@ -148,6 +172,8 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
                         state.rewrote(rel, check_hash(fd, row.offset),
                                       marks_of(fd, row.offset) if row.offset else None,
                                       os.fstat(fd).st_mtime_ns)
+                    st = os.fstat(fd)
+                    wrote[rel.hex()] = [st.st_size, st.st_mtime_ns]
             finally:
                 os.close(fd)
             rep.masked[os.fsdecode(rel)] = len(rs)
@@ -157,6 +183,13 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
                     os.unlink(os.path.join(base, rel))
                 rep.deleted.append(os.fsdecode(rel))
             _prune_dirs(base, drop)
+        if state is not None and wrote:
+            try:
+                known = json.loads(state.meta(_OURS) or "{}")
+            except ValueError:
+                known = {}
+            known = {**(known if isinstance(known, dict) else {}), **wrote}
+            state.set_meta(**{_OURS: json.dumps(dict(list(known.items())[-_OURS_MAX:]))})
     finally:
         if state is not None:
             state.close()
