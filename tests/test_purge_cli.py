@@ -274,3 +274,11 @@ def test_a_redact_right_after_another_is_not_refused_for_its_own_write(
     write(src, TA, entry(SA, 5, "more"), "ab")  # Claude writes again
     r = syncd(env, "redact", "more")
     assert r.returncode == 1 and "being written" in r.stderr, r.stderr
+
+
+def test_a_dry_run_names_the_files(env: dict[str, str]) -> None:
+    r = syncd(env, "redact", "ghp_[A-Za-z0-9]{36}", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert f"    {TA}: 1" in r.stdout and f"    {TB}: 1" in r.stdout, r.stdout
+    r = syncd(env, "forget", "--session", SA[:8], "--dry-run")
+    assert f"    {TA}: dropped" in r.stdout and f"    {SUB}: dropped" in r.stdout, r.stdout

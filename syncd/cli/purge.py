@@ -75,13 +75,20 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
         echo_json(doc)
     else:
         verb = "would " if dry_run else ""
+        from syncd.untrusted import printable
         if lrep.masked:
             click.echo(f"here: {verb}mask {sum(lrep.masked.values())} ranges in "
                        f"{len(lrep.masked)} files")
+            if dry_run:  # which, as the --json says
+                for rel, n in sorted(lrep.masked.items()):
+                    click.echo(f"    {printable(rel)}: {n}")
         if lrep.deleted:
             click.echo(f"here: {verb}delete {len(lrep.deleted)} files")
         for r in reports:
             click.echo(_summary(r))
+            if dry_run:
+                for rel in r.files_dropped:
+                    click.echo(f"    {printable(rel)}: dropped")
             for w in r.errors:
                 click.echo(f"warning: {w}", err=True)
         left = sorted(set(lrep.left_alone + [x for r in reports for x in r.left_alone]))
