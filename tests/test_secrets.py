@@ -526,3 +526,14 @@ def test_secrets_session_takes_a_prefix_as_sessions_shows_it(tmp_path: Path) -> 
     r = syncd(env, "secrets", "--json", "--session", S2[:8])
     assert (r.returncode, json.loads(r.stdout)["sessions"]) == (0, [])
     one_line(syncd(env, "secrets", "--session", S1[:5]), 2)
+
+
+def test_the_json_holds_no_hash_of_a_value(tmp_path: Path) -> None:
+    """An unsalted sha256 of a found password is the password to a dictionary: the
+    output names a finding by its id, never by a hash of its value."""
+    env = _env(tmp_path)
+    write(tmp_path / "src", T1, planted())
+    r = syncd(env, "secrets", "--json")
+    assert r.returncode == 1, r.stderr
+    for value in (GITHUB, AWS_SECRET):
+        assert hashlib.sha256(value.encode()).hexdigest() not in r.stdout

@@ -29,7 +29,7 @@ def _scan_local(one: Settings) -> None:
 def _as_json(f: Finding) -> dict[str, object]:
     return {"id": f.id, "path": f.path.decode(errors="replace"), "line": f.line,
             "offset": f.offset, "length": f.length, "kind": f.kind, "masked": f.masked,
-            "signed": f.signed, "sha256": f.sha256}
+            "signed": f.signed}  # (never the value's hash: a weak one is guessed from it)
 
 
 def _print(groups: dict[tuple[str, str | None], list[Finding]]) -> None:
