@@ -287,7 +287,9 @@ class _Run:
             rep.errors.append(f"{repo.where(later[0])}: {len(later)} segments after the "
                               "newest snapshot hold what goes and were not folded (beyond "
                               "what the machine's head or its writer confirmed, or shipped "
-                              "meanwhile): run this again after the next compaction")
+                              "meanwhile): run this again once its head covers them (a "
+                              "daemon writes it every head_interval), with a PATTERN if "
+                              "the files here are masked already")
         if not newest_dirty:
             rep.note = "nothing holds it" if not later else rep.note
             if not self.opts.dry_run:
