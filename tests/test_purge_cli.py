@@ -154,6 +154,10 @@ def test_forget_on_another_machine_only_while_its_lease_is_free(
     try:
         r = syncd(env, "forget", "--session", lid, "--machine", "lap")
         assert r.returncode == 1 and "not reached: lap" in r.stderr, r.stderr
+        # forget has no --takeover, and lap does not follow this machine: neither is
+        # offered; stopping its daemon is
+        assert "--takeover" not in r.stderr and "tombstone" not in r.stderr, r.stderr
+        assert "stop its daemon" in r.stderr, r.stderr
     finally:
         held.release()
     r = syncd(env, "forget", "--session", lid, "--machine", "lap")
@@ -216,3 +220,96 @@ def test_redact_a_finding_of_syncd_secrets_everywhere(env: dict[str, str]) -> No
     r = syncd(env, "secrets")
     assert r.returncode == 0, r.stdout + r.stderr  # nothing left to find
     assert "no finding" in one_line(syncd(env, "redact", "--finding", "0" * 12), 2)
+
+
+def test_redact_the_next_finding_of_a_file_a_redact_masked(env: dict[str, str]) -> None:
+    """The ids `syncd secrets` listed stay usable: a redact drops the findings of the
+    files it masked (scanned again), and the next `redact --finding` of that list scans
+    first instead of saying there is no such finding."""
+    src = Path(env["SYNCD_SOURCE"])
+    key = "AKIAZ3MXQ7RPLW4KT2NB"
+    write(src, TA, entry(SA, 3, "and the key " + key), "ab")
+    os.utime(src / TA, (OLD, OLD))
+    assert syncd(env, "sync").returncode == 0
+    r = syncd(env, "secrets", "--json")
+    found = {f["kind"]: f["id"] for s in json.loads(r.stdout)["sessions"]
+             for f in s["findings"] if f["path"] == TA}
+    assert set(found) >= {"GitHub Token", "AWS Access Key"}, r.stdout
+    r = syncd(env, "redact", "--finding", found["GitHub Token"])
+    assert r.returncode == 0, r.stderr
+    os.utime(src / TA, (OLD, OLD))  # quiet again
+
+    r = syncd(env, "redact", "--finding", found["AWS Access Key"])
+
+    assert r.returncode == 0, r.stderr
+    assert key.encode() not in (src / TA).read_bytes()
+    assert key.encode() not in backup(env)[TA.encode()]
+
+
+def test_forget_without_a_session_is_bad_usage_in_one_line(env: dict[str, str]) -> None:
+    assert "--session" in one_line(syncd(env, "forget"), 2)
+    assert "--session" in one_line(syncd(env, "forget", "--lift"), 2)
+
+
+def test_lift_a_forgotten_session_by_its_prefix(env: dict[str, str]) -> None:
+    """The backup no longer holds a forgotten session, so its prefix is found among the
+    forgotten sessions here; a session not forgotten is said to be so."""
+    assert syncd(env, "forget", "--session", SA[:8]).returncode == 0
+
+    r = syncd(env, "forget", "--session", SA[:8], "--lift")
+
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{SA}: lifted"), r.stdout
+    assert "not forgotten" in one_line(syncd(env, "forget", "--session", SA, "--lift"), 1)
+
+
+def test_a_redact_right_after_another_is_not_refused_for_its_own_write(
+        env: dict[str, str]) -> None:
+    """The first redact's in-place mask is no write of Claude's: the next redact of the
+    same file goes ahead (a write since, or the file held open, still refuses it)."""
+    src = Path(env["SYNCD_SOURCE"])
+    assert syncd(env, "redact", "ghp_[A-Za-z0-9]{36}").returncode == 0
+
+    r = syncd(env, "redact", "hello")
+
+    assert r.returncode == 0, r.stderr
+    assert b"hello" not in (src / TA).read_bytes()
+    write(src, TA, entry(SA, 5, "more"), "ab")  # Claude writes again
+    r = syncd(env, "redact", "more")
+    assert r.returncode == 1 and "being written" in r.stderr, r.stderr
+
+
+def test_a_dry_run_names_the_files(env: dict[str, str]) -> None:
+    r = syncd(env, "redact", "ghp_[A-Za-z0-9]{36}", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert f"    {TA}: 1" in r.stdout and f"    {TB}: 1" in r.stdout, r.stdout
+    r = syncd(env, "forget", "--session", SA[:8], "--dry-run")
+    assert f"    {TA}: dropped" in r.stdout and f"    {SUB}: dropped" in r.stdout, r.stdout
+
+
+def test_redact_beside_a_running_daemon_takes_what_it_just_shipped(
+        env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import wait_for
+    src = Path(env["SYNCD_SOURCE"])
+    fresh = "ghp_" + "Q7" * 18
+    p = subprocess.Popen([sys.executable, "-m", "syncd", "run"], env=env,
+                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        def running() -> bool:
+            r = syncd(env, "status", "--json")
+            return r.returncode in (0, 1) and json.loads(r.stdout).get("daemon_pid") == p.pid
+        wait_for(running, 60, "the daemon")
+        write(src, TB, entry(SB, 9, "new token " + fresh), "ab")
+        os.utime(src / TB, (OLD, OLD))
+        wait_for(lambda: fresh.encode() in backup(env).get(TB.encode(), b""), 60,
+                 "the new line shipped")
+        r = syncd(env, "redact", "ghp_Q7[A-Za-z0-9]{34}")  # (the head lags: 5 min)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert fresh.encode() not in (src / TB).read_bytes()
+        assert fresh.encode() not in backup(env)[TB.encode()]
+    finally:
+        p.terminate()
+        p.wait(30)

@@ -50,7 +50,7 @@ from tests.test_compact import (
     make_shipper,
     ship_all,
 )
-from tests.test_rewrite import SECRET, M, all_raw, build, forgotten, points
+from tests.test_rewrite import SECRET, M, all_raw, build, forgotten, points, said
 
 ROOT = Path(__file__).resolve().parent.parent
 FORGET_SA = Rewrite(forget=frozenset({SA}))
@@ -662,6 +662,35 @@ def test_a_segment_beyond_the_head_is_named_then_rewritten_once_covered(
     assert again.errors == []
     assert points(store) == {seq: forgotten(t) for seq, t in before.items()}
     assert_gone(store)
+
+
+def test_a_value_only_in_a_segment_beyond_the_head_is_named_not_nothing(
+        tmp_path: Path) -> None:
+    """A value shipped after the head (a flush the head does not cover yet, as right after
+    `syncd sync`): the fold leaves its segment, and the run says so (an error naming it),
+    never "nothing holds it"; once a head covers it, the next run masks it."""
+    src, store, clock = build(tmp_path)
+    sh = make_shipper(src, store, tmp_path / "st.db", clock)
+    heads = HeadWriter(Repository(store, M), sh.state, os.fsencode(src), interval=300,
+                       tombstone_keep=0)
+    heads.write()
+    fresh = b"ghp_R8tQ2vLmN4pZ7wXc1yB6kJ3hF9sD0aE5gU2i"
+    clock.t += 10
+    write(src, TB, said(SB, 7, "export GITHUB_TOKEN=" + fresh.decode()), "ab")
+    sh.ship([TB.encode()])  # past the head
+    before = points(store)
+
+    rep = rewrite(Repository(store, M), Rewrite(redact=(fresh,)))
+
+    [seg] = [k for k, _ in Repository(store, M).segments()]
+    assert rep.note != "nothing holds it"
+    assert len(rep.errors) == 1 and seg in rep.errors[0] and "not folded" in rep.errors[0]
+    assert fresh in all_raw(store)
+    heads.write()
+    again = rewrite(Repository(store, M), Rewrite(redact=(fresh,)))
+    assert again.errors == [] and again.ranges_masked == 1
+    assert points(store) == {seq: redacted(t, fresh) for seq, t in before.items()}
+    assert fresh not in all_raw(store)
 
 
 def test_redact_a_value_in_frames_two_generations_share(tmp_path: Path, story: Story) -> None:

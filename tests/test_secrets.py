@@ -504,3 +504,36 @@ def test_a_cut_line_s_open_thinking_block_is_still_signed() -> None:
     cut = whole[:whole.index(GITHUB.encode()) + len(GITHUB) + 5]
     (f,) = scan_bytes(cut)
     assert f.kind == "GitHub Token" and f.signed
+
+
+def test_an_unquoted_value_in_a_sentence_is_found_up_to_its_end() -> None:
+    """A prompt that pastes ``KEY=value`` amid words (``… and SECRET=… please``): the
+    value is the word after the equal sign, not the rest of the line."""
+    key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzq9Tk3LmQp"
+    data = user(f"the creds: AWS_SECRET_ACCESS_KEY={key} please configure")
+    found = scan_bytes(data)
+    assert [data[f.offset:f.offset + f.length] for f in found] == [key.encode()]
+    assert scan_bytes(user("set the password = later when you can")) == []
+
+
+def test_secrets_session_takes_a_prefix_as_sessions_shows_it(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    write(tmp_path / "src", T1, planted())
+    write(tmp_path / "src", T2, user("clean"))
+    r = syncd(env, "secrets", "--json", "--session", S1[:8])
+    assert r.returncode == 1, r.stderr
+    assert [s["session"] for s in json.loads(r.stdout)["sessions"]] == [S1]
+    r = syncd(env, "secrets", "--json", "--session", S2[:8])
+    assert (r.returncode, json.loads(r.stdout)["sessions"]) == (0, [])
+    one_line(syncd(env, "secrets", "--session", S1[:5]), 2)
+
+
+def test_the_json_holds_no_hash_of_a_value(tmp_path: Path) -> None:
+    """An unsalted sha256 of a found password is the password to a dictionary: the
+    output names a finding by its id, never by a hash of its value."""
+    env = _env(tmp_path)
+    write(tmp_path / "src", T1, planted())
+    r = syncd(env, "secrets", "--json")
+    assert r.returncode == 1, r.stderr
+    for value in (GITHUB, AWS_SECRET):
+        assert hashlib.sha256(value.encode()).hexdigest() not in r.stdout

@@ -33,6 +33,7 @@ one line. A trained dictionary that holds what goes is named, not rewritten.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -265,8 +266,7 @@ class _Run:
             if self._dirty_index(ix, []):
                 dirty_packs.append(key)
         dirty_manifests = [m for m in manifests[:-1] if self._dirty_manifest(m)]
-        later = [k for k, size in repo.segments(newest.seq)
-                 if self._dirty_segment(k, size)]
+        later = self._later(newest, groups)
         move = set(dirty_packs) | {d.key for d in dirty_deltas}
         # (a leftover's bytes are in the delta that replaced it: deleted, not moved)
         ours = {k for k, _ in rep.written}  # (what ``_detach`` wrote is no rewritten one)
@@ -287,7 +287,9 @@ class _Run:
             rep.errors.append(f"{repo.where(later[0])}: {len(later)} segments after the "
                               "newest snapshot hold what goes and were not folded (beyond "
                               "what the machine's head or its writer confirmed, or shipped "
-                              "meanwhile): run this again after the next compaction")
+                              "meanwhile): run this again once its head covers them (a "
+                              "daemon writes it every head_interval), with a PATTERN if "
+                              "the files here are masked already")
         if not newest_dirty:
             rep.note = "nothing holds it" if not later else rep.note
             if not self.opts.dry_run:
@@ -354,6 +356,21 @@ class _Run:
                 break
             tree.fold(key, ix, [point_of(ix)])
         return tree.located()
+
+    def _later(self, newest: Manifest, groups: Any) -> list[str]:
+        """The segments after the newest manifest that hold what goes. The fold leaves
+        those past the head: the masks found so far are only the manifest's generations,
+        so a value or a history line only those segments hold is looked for in them as a
+        dry run would (else the run would say "nothing holds it" of what they hold)."""
+        segs = list(self.repo.segments(newest.seq))
+        if not segs or self.opts.dry_run:
+            return [k for k, size in segs if self._dirty_segment(k, size)]
+        probe = _Run(self.repo, self.spec, self.opts,
+                     RewriteReport(self.repo.machine, dry_run=True))
+        tree = _Tree()
+        tree.start(newest, copy.deepcopy(groups))  # (folding changes the entries)
+        probe._find_masks(probe._pending(tree, newest.seq))
+        return [k for k, size in segs if probe._dirty_segment(k, size)]
 
     def _segments_only(self) -> None:
         # A machine never compacted (nor could be just now): nothing but segments, whose

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from syncd.cli.util import echo_json, repository_of, session_prefix, settings_of, source_option
-from syncd.errors import RewriteRefused, UsageError
+from syncd.errors import BackupError, RewriteRefused, UsageError
 
 if TYPE_CHECKING:
     from syncd.archive.rewrite import Rewrite, RewriteReport
@@ -80,13 +80,20 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
         echo_json(doc)
     else:
         verb = "would " if dry_run else ""
+        from syncd.untrusted import printable
         if lrep.masked:
             click.echo(f"here: {verb}mask {sum(lrep.masked.values())} ranges in "
                        f"{len(lrep.masked)} files")
+            if dry_run:  # which, as the --json says
+                for rel, n in sorted(lrep.masked.items()):
+                    click.echo(f"    {printable(rel)}: {n}")
         if lrep.deleted:
             click.echo(f"here: {verb}delete {len(lrep.deleted)} files")
         for r in reports:
             click.echo(_summary(r))
+            if dry_run:
+                for rel in r.files_dropped:
+                    click.echo(f"    {printable(rel)}: dropped")
             for w in r.errors:
                 click.echo(f"warning: {w}", err=True)
         left = sorted(set(lrep.left_alone + [x for r in reports for x in r.left_alone]))
@@ -104,7 +111,8 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
 
 
 @click.command("forget", short_help="Take a session out of every point of the backups.")
-@click.option("--session", "session", required=True, callback=session_prefix,
+@click.option("--session", "session", required=False, callback=lambda ctx, param, v:
+              None if v is None else session_prefix(ctx, param, v),
               help="The session (its id, or its first 8 characters or more).")
 @click.option("--machine", "machines", multiple=True, help="Whose backup (default: this one).")
 @click.option("--all-machines", is_flag=True, help="Every machine's backup in the store.")
@@ -114,7 +122,7 @@ def _run(ctx: click.Context, spec: Rewrite, machines: list[str], *, dry_run: boo
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @source_option
 @click.pass_context
-def forget_cmd(ctx: click.Context, session: str, machines: tuple[str, ...],
+def forget_cmd(ctx: click.Context, session: str | None, machines: tuple[str, ...],
                all_machines: bool, local: bool, lift: bool, dry_run: bool,
                as_json: bool) -> None:
     """Take a session (transcript, subagents, tool results, siblings, todos, file
@@ -130,18 +138,33 @@ def forget_cmd(ctx: click.Context, session: str, machines: tuple[str, ...],
     from syncd.backup.state import State
     from syncd.format.catalog import is_session_id
 
+    if session is None:
+        raise UsageError("forget: --session ID is required (its id, or its first 8 "
+                         "characters or more, as in `syncd sessions`)")
     settings = settings_of(ctx)
     sid = session.lower()
-    if not is_session_id(sid):
-        sid = _resolve(settings, sid, machines[0] if machines else None)
     if lift:
+        # A forgotten session is in no backup any more: its id is found among the
+        # sessions forgotten here.
         state = State(settings.state_file)
         try:
+            forgotten = sorted(state.forgotten())
+            hits = [s for s in forgotten if s.startswith(sid)]
+            if len(hits) != 1:
+                raise BackupError(
+                    f"forget --lift: session {sid} is not forgotten here"
+                    + (f" (forgotten: {', '.join(s[:8] for s in forgotten)})"
+                       if forgotten and not hits else "")
+                    + (f" ({len(hits)} forgotten sessions begin so: give more of it)"
+                       if hits else ""))
+            sid = hits[0]
             state.lift_forgotten([sid])
         finally:
             state.close()
         click.echo(f"{sid}: lifted; its files here are shipped again with the next flush")
         return
+    if not is_session_id(sid):
+        sid = _resolve(settings, sid, machines[0] if machines else None)
     _run(ctx, Rewrite(forget=frozenset({sid})),
          _machines(settings, machines, all_machines), dry_run=dry_run, local=local,
          as_json=as_json)
@@ -183,8 +206,8 @@ def redact_cmd(ctx: click.Context, pattern: str | None, finding: str | None,
         except re.error as e:
             raise UsageError(f"PATTERN: {e}") from None
         if compiled.fullmatch(b""):
-            raise UsageError("PATTERN matches nothing at all (an empty match): "
-                                   "refusing it")
+            raise UsageError("PATTERN matches the empty string (an empty match is "
+                             "everywhere): refusing it")
         patterns = (compiled,)
     else:
         values = (_finding_value(settings, finding or ""),)
@@ -211,6 +234,12 @@ def _finding_value(settings: Settings, finding: str) -> bytes:
     except ImportError:  # pragma: no cover - the scanner ships with this command
         raise UsageError("--finding needs the secrets scanner") from None
     f = lookup(settings.state_dir, finding)
+    if f is None:
+        # A redact drops the findings of the files it masked (they are scanned again):
+        # the ids `syncd secrets` listed before it are found again once scanned.
+        from syncd.cli.secrets import _scan_local
+        _scan_local(settings)
+        f = lookup(settings.state_dir, finding)
     if f is None:
         raise UsageError(f"no finding {finding} (syncd secrets lists them)")
     if f.signed:

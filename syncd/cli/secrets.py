@@ -29,7 +29,7 @@ def _scan_local(one: Settings) -> None:
 def _as_json(f: Finding) -> dict[str, object]:
     return {"id": f.id, "path": f.path.decode(errors="replace"), "line": f.line,
             "offset": f.offset, "length": f.length, "kind": f.kind, "masked": f.masked,
-            "signed": f.signed, "sha256": f.sha256}
+            "signed": f.signed}  # (never the value's hash: a weak one is guessed from it)
 
 
 def _print(groups: dict[tuple[str, str | None], list[Finding]]) -> None:
@@ -48,7 +48,8 @@ def _print(groups: dict[tuple[str, str | None], list[Finding]]) -> None:
 @click.command(short_help="Which sessions hold what looks like a secret.")
 @click.option("--machine", default=None, metavar="M", help="Machine M's sessions, scanned "
               "from its backup (this machine's: from its tree, as without it).")
-@click.option("--session", default=None, metavar="ID", help="Only this session's files.")
+@click.option("--session", default=None, metavar="ID", help="Only this session's files "
+              "(its id, or its first 8 characters or more).")
 @click.option("--all", "every", is_flag=True, help="This machine's tree and every other "
               "machine of the store, from its backup.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one JSON "
@@ -86,8 +87,17 @@ def secrets(ctx: click.Context, machine: str | None, session: str | None, every:
 
     if every and machine is not None:
         raise UsageError("secrets: --machine M or --all, not both")
-    if session is not None and not is_session_id(session):
-        raise UsageError(f"secrets: --session: not a session id: {printable(session)!r}")
+    prefix = None
+    if session is not None:
+        from syncd.cli.util import _uuid_prefix
+        from syncd.restore.sessionref import MIN_PREFIX
+        session = session.lower()
+        if not is_session_id(session):
+            if len(session) < MIN_PREFIX or not _uuid_prefix(session):
+                raise UsageError(f"secrets: --session: not a session id (a UUID, or at "
+                                 f"least its first {MIN_PREFIX} characters, as in `syncd "
+                                 f"sessions`): {printable(session)!r}")
+            prefix, session = session, None
     settings = settings_of(ctx)
     here = {t.machine_id: t.name for t in settings.trees()} if settings.sources else \
         {settings.machine_id: None}
@@ -126,6 +136,8 @@ def secrets(ctx: click.Context, machine: str | None, session: str | None, every:
                 warn(f"{r.machine}: {p}")
     machines = ([one.machine_id for one in local] + remote) if not every else None
     found, notes = _read(settings, machines, session)
+    if prefix is not None:  # the sessions that id begins
+        found = [f for f in found if f.session is not None and f.session.startswith(prefix)]
     groups: dict[tuple[str, str | None], list[Finding]] = {}
     for f in found:
         groups.setdefault((f.machine, f.session), []).append(f)

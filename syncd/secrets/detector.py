@@ -311,6 +311,7 @@ def _confirmed(line: str) -> Iterator[tuple[str, int, int, Any]]:
         # A .env file, a shell line: KEY=value unquoted, which code is full of too
         # (``secret = get_secret()``): only a value that looks made, not named.
         for v in r.keyword.analyze_string(line, denylist_regex_to_group=r.env_groups):
+            v = v.split(None, 1)[0] if v.strip() else v  # the word after "=", in prose
             if v not in quoted and _made(v):
                 found.append((r.keyword.secret_type, v, r.keyword))
     for kind, v, p in found:  # these plugins give values: each place it is

@@ -245,6 +245,9 @@ class Daemon:
                 if self._reload_due:
                     self._reload_due = False
                     next_scan = self._apply_reload(next_scan)
+                    # A look asked for from outside (a forget or redact waits on it): the
+                    # head made current, so that a rewrite can fold every flush.
+                    engine.head.write_if_due(now=True)
                 now = time.monotonic()
                 if self._scan_due or now >= next_scan:
                     self._scan_due = False

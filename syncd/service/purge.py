@@ -13,8 +13,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import signal
+import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +32,7 @@ from syncd.backup.ship import check_hash
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.errors import LeaseHeld, PreconditionFailed
+from syncd.errors import FormatError, LeaseHeld, PreconditionFailed, StoreError
 from syncd.follow.quiet import Quiet
 from syncd.repository import Repository
 from syncd.sessionfiles import HISTORY, session_owning
@@ -99,9 +102,31 @@ def _read(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
+# The state's record of the files a forget or redact masked here: (size, mtime_ns) as it
+# left each, so that its own write is not taken for Claude's by the next one.
+_OURS = "purge_writes"
+_OURS_MAX = 1000
+
+
+def _ours(settings: Settings) -> dict[str, list[int]]:
+    if not settings.state_file.exists():
+        return {}
+    state = State(settings.state_file, readonly=True)
+    try:
+        got = json.loads(state.meta(_OURS) or "{}")
+    except (sqlite3.Error, ValueError):
+        return {}
+    finally:
+        state.close()
+    return got if isinstance(got, dict) else {}
+
+
 def busy(settings: Settings, rels: list[bytes]) -> list[str]:
-    """Why some of ``rels`` may not be changed now (written lately, or held open)."""
-    quiet = Quiet(settings.source, QUIET)
+    """Why some of ``rels`` may not be changed now (written lately, or held open; a file
+    exactly as a forget or redact here left it was not written by anyone since)."""
+    ours = _ours(settings)
+    quiet = Quiet(settings.source, QUIET, ours=lambda rel, st: ours.get(rel.hex()) ==
+                  [st.st_size, st.st_mtime_ns])
     out = []
     base = os.fsencode(settings.source)
     for rel in rels:
@@ -121,6 +146,7 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
     here), and delete the dropped files when told to (``--local``)."""
     base = os.fsencode(settings.source)
     state = State(settings.state_file) if settings.state_file.exists() else None
+    wrote: dict[str, list[int]] = {}
     try:
         for rel, rs in sorted(ranges.items()):
             full = os.path.join(base, rel)
@@ -146,6 +172,8 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
                         state.rewrote(rel, check_hash(fd, row.offset),
                                       marks_of(fd, row.offset) if row.offset else None,
                                       os.fstat(fd).st_mtime_ns)
+                    st = os.fstat(fd)
+                    wrote[rel.hex()] = [st.st_size, st.st_mtime_ns]
             finally:
                 os.close(fd)
             rep.masked[os.fsdecode(rel)] = len(rs)
@@ -155,6 +183,13 @@ def apply_local(settings: Settings, drop: list[bytes], ranges: dict[bytes, list[
                     os.unlink(os.path.join(base, rel))
                 rep.deleted.append(os.fsdecode(rel))
             _prune_dirs(base, drop)
+        if state is not None and wrote:
+            try:
+                known = json.loads(state.meta(_OURS) or "{}")
+            except ValueError:
+                known = {}
+            known = {**(known if isinstance(known, dict) else {}), **wrote}
+            state.set_meta(**{_OURS: json.dumps(dict(list(known.items())[-_OURS_MAX:]))})
     finally:
         if state is not None:
             state.close()
@@ -238,6 +273,8 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
     """Rewrite one machine's backup (its head too); another machine's under its lease."""
     own = repo.machine == settings.machine_id
     if own:
+        if not dry_run:
+            _head_now(settings, repo)
         opts = compact_options(settings, dry_run=dry_run)
         return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d))
     opts = CompactOptions(level=settings.compact_level, pack_target=settings.pack_target_bytes,
@@ -252,14 +289,59 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
         lease.acquire()
         lease.start()
     except LeaseHeld as e:
-        raise PreconditionFailed(f"machine {repo.machine!r} is being backed up (its lease "
-                                 f"is held), not rewriting it here: run this on that "
-                                 f"machine, or let it follow this one's tombstone ({e})"
-                                 ) from e
+        # (the lease's own advice, --takeover, is no option of forget or redact)
+        who = str(e).split("; stop that syncd", 1)[0]
+        raise PreconditionFailed(f"{who}: not rewriting its backup while its daemon runs; "
+                                 "stop its daemon and run this again, or run it on that "
+                                 "machine") from e
     try:
         return rewrite(repo, spec, opts)
     finally:
         lease.release()
+
+
+def _head_now(settings: Settings, repo: Repository) -> None:
+    """With no daemon running, this machine's head written now when it lags the state
+    (as `syncd sync` writes it only every head_interval): the fold takes no segment past
+    the head, so what the last flushes shipped would stay in them. A running daemon
+    writes its own (those segments are named, and a later run takes them)."""
+    from syncd.backup.engine import Engine
+    from syncd.errors import SyncdError
+    from syncd.security.lock import ProcessLock
+
+    if not settings.state_file.exists() or not settings.source.is_dir():
+        return
+    if ProcessLock(settings.state_file.with_suffix(".lock")).holder() is not None:
+        _head_from_daemon(settings, repo)
+        return
+    try:
+        engine = Engine(settings)
+    except (SyncdError, OSError):
+        return  # the rewrite says what it could not fold
+    try:
+        engine.head.write_if_due(now=True)
+    finally:
+        engine.close()
+
+
+def _head_from_daemon(settings: Settings, repo: Repository, wait: float = 30.0) -> None:
+    """The running daemon asked for its head now (SIGHUP), and waited for (at most
+    ``wait`` seconds): the rewrite then folds every flush it confirmed."""
+    state = State(settings.state_file, readonly=True)
+    try:
+        want = int(state.meta("last_flush_seq", "-1") or -1)
+    finally:
+        state.close()
+    wake_daemon(settings)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            h = repo.head()
+        except (FormatError, StoreError):
+            return
+        if h is None or h.seq >= want:
+            return
+        time.sleep(0.25)  # (a poll of the store's head, bounded by ``wait``)
 
 
 def _retire(settings: Settings, dict_id: str) -> None:
