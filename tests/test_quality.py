@@ -41,7 +41,7 @@ RANKS: list[tuple[str, ...]] = [
     ("syncd.errors", "syncd.version", "syncd.private", "syncd.redact", "syncd.worker",
      "syncd.progress", "syncd.claude", "syncd.gitinfo", "syncd.host", "syncd.config",
      "syncd.duration", "syncd.untrusted", "syncd.background",
-     "syncd.filemarks"),
+     "syncd.filemarks", "syncd.localdb"),
     ("syncd.store",),
     ("syncd.security.crypto",),
     ("syncd.security",),

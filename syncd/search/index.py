@@ -22,11 +22,11 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 
 from syncd import filemarks
 from syncd.errors import StateError
 from syncd.format.catalog import FIRST, LATEST, MAX_LINE, TITLE_ORDER, session_of, session_of_any
+from syncd.localdb import LocalDb
 from syncd.private import create_private, private_dir
 from syncd.search import extract
 
@@ -106,12 +106,10 @@ class FileMarks:
     deleted: bool = False  # the file was gone when last looked at
 
 
-class SearchIndex:
+class SearchIndex(LocalDb):
     """The open index. Not thread-safe: one per thread."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
-        self.db = db
-        self.path = path
+    what = "search index"
 
     @classmethod
     def open(cls, path: Path) -> SearchIndex:
@@ -134,36 +132,7 @@ class SearchIndex:
             raise StateError.of("search index", path, e) from e
         return cls(db, path)
 
-    def __enter__(self) -> SearchIndex:
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     # -- writing --------------------------------------------------------------------------
-
-    def _begin(self) -> None:
-        # A writer takes the lock when it starts writing, so that its reads (a cursor)
-        # and writes are one view: two writers (a daemon, a command) take turns.
-        if not self.db.in_transaction:
-            try:
-                self.db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as e:
-                raise StateError.of("search index", self.path, e) from e
-
-    def commit(self) -> None:
-        if not self.db.in_transaction:
-            return
-        try:
-            self.db.execute("COMMIT")
-        except sqlite3.Error as e:
-            raise StateError.of("search index", self.path, e) from e
-
-    def close(self) -> None:
-        if self.db.in_transaction:
-            self.db.execute("COMMIT")
-        self.db.close()
 
     def _session_id(self, machine: str, session: str) -> int:
         row = self.db.execute("SELECT id FROM sessions WHERE machine=? AND session=?",
@@ -390,7 +359,7 @@ class SearchIndex:
             self.db.execute("VACUUM")
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as e:
-            raise StateError.of("search index", self.path, e) from e
+            raise StateError.of(self.what, self.path, e) from e
 
     def files(self, machine: str) -> dict[bytes, bool]:
         """The paths of ``machine`` indexed here, each with whether it is marked deleted."""

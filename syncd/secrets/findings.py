@@ -23,12 +23,12 @@ import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from syncd import filemarks
 from syncd.errors import StateError
 from syncd.format.catalog import session_of_any
+from syncd.localdb import LocalDb
 from syncd.private import create_private, private_dir
 from syncd.secrets.detector import LINE_MAX, RawFinding, scan_bytes
 
@@ -119,12 +119,13 @@ def is_text(path: bytes) -> bool:
 
 
 
-class Findings:
+class Findings(LocalDb):
     """The open findings database. Not thread-safe: one per thread."""
 
+    what = "secrets findings"
+
     def __init__(self, db: sqlite3.Connection, path: Path, *, empty: bool = False) -> None:
-        self.db = db
-        self.path = path
+        super().__init__(db, path)
         # Read-only, made by a writer that has not written its tables yet: nothing found.
         self.empty = empty
 
@@ -149,32 +150,6 @@ class Findings:
         except (sqlite3.Error, OSError) as e:
             raise StateError.of("secrets findings", path, e) from e
         return cls(db, path, empty=readonly and not made)
-
-    def __enter__(self) -> Findings:
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-    def _begin(self) -> None:
-        if not self.db.in_transaction:
-            try:
-                self.db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as e:
-                raise StateError.of("secrets findings", self.path, e) from e
-
-    def commit(self) -> None:
-        if self.db.in_transaction:
-            try:
-                self.db.execute("COMMIT")
-            except sqlite3.Error as e:
-                raise StateError.of("secrets findings", self.path, e) from e
-
-    def close(self) -> None:
-        if self.db.in_transaction:
-            self.db.execute("COMMIT")
-        self.db.close()
 
     # -- cursors --------------------------------------------------------------------------
 
