@@ -164,14 +164,23 @@ def _windows(exts: list[tuple[str, Extent]]) -> Iterator[tuple[str, list[Extent]
         yield key, run
 
 
-def _index_file(repo: Repository, machine: str, t: Todo, index: Index,
-                r: RemoteIndexReport) -> None:
-    """Feed ``t``'s bytes from ``t.start`` window by window; the first that does not
-    read ends this file (what came before it stays indexed)."""
-    name = t.path.decode(errors="replace")
-    pos = t.start  # the index holds [0, pos)
-    carry = b""  # bytes from pos on that end in no complete line yet
-    for key, run in _windows(t.extents):
+@dataclass
+class Window:
+    """One run of a backed-up file's bytes, as ``windows`` reads it."""
+
+    data: bytes  # the file's bytes from the next one wanted
+    end: int  # the byte after them
+    fetched: int  # the stored bytes of the run's frames
+    bad: str | None  # why the run stops short (what did not read): the last window
+
+
+def windows(repo: Repository, exts: list[tuple[str, Extent]], start: int, size: int
+            ) -> Iterator[Window]:
+    """Bytes ``start``… (up to ``size``) of a file whose extents are ``exts``, a run of
+    one object's frames at a time (``WINDOW`` raw bytes at most); the first extent that
+    does not read ends it (what read before it comes in that last window)."""
+    expect = start  # the next byte wanted
+    for key, run in _windows(exts):
         bad: list[str] = []
 
         def damaged(x: Extent, err: FormatError, bad: list[str] = bad) -> None:
@@ -184,30 +193,42 @@ def _index_file(repo: Repository, machine: str, t: Todo, index: Index,
         except (FormatError, StoreError) as e:  # the object itself (its header, a GET)
             bad.append(str(e))
         pieces = []
-        expect = pos + len(carry)  # the next byte wanted
         for x in run:  # in file order (parts of frames need not be in object order)
-            if x.start not in got:  # it did not read: the file is indexed up to it
+            if x.start not in got:  # it did not read: the file is read up to it
                 bad = bad or [f"{repo.where(key)}: extent at byte {x.start} did not read"]
                 break
-            pieces.append(got.pop(x.start)[expect - x.start:max(0, t.size - x.start)])
-            expect = min(x.end, t.size)
+            pieces.append(got.pop(x.start)[expect - x.start:max(0, size - x.start)])
+            expect = min(x.end, size)
         got.clear()
-        r.fetched_bytes += sum({x.off: x.clen for x in run}.values())
-        data = carry + b"".join(pieces)
-        pieces.clear()
+        yield Window(b"".join(pieces), expect, sum({x.off: x.clen for x in run}.values()),
+                     bad[0] if bad else None)
+        if bad:
+            return
+
+
+def _index_file(repo: Repository, machine: str, t: Todo, index: Index,
+                r: RemoteIndexReport) -> None:
+    """Feed ``t``'s bytes from ``t.start`` window by window; the first that does not
+    read ends this file (what came before it stays indexed)."""
+    name = t.path.decode(errors="replace")
+    pos = t.start  # the index holds [0, pos)
+    carry = b""  # bytes from pos on that end in no complete line yet
+    for w in windows(repo, t.extents, t.start, t.size):
+        r.fetched_bytes += w.fetched
+        data = carry + w.data
         took = index.feed(machine, t.path, t.gen, pos, data) if data else 0
         r.indexed_bytes += took
         pos += took
         carry = data[took:]
-        if bad:
-            r.problems.append(f"{bad[0]} ({name} of machine {machine!r} indexed up to "
+        if w.bad:
+            r.problems.append(f"{w.bad} ({name} of machine {machine!r} indexed up to "
                               f"byte {pos})")
             return
         if len(carry) > LINE_MAX:
             r.problems.append(f"{name} (machine {machine!r}): a line longer than "
                               f"{LINE_MAX} bytes at byte {pos}: indexed up to it")
             return
-        if expect >= t.size:
+        if w.end >= t.size:
             return
 
 

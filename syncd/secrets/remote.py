@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from syncd.errors import FormatError, StoreError
 from syncd.format.segment import Extent
 from syncd.repository import Repository
-from syncd.search.remote import _windows
+from syncd.search.remote import windows
 from syncd.secrets.findings import Findings, is_scanned
 from syncd.view import load_backup
 
@@ -73,29 +72,8 @@ def _scan_file(repo: Repository, machine: str, path: bytes, gen: int, start: int
     name = path.decode(errors="replace")
     pos = start  # the findings hold [0, pos)
     carry = b""  # bytes from pos on that end in no complete line yet
-    for key, run in _windows(exts):
-        bad: list[str] = []
-
-        def damaged(x: Extent, err: FormatError, bad: list[str] = bad) -> None:
-            bad.append(str(err))
-
-        got: dict[int, bytes] = {}
-        try:
-            for x, data in repo.read_extents(key, run, damaged):
-                got[x.start] = data
-        except (FormatError, StoreError) as e:
-            bad.append(str(e))
-        pieces = []
-        expect = pos + len(carry)
-        for x in run:
-            if x.start not in got:
-                bad = bad or [f"{repo.where(key)}: extent at byte {x.start} did not read"]
-                break
-            pieces.append(got.pop(x.start)[expect - x.start:max(0, size - x.start)])
-            expect = min(x.end, size)
-        got.clear()
-        data = carry + b"".join(pieces)
-        pieces.clear()
+    for w in windows(repo, exts, start, size):
+        data = carry + w.data
         while data:  # a window may hold more than a feed takes (a long line's rest)
             took = findings.feed(machine, path, gen, pos, data)
             r.bytes += took
@@ -104,9 +82,9 @@ def _scan_file(repo: Repository, machine: str, path: bytes, gen: int, start: int
             if took == 0:
                 break
         carry = data
-        if bad:
-            r.problems.append(f"{bad[0]} ({name} of machine {machine!r} scanned up to "
+        if w.bad:
+            r.problems.append(f"{w.bad} ({name} of machine {machine!r} scanned up to "
                               f"byte {pos})")
             return
-        if expect >= size:  # a last line with no newline yet waits, as here
+        if w.end >= size:  # a last line with no newline yet waits, as here
             return
