@@ -32,7 +32,7 @@ from syncd.backup.ship import check_hash
 from syncd.backup.state import State
 from syncd.claude import Selection
 from syncd.config import Settings
-from syncd.errors import FormatError, LeaseHeld, PreconditionFailed, StoreError
+from syncd.errors import LeaseHeld, PreconditionFailed
 from syncd.follow.quiet import Quiet
 from syncd.repository import Repository
 from syncd.sessionfiles import HISTORY, session_owning
@@ -274,7 +274,7 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
     own = repo.machine == settings.machine_id
     if own:
         if not dry_run:
-            _head_now(settings, repo)
+            _head_now(settings)
         opts = compact_options(settings, dry_run=dry_run)
         return rewrite(repo, spec, opts, retire_dictionary=lambda d: _retire(settings, d))
     opts = CompactOptions(level=settings.compact_level, pack_target=settings.pack_target_bytes,
@@ -300,11 +300,11 @@ def purge_machine(settings: Settings, repo: Repository, spec: Rewrite, *,
         lease.release()
 
 
-def _head_now(settings: Settings, repo: Repository) -> None:
-    """With no daemon running, this machine's head written now when it lags the state
-    (as `syncd sync` writes it only every head_interval): the fold takes no segment past
-    the head, so what the last flushes shipped would stay in them. A running daemon
-    writes its own (those segments are named, and a later run takes them)."""
+def _head_now(settings: Settings) -> None:
+    """This machine's head made current when it lags the state (`syncd sync` writes it
+    only every head_interval, a daemon on its schedule): the fold takes no segment past
+    the head, so what the last flushes shipped would stay in them. Written here with no
+    daemon running, asked of the daemon otherwise."""
     from syncd.backup.engine import Engine
     from syncd.errors import SyncdError
     from syncd.security.lock import ProcessLock
@@ -312,7 +312,7 @@ def _head_now(settings: Settings, repo: Repository) -> None:
     if not settings.state_file.exists() or not settings.source.is_dir():
         return
     if ProcessLock(settings.state_file.with_suffix(".lock")).holder() is not None:
-        _head_from_daemon(settings, repo)
+        _head_from_daemon(settings)
         return
     try:
         engine = Engine(settings)
@@ -324,24 +324,23 @@ def _head_now(settings: Settings, repo: Repository) -> None:
         engine.close()
 
 
-def _head_from_daemon(settings: Settings, repo: Repository, wait: float = 30.0) -> None:
+def _head_from_daemon(settings: Settings, wait: float = 30.0) -> None:
     """The running daemon asked for its head now (SIGHUP), and waited for (at most
-    ``wait`` seconds): the rewrite then folds every flush it confirmed."""
-    state = State(settings.state_file, readonly=True)
-    try:
-        want = int(state.meta("last_flush_seq", "-1") or -1)
-    finally:
-        state.close()
+    ``wait`` seconds), as its state records the head it wrote (no request to the store):
+    the rewrite then folds every flush it confirmed."""
+    def seqs() -> tuple[int, int]:
+        state = State(settings.state_file, readonly=True)
+        try:
+            return (int(state.meta("last_flush_seq", "-1") or -1),
+                    int(state.meta("head_seq", "-1") or -1))
+        finally:
+            state.close()
+
+    want, _ = seqs()
     wake_daemon(settings)
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            h = repo.head()
-        except (FormatError, StoreError):
-            return
-        if h is None or h.seq >= want:
-            return
-        time.sleep(0.25)  # (a poll of the store's head, bounded by ``wait``)
+    while seqs()[1] < want and time.monotonic() < deadline:
+        time.sleep(0.1)  # (a local read; bounded by ``wait``)
 
 
 def _retire(settings: Settings, dict_id: str) -> None:
